@@ -1,0 +1,12 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Native ONNX LSTM ops for masked Keras recurrent layers converted with tf2onnx.
+
+Three stages, one module each: :mod:`.match` (find and describe a masked loop),
+:mod:`.emit` (build the ONNX nodes), :mod:`.plugin` (switch it on).
+"""
+
+from .emit import GUARD_MESSAGE
+from .plugin import disable, enable, enabled_mode, make_rewriter, rewrite_masked_lstm
+
+__all__ = ["make_rewriter", "rewrite_masked_lstm", "enable", "disable", "enabled_mode", "GUARD_MESSAGE"]
+__version__ = "0.1.0"

@@ -1,0 +1,301 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Read a Keras recurrent cell out of a While body graph (still in TensorFlow ops).
+
+Two small readers used by :mod:`masked_lstm_rewriter.match`:
+
+* :func:`read_activation` recognises the activation applied to a tensor and returns it in
+  ONNX RNN terms (``Sigmoid``, ``HardSigmoid`` with its alpha/beta, ...).
+* :func:`read_linear` reads a gate's pre-activation ``x @ W + h @ R + b`` into references to
+  the body's inputs (plus column slices), whatever way Keras wrote it: one fused kernel then a
+  ``Split``, or one kernel slice per gate (``implementation=1``, used with dropout).
+
+Weights are loop inputs of the body, so their values are only known in the main graph: a
+:class:`ConstRef` names the body input and the slicing to apply once the value is known.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Optional
+
+import numpy as np
+
+_TOL = 1e-6
+
+
+@dataclasses.dataclass(frozen=True)
+class Activation:
+    """An activation as ONNX RNN ops spell it (``activations`` / ``activation_alpha`` / ``_beta``)."""
+
+    name: str
+    alpha: Optional[float] = None
+    beta: Optional[float] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ConstRef:
+    """A constant known in the main graph: body input ``input_index`` (or ``value``), sliced."""
+
+    input_index: Optional[int] = None
+    value: Optional[np.ndarray] = dataclasses.field(default=None, compare=False)
+    # each step: ("split", axis, parts, index) or ("slice", axis, begin, end)
+    steps: tuple = ()
+
+    def then(self, step: tuple) -> "ConstRef":
+        return dataclasses.replace(self, steps=self.steps + (step,))
+
+    def resolve(self, input_value: Callable[[int], Optional[np.ndarray]]) -> Optional[np.ndarray]:
+        """The array this names, given a lookup of the constant values of body inputs."""
+        array = self.value if self.input_index is None else input_value(self.input_index)
+        if array is None:
+            return None
+        for kind, axis, a, b in self.steps:
+            axis = axis % array.ndim
+            if kind == "split":
+                if array.shape[axis] % a:
+                    return None
+                array = np.split(array, a, axis=axis)[b]
+            else:
+                index = [slice(None)] * array.ndim
+                index[axis] = slice(a, b)
+                array = array[tuple(index)]
+        return array
+
+
+@dataclasses.dataclass(frozen=True)
+class LinearForm:
+    """``x @ kernel + h @ recurrent + bias``; any part may be missing (None)."""
+
+    kernel: Optional[ConstRef] = None
+    recurrent: Optional[ConstRef] = None
+    bias: Optional[ConstRef] = None
+
+    def add(self, other: "LinearForm") -> Optional["LinearForm"]:
+        merged = {}
+        for field in ("kernel", "recurrent", "bias"):
+            mine, theirs = getattr(self, field), getattr(other, field)
+            if mine is not None and theirs is not None:
+                return None  # the same term twice: not a plain LSTM gate
+            merged[field] = mine if mine is not None else theirs
+        return LinearForm(**merged)
+
+    def split_columns(self, parts: int, index: int) -> "LinearForm":
+        """The form of column block ``index`` of ``parts`` (what a ``Split`` on axis -1 keeps)."""
+        step = ("split", -1, parts, index)
+        return LinearForm(*(None if ref is None else ref.then(step)
+                            for ref in (self.kernel, self.recurrent, self.bias)))
+
+
+def producer(graph, tensor: str):
+    return graph.get_node_by_output(tensor, search_in_parent_graphs=False)
+
+
+def skip_identity(graph, tensor: str) -> str:
+    """Follow Identity ops (ReadVariableOp becomes one) back to the real producer."""
+    node = producer(graph, tensor)
+    while node is not None and node.type == "Identity":
+        tensor = node.input[0]
+        node = producer(graph, tensor)
+    return tensor
+
+
+def scalar_value(graph, tensor: str) -> Optional[float]:
+    """The value of a scalar (or one-element) constant, else None."""
+    node = producer(graph, skip_identity(graph, tensor))
+    if node is None or not node.is_const():
+        return None
+    value = node.get_tensor_value(as_list=False)
+    return float(value.reshape(-1)[0]) if value.size == 1 else None
+
+
+def _scalar_operand(graph, node, value_test) -> Optional[tuple[float, str]]:
+    """For a binary op with one scalar-constant operand: (constant, other input)."""
+    for const_pos in (1, 0):
+        value = scalar_value(graph, node.input[const_pos])
+        if value is not None and value_test(value):
+            return value, node.input[1 - const_pos]
+    return None
+
+
+_SINGLE_OP_ACTIVATIONS = {
+    "Sigmoid": Activation("Sigmoid"),
+    "Tanh": Activation("Tanh"),
+    "Relu": Activation("Relu"),
+    "Softsign": Activation("Softsign"),
+    "Softplus": Activation("Softplus"),
+    "Elu": Activation("Elu", alpha=1.0),
+}
+
+
+def read_activation(graph, tensor: str) -> tuple[Activation, str]:
+    """(activation, its input) for the op producing ``tensor``.
+
+    Anything else is taken as the identity (Keras ``linear``), expressed as ``Affine(1, 0)``;
+    the caller then checks that the input really is a gate's linear form.
+    """
+    node = producer(graph, tensor)
+    if node is None:
+        return Activation("Affine", 1.0, 0.0), tensor
+    if node.type in _SINGLE_OP_ACTIVATIONS:
+        return _SINGLE_OP_ACTIVATIONS[node.type], node.input[0]
+    hard = _read_hard_sigmoid_keras3(graph, node) or _read_hard_sigmoid_tf_keras(graph, node)
+    if hard is not None:
+        return hard
+    return Activation("Affine", 1.0, 0.0), tensor
+
+
+def _read_hard_sigmoid_keras3(graph, node):
+    """Keras 3: ``relu6(x + 3) / 6`` (the division folded into a Mul by 1/6)."""
+    if node.type != "Mul":
+        return None
+    found = _scalar_operand(graph, node, lambda s: abs(6 * s - 1) < _TOL)
+    if found is None:
+        return None
+    scale, inner = found
+    relu6 = producer(graph, inner)
+    if relu6 is None or relu6.type != "Relu6":
+        return None
+    add = producer(graph, relu6.input[0])
+    if add is None or add.type not in ("Add", "AddV2"):
+        return None
+    found = _scalar_operand(graph, add, lambda _: True)
+    if found is None:
+        return None
+    shift, x = found
+    return Activation("HardSigmoid", alpha=scale, beta=shift * scale), x
+
+
+def _read_hard_sigmoid_tf_keras(graph, node):
+    """tf_keras: ``clip_by_value(alpha * x + beta, 0, 1)`` = Maximum(Minimum(., 1), 0)."""
+    if node.type != "Maximum":
+        return None
+    found = _scalar_operand(graph, node, lambda v: v == 0.0)
+    minimum = producer(graph, found[1]) if found else None
+    if minimum is None or minimum.type != "Minimum":
+        return None
+    found = _scalar_operand(graph, minimum, lambda v: v == 1.0)
+    add = producer(graph, found[1]) if found else None
+    if add is None or add.type not in ("Add", "AddV2"):
+        return None
+    found = _scalar_operand(graph, add, lambda _: True)
+    mul = producer(graph, found[1]) if found else None
+    if mul is None or mul.type != "Mul":
+        return None
+    beta = found[0]
+    found = _scalar_operand(graph, mul, lambda _: True)
+    if found is None:
+        return None
+    alpha, x = found
+    return Activation("HardSigmoid", alpha=alpha, beta=beta), x
+
+
+class LinearReader:
+    """Reads gate pre-activations of one body graph, given its step input and previous state.
+
+    ``x_item`` is the tensor holding this step's input, ``h_prev`` the previous hidden state.
+    """
+
+    def __init__(self, graph, x_item: str, h_prev: str):
+        self.graph = graph
+        self.x_item = x_item
+        self.h_prev = h_prev
+        self._input_index = {name: i for i, name in enumerate(graph.input_names)}
+
+    def read(self, tensor: str) -> Optional[LinearForm]:
+        """The linear form of ``tensor``, or None when it is not ``x W + h R + b``."""
+        node = producer(self.graph, tensor)
+        if node is None:
+            return None
+        if node.type == "Identity":
+            return self.read(node.input[0])
+        if node.type in ("Add", "AddV2", "BiasAdd"):
+            if node.type == "BiasAdd" and node.get_attr_value("data_format", b"NHWC") != b"NHWC":
+                return None
+            return self._read_sum(node)
+        if node.type == "MatMul":
+            return self._read_matmul(node)
+        if node.type == "Split":
+            return self._read_split_output(node, tensor)
+        return None
+
+    def _read_sum(self, node) -> Optional[LinearForm]:
+        terms = []
+        for operand in node.input:
+            form = self.read(operand)
+            if form is None:
+                bias = self.const_ref(operand)
+                form = None if bias is None else LinearForm(bias=bias)
+            if form is None:
+                return None
+            terms.append(form)
+        return terms[0].add(terms[1])
+
+    def _read_matmul(self, node) -> Optional[LinearForm]:
+        if node.get_attr_value("transpose_a", 0) or node.get_attr_value("transpose_b", 0):
+            return None
+        weight = self.const_ref(node.input[1])
+        source = self._step_source(node.input[0])
+        if weight is None or source is None:
+            return None
+        return LinearForm(kernel=weight) if source == "x" else LinearForm(recurrent=weight)
+
+    def _read_split_output(self, node, tensor: str) -> Optional[LinearForm]:
+        axis = scalar_value(self.graph, node.input[0])
+        parts = len(node.output)
+        whole = self.read(node.input[1])
+        if whole is None or axis not in (1.0, -1.0):
+            return None
+        return whole.split_columns(parts, list(node.output).index(tensor))
+
+    def _step_source(self, tensor: str) -> Optional[str]:
+        """'x' or 'h' when ``tensor`` is this step's input or previous state.
+
+        Inference-time dropout leaves ``t * ones_like(t)`` behind (tf_keras): seen through.
+        """
+        tensor = skip_identity(self.graph, tensor)
+        node = producer(self.graph, tensor)
+        if node is not None and node.type == "Mul":
+            for pos in (0, 1):
+                other = producer(self.graph, node.input[1 - pos])
+                if other is not None and other.type == "OnesLike":
+                    return self._step_source(node.input[pos])
+            return None
+        if tensor == self.x_item:
+            return "x"
+        if tensor == self.h_prev:
+            return "h"
+        return None
+
+    def const_ref(self, tensor: str) -> Optional[ConstRef]:
+        """A reference to a constant: a body input (a captured weight), a Const, or a slice of one."""
+        tensor = skip_identity(self.graph, tensor)
+        if tensor in self._input_index:
+            return ConstRef(input_index=self._input_index[tensor])
+        node = producer(self.graph, tensor)
+        if node is None:
+            return None
+        if node.is_const():
+            return ConstRef(value=node.get_tensor_value(as_list=False))
+        if node.type == "Split":
+            whole = self.const_ref(node.input[1])
+            axis = scalar_value(self.graph, node.input[0])
+            if whole is None or axis is None:
+                return None
+            return whole.then(("split", int(axis), len(node.output), list(node.output).index(tensor)))
+        if node.type == "StridedSlice":
+            return self._const_column_slice(node)
+        return None
+
+    def _const_column_slice(self, node) -> Optional[ConstRef]:
+        """``kernel[:, a:b]`` as Keras writes it (implementation=1); nothing fancier."""
+        whole = self.const_ref(node.input[0])
+        ends = [producer(self.graph, skip_identity(self.graph, t)) for t in node.input[1:4]]
+        if whole is None or any(n is None or not n.is_const() for n in ends):
+            return None
+        begin, end, strides = (n.get_tensor_value(as_list=True) for n in ends)
+        masks = {k: node.get_attr_value(k, 0) for k in
+                 ("begin_mask", "end_mask", "ellipsis_mask", "new_axis_mask", "shrink_axis_mask")}
+        if (len(begin) != 2 or strides != [1, 1] or masks["begin_mask"] != 1 or masks["end_mask"] != 1
+                or masks["ellipsis_mask"] or masks["new_axis_mask"] or masks["shrink_axis_mask"]):
+            return None
+        return whole.then(("slice", 1, begin[1], end[1]))

@@ -1,0 +1,138 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Stage 3, plugin: how users switch the rewrite on.
+
+* :func:`make_rewriter` builds a tf2onnx custom rewriter (``custom_rewriter=[...]``).
+* :func:`enable` / :func:`disable` add it to every tf2onnx conversion in the process, by
+  wrapping ``tf2onnx.tfonnx.process_parsed_graph`` (the one place every front end, from
+  ``from_keras`` to the command line, passes its custom rewriters through).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+
+from tf2onnx import tfonnx
+from tf2onnx.tf_loader import find_function
+
+from .emit import MaskPlanner, emit_lstm
+from .match import BODY_MATCH_ATTR, NoMatch, is_masked_recurrent_body, layer_name, match_body, match_loop
+
+logger = logging.getLogger("masked_lstm_rewriter")
+
+MASK_MODES = ("post",)
+_MARK = "_is_masked_lstm_rewriter"
+
+
+def _check_mask_mode(mask_mode: str) -> None:
+    if mask_mode == "any":
+        raise NotImplementedError("mask_mode='any' is not implemented yet; use mask_mode='post'")
+    if mask_mode not in MASK_MODES:
+        raise ValueError(f"mask_mode must be one of {MASK_MODES}, not {mask_mode!r}")
+
+
+def make_rewriter(mask_mode: str = "post"):
+    """A tf2onnx custom rewriter ``(graph, ops) -> ops`` for masked Keras LSTM loops."""
+    _check_mask_mode(mask_mode)
+
+    def rewrite_masked_lstm(graph, ops):
+        if is_masked_recurrent_body(graph):
+            setattr(graph, BODY_MATCH_ATTR, match_body(graph))
+        loops = [op for op in ops if op.type in ("While", "StatelessWhile")]
+        if loops:
+            _rewrite_loops(graph, loops, mask_mode)
+        return graph.get_nodes()
+
+    setattr(rewrite_masked_lstm, _MARK, True)
+    rewrite_masked_lstm.mask_mode = mask_mode
+    return rewrite_masked_lstm
+
+
+def _rewrite_loops(graph, loops, mask_mode):
+    planner = MaskPlanner(graph, mask_mode)
+    for loop in loops:
+        body_graph = find_function(loop.get_attr_str("body"))
+        body = getattr(body_graph, BODY_MATCH_ATTR, None) if body_graph is not None else None
+        if body is None:
+            continue  # not a masked recurrent loop: none of our business
+        layer = match_loop(graph, loop, body) if not isinstance(body, NoMatch) else body
+        if isinstance(layer, NoMatch):
+            logger.warning("masked recurrent layer '%s' left as a Loop: %s", layer_name(loop), layer.reason)
+            continue
+        try:
+            emit_lstm(graph, layer, planner.tensors_for(layer.mask))
+        except Exception as error:  # pylint: disable=broad-except
+            # nodes made before the failure are unused and dropped by tf2onnx; the loop stands
+            logger.warning("masked recurrent layer '%s' left as a Loop: rewrite failed: %s", layer.layer, error)
+            continue
+        logger.info("masked LSTM layer '%s' (%d units) rewritten into a native ONNX LSTM (mask_mode=%s)",
+                    layer.layer, layer.hidden_size, mask_mode)
+
+
+rewrite_masked_lstm = make_rewriter()
+
+
+def _is_ours(rewriter) -> bool:
+    return getattr(rewriter, _MARK, False)
+
+
+_original_process_parsed_graph = None
+_enabled_rewriter = None
+
+
+def _with_rewriter(original):
+    @functools.wraps(original)
+    def process_parsed_graph(g, custom_op_handlers, inputs_as_nchw, outputs_as_nchw, continue_on_error,
+                             custom_rewriter, *args, **kwargs):
+        rewriters = list(custom_rewriter or [])
+        if _enabled_rewriter is not None and not any(_is_ours(r) for r in rewriters):
+            rewriters.append(_enabled_rewriter)
+        return original(g, custom_op_handlers, inputs_as_nchw, outputs_as_nchw, continue_on_error,
+                        rewriters or custom_rewriter, *args, **kwargs)
+    return process_parsed_graph
+
+
+class _Enabled(contextlib.AbstractContextManager):
+    """Returned by :func:`enable`; on exit, restores what was in force before."""
+
+    def __init__(self, previous_mode):
+        self._previous_mode = previous_mode
+
+    def __exit__(self, *exc):
+        if self._previous_mode is None:
+            disable()
+        else:
+            enable(self._previous_mode)
+        return False
+
+
+def enable(mask_mode: str = "post") -> _Enabled:
+    """Apply the rewrite in every tf2onnx conversion of this process from now on.
+
+    Enabling again changes the mode; the rewrite is never applied twice (not even when a
+    caller also passes it in ``custom_rewriter``). Use the result as a context manager to
+    restore the previous state on exit.
+    """
+    global _original_process_parsed_graph, _enabled_rewriter  # pylint: disable=global-statement
+    _check_mask_mode(mask_mode)
+    previous = enabled_mode()
+    if _original_process_parsed_graph is None:
+        _original_process_parsed_graph = tfonnx.process_parsed_graph
+        tfonnx.process_parsed_graph = _with_rewriter(_original_process_parsed_graph)
+    _enabled_rewriter = make_rewriter(mask_mode)
+    return _Enabled(previous)
+
+
+def disable() -> None:
+    """Undo :func:`enable`: tf2onnx converts as it does without the plugin."""
+    global _original_process_parsed_graph, _enabled_rewriter  # pylint: disable=global-statement
+    if _original_process_parsed_graph is not None:
+        tfonnx.process_parsed_graph = _original_process_parsed_graph
+    _original_process_parsed_graph = None
+    _enabled_rewriter = None
+
+
+def enabled_mode():
+    """The mask mode in force through :func:`enable`, or None."""
+    return None if _enabled_rewriter is None else _enabled_rewriter.mask_mode
