@@ -295,7 +295,9 @@ class LinearReader:
         begin, end, strides = (n.get_tensor_value(as_list=True) for n in ends)
         masks = {k: node.get_attr_value(k, 0) for k in
                  ("begin_mask", "end_mask", "ellipsis_mask", "new_axis_mask", "shrink_axis_mask")}
-        if (len(begin) != 2 or strides != [1, 1] or masks["begin_mask"] != 1 or masks["end_mask"] != 1
+        if (len(begin) != 2 or strides != [1, 1] or not masks["begin_mask"] & 1 or not masks["end_mask"] & 1
                 or masks["ellipsis_mask"] or masks["new_axis_mask"] or masks["shrink_axis_mask"]):
             return None
-        return whole.then(("slice", 1, begin[1], end[1]))
+        start = 0 if masks["begin_mask"] & 2 else begin[1]
+        stop = None if masks["end_mask"] & 2 else end[1]
+        return whole.then(("slice", 1, start, stop))

@@ -1,0 +1,18 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Selects the Keras flavour for this process before TensorFlow is imported.
+
+``MLR_KERAS=tf_keras`` runs the suite against tf_keras (``TF_USE_LEGACY_KERAS=1``); anything
+else against Keras 3. ``tools/run_tests.py`` runs the suite once per flavour, each in its own
+process, since the choice cannot change once TensorFlow is loaded.
+"""
+
+import os
+
+FLAVOUR = "tf_keras" if os.environ.get("MLR_KERAS") == "tf_keras" else "keras3"
+os.environ["TF_USE_LEGACY_KERAS"] = "1" if FLAVOUR == "tf_keras" else "0"
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")  # Keras's cuDNN path cannot be converted
+
+
+def pytest_report_header(config):
+    return f"keras flavour: {FLAVOUR}"

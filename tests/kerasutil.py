@@ -1,0 +1,125 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Shared test helpers: build Keras models, convert them, compare ONNX with Keras.
+
+Keras is the oracle: every numeric check runs the Keras model and onnxruntime on the same
+batch and compares every output at every position, padded ones included.
+"""
+
+import collections
+import logging
+import os
+
+import numpy as np
+import onnxruntime as ort
+import tensorflow as tf
+import tf2onnx
+
+import masked_lstm_rewriter as mlr
+
+FLAVOUR = "tf_keras" if os.environ.get("TF_USE_LEGACY_KERAS") == "1" else "keras3"
+if FLAVOUR == "tf_keras":
+    import tf_keras as keras  # noqa: F401
+else:
+    import keras  # noqa: F401
+
+ATOL = 1e-5
+for _name in ("tf2onnx", "tensorflow"):
+    logging.getLogger(_name).setLevel(logging.ERROR)
+
+
+def randomize_weights(model, seed=0, scale=0.5):
+    """Non-trivial weights everywhere (Keras initialises biases to zero, which hides bugs)."""
+    rng = np.random.default_rng(seed)
+    for layer in model.layers:
+        weights = layer.get_weights()
+        if weights:
+            layer.set_weights([rng.normal(0, scale, w.shape).astype(w.dtype) for w in weights])
+    return model
+
+
+def convert(model, spec, rewriter="default", opset=15):
+    """ONNX ModelProto of ``model``; ``rewriter=None`` gives stock tf2onnx."""
+    if rewriter == "default":
+        rewriter = mlr.rewrite_masked_lstm
+    onnx_model, _ = tf2onnx.convert.from_keras(
+        model, input_signature=spec, opset=opset, custom_rewriter=None if rewriter is None else [rewriter])
+    return onnx_model
+
+
+def session(onnx_model):
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.log_severity_level = 4
+    return ort.InferenceSession(onnx_model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+def keras_outputs(model, inputs):
+    out = model(inputs if len(inputs) > 1 else inputs[0], training=False)
+    out = out if isinstance(out, (list, tuple)) else [out]
+    return [np.asarray(o) for o in out]
+
+
+def onnx_outputs(onnx_model, spec, inputs):
+    sess = session(onnx_model)
+    feeds = {s.name: np.asarray(x) for s, x in zip(spec, inputs)}
+    return sess.run(None, feeds)
+
+
+def max_error(model, onnx_model, spec, inputs):
+    """Largest absolute difference between Keras and onnxruntime over every output and position."""
+    expected = keras_outputs(model, inputs)
+    got = onnx_outputs(onnx_model, spec, inputs)
+    assert len(expected) == len(got)
+    worst = 0.0
+    for e, g in zip(expected, got):
+        assert e.shape == g.shape, (e.shape, g.shape)
+        worst = max(worst, float(np.max(np.abs(e - g))) if e.size else 0.0)
+    return worst
+
+
+def assert_matches_keras(model, onnx_model, spec, inputs):
+    error = max_error(model, onnx_model, spec, inputs)
+    assert error <= ATOL, f"max |keras - onnx| = {error}"
+    return error
+
+
+def op_counts(onnx_model):
+    """Op types in the graph, Loop bodies included."""
+    counts = collections.Counter()
+
+    def walk(graph):
+        for node in graph.node:
+            counts[node.op_type] += 1
+            for attr in node.attribute:
+                if attr.g is not None and attr.g.node:
+                    walk(attr.g)
+    walk(onnx_model.graph)
+    return counts
+
+
+def assert_native(onnx_model, lstm=1):
+    counts = op_counts(onnx_model)
+    assert counts["Loop"] == 0, counts
+    assert counts["LSTM"] == lstm, counts
+
+
+def post_padded_tokens(lengths, steps, vocab=50, seed=0):
+    """int32 [B, T] token ids, row b valid (non-zero) for its first lengths[b] steps."""
+    rng = np.random.default_rng(seed)
+    tokens = rng.integers(1, vocab, size=(len(lengths), steps)).astype(np.int32)
+    for row, length in enumerate(lengths):
+        tokens[row, length:] = 0
+    return tokens
+
+
+def mask_from_lengths(lengths, steps):
+    return np.arange(steps)[None, :] < np.asarray(lengths)[:, None]
+
+
+def token_spec(name="tokens"):
+    return tf.TensorSpec((None, None), tf.int32, name=name)
+
+
+# a batch with a full row, an empty row, and rows of different lengths
+LENGTHS = [7, 3, 0, 1, 6]
+STEPS = 7

@@ -1,0 +1,88 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Small masked Keras models (one per mask source) and matching batches, for both flavours."""
+
+import numpy as np
+import tensorflow as tf
+
+from kerasutil import FLAVOUR, LENGTHS, STEPS, keras, mask_from_lengths, post_padded_tokens, randomize_weights
+
+UNITS = 4
+FEATURES = 3
+
+
+def embedding_model(*layers, vocab=50, seed=0):
+    """tokens -> Embedding(mask_zero=True) -> layers; returns (model, spec, inputs)."""
+    keras.utils.set_random_seed(seed)
+    tokens = keras.Input((None,), dtype="int32", name="tokens")
+    x = keras.layers.Embedding(vocab, FEATURES + 2, mask_zero=True)(tokens)
+    outputs = _apply(layers, x)
+    model = randomize_weights(keras.Model(tokens, outputs), seed)
+    spec = (tf.TensorSpec((None, None), tf.int32, name="tokens"),)
+    return model, spec, [post_padded_tokens(LENGTHS, STEPS, vocab, seed)]
+
+
+def masking_model(*layers, mask_value=0.0, seed=0):
+    """float features -> Masking(mask_value) -> layers; padded steps hold mask_value."""
+    keras.utils.set_random_seed(seed)
+    x_in = keras.Input((None, FEATURES), name="features")
+    outputs = _apply(layers, keras.layers.Masking(mask_value=mask_value)(x_in))
+    model = randomize_weights(keras.Model(x_in, outputs), seed)
+    spec = (tf.TensorSpec((None, None, FEATURES), tf.float32, name="features"),)
+    return model, spec, [padded_features(LENGTHS, STEPS, mask_value, seed)]
+
+
+def explicit_mask_model(layer, seed=0):
+    """A boolean mask model input passed as ``mask=``."""
+    keras.utils.set_random_seed(seed)
+    x_in = keras.Input((None, FEATURES), name="features")
+    m_in = keras.Input((None,), dtype="bool", name="mask")
+    model = randomize_weights(keras.Model([x_in, m_in], layer(x_in, mask=m_in)), seed)
+    spec = (tf.TensorSpec((None, None, FEATURES), tf.float32, name="features"),
+            tf.TensorSpec((None, None), tf.bool, name="mask"))
+    rng = np.random.default_rng(seed)
+    features = rng.normal(size=(len(LENGTHS), STEPS, FEATURES)).astype(np.float32)
+    return model, spec, [features, mask_from_lengths(LENGTHS, STEPS)]
+
+
+def computed_mask_model(layer, seed=0):
+    """A mask computed in the graph from the token ids (``tokens > 0``), passed as ``mask=``."""
+    keras.utils.set_random_seed(seed)
+    tokens = keras.Input((None,), dtype="int32", name="tokens")
+    x = keras.layers.Embedding(50, FEATURES)(tokens)
+    if FLAVOUR == "keras3":
+        mask = keras.ops.greater(tokens, 0)
+    else:
+        mask = tf.greater(tokens, 0)
+    model = randomize_weights(keras.Model(tokens, layer(x, mask=mask)), seed)
+    spec = (tf.TensorSpec((None, None), tf.int32, name="tokens"),)
+    return model, spec, [post_padded_tokens(LENGTHS, STEPS, 50, seed)]
+
+
+def initial_state_model(layer, seed=0):
+    """Embedding-masked input plus initial h and c given as model inputs."""
+    keras.utils.set_random_seed(seed)
+    tokens = keras.Input((None,), dtype="int32", name="tokens")
+    h0 = keras.Input((UNITS,), name="h0")
+    c0 = keras.Input((UNITS,), name="c0")
+    x = keras.layers.Embedding(50, FEATURES, mask_zero=True)(tokens)
+    model = randomize_weights(keras.Model([tokens, h0, c0], layer(x, initial_state=[h0, c0])), seed)
+    spec = (tf.TensorSpec((None, None), tf.int32, name="tokens"),
+            tf.TensorSpec((None, UNITS), tf.float32, name="h0"),
+            tf.TensorSpec((None, UNITS), tf.float32, name="c0"))
+    rng = np.random.default_rng(seed)
+    states = [rng.normal(size=(len(LENGTHS), UNITS)).astype(np.float32) for _ in range(2)]
+    return model, spec, [post_padded_tokens(LENGTHS, STEPS, 50, seed)] + states
+
+
+def padded_features(lengths, steps, mask_value=0.0, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(len(lengths), steps, FEATURES)).astype(np.float32)
+    for row, length in enumerate(lengths):
+        x[row, length:] = mask_value
+    return x
+
+
+def _apply(layers, x):
+    for layer in layers:
+        x = layer(x)
+    return x
