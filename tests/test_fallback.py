@@ -1,0 +1,41 @@
+# SPDX-License-Identifier: Apache-2.0
+"""What the rewriter does not (yet) handle stays tf2onnx's Loop, with a logged reason."""
+
+import logging
+
+import numpy as np
+import pytest
+
+from kerasutil import assert_matches_keras, convert, keras, op_counts
+from models import UNITS, embedding_model
+
+
+def warnings_for(caplog):
+    return [r.getMessage() for r in caplog.records
+            if r.name == "masked_lstm_rewriter" and r.levelno == logging.WARNING]
+
+
+@pytest.mark.parametrize("layer", [
+    lambda: keras.layers.LSTM(UNITS, return_sequences=True, go_backwards=True),
+    lambda: keras.layers.GRU(UNITS, return_sequences=True),
+    lambda: keras.layers.SimpleRNN(UNITS, return_sequences=True),
+    lambda: keras.layers.LSTM(UNITS, return_sequences=True, dtype="float64"),
+], ids=["go_backwards", "gru", "simple_rnn", "float64"])
+def test_unsupported_layer_stays_a_loop_and_is_logged(caplog, layer):
+    model, spec, inputs = embedding_model(layer())
+    with caplog.at_level(logging.INFO, logger="masked_lstm_rewriter"):
+        onnx_model = convert(model, spec)
+    counts = op_counts(onnx_model)
+    assert counts["Loop"] == 1 and counts["LSTM"] == 0, counts
+    warnings = warnings_for(caplog)
+    assert len(warnings) == 1 and "left as a Loop" in warnings[0], warnings
+    assert_matches_keras(model, onnx_model, spec, inputs)
+
+
+def test_bidirectional_forward_half_is_exact():
+    """Until backward layers are supported, a Bidirectional layer's forward half may be rewritten
+    alone (its masked outputs are zeros); the result must still equal Keras."""
+    model, spec, inputs = embedding_model(keras.layers.Bidirectional(keras.layers.LSTM(UNITS, return_sequences=True)))
+    onnx_model = convert(model, spec)
+    assert op_counts(onnx_model)["Loop"] + op_counts(onnx_model)["LSTM"] == 2
+    assert_matches_keras(model, onnx_model, spec, inputs)
