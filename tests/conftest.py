@@ -16,3 +16,11 @@ os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")  # Keras's cuDNN path cannot b
 
 def pytest_report_header(config):
     return f"keras flavour: {FLAVOUR}"
+
+
+def pytest_terminal_summary(terminalreporter):
+    import kerasutil  # pylint: disable=import-outside-toplevel
+    if kerasutil.MAX_ERRORS:
+        terminalreporter.write_line(
+            f"{FLAVOUR}: {len(kerasutil.MAX_ERRORS)} comparisons with Keras, "
+            f"max |keras - onnx| = {max(kerasutil.MAX_ERRORS):.3g}")

@@ -77,8 +77,12 @@ def max_error(model, onnx_model, spec, inputs):
     return worst
 
 
+MAX_ERRORS = []  # every comparison's error, reported at the end of the run (conftest)
+
+
 def assert_matches_keras(model, onnx_model, spec, inputs):
     error = max_error(model, onnx_model, spec, inputs)
+    MAX_ERRORS.append(error)
     assert error <= ATOL, f"max |keras - onnx| = {error}"
     return error
 
