@@ -64,31 +64,28 @@ class MaskPlanner:
         g, gb = self.graph, GraphBuilder(self.graph)
         counts = g.make_node("Cast", [mask], attr={"to": TensorProto.INT32}).output[0]
         lengths = gb.make_reduce_sum({"data": counts, "axes": [1], "keepdims": 0, "noop_with_empty_axes": 0})
-        checked = self._guard_post_padded(mask, lengths)
+        checked = self._guard_post_padded(counts, lengths)
         positive = g.make_node("Greater", [lengths, _const(g, "zero_i32", np.array(0, np.int32))]).output[0]
         has_steps = gb.make_unsqueeze({"data": positive, "axes": [1]})
         transposed = g.make_node("Transpose", [mask], attr={"perm": [1, 0]}).output[0]
         mask_tm = gb.make_unsqueeze({"data": transposed, "axes": [2]})
         return MaskTensors(lengths=checked, has_steps=has_steps, mask_tm=mask_tm)
 
-    def _guard_post_padded(self, mask: str, lengths: str) -> str:
-        """``lengths`` routed through a Reshape that fails unless every row is post-padded."""
+    def _guard_post_padded(self, counts: str, lengths: str) -> str:
+        """``lengths`` routed through a Reshape that fails unless every row is post-padded.
+
+        A row is post-padded exactly when its mask never rises (no padded step is followed by a
+        valid one); the Reshape asks for batch + (number of rises) elements.
+        """
         g, gb = self.graph, GraphBuilder(self.graph)
-        shape = g.make_node("Shape", [mask]).output[0]
-        steps = gb.make_slice({"data": shape, "starts": [1], "ends": [2], "axes": [0]})
-        steps = gb.make_squeeze({"data": g.make_node("Cast", [steps], attr={"to": TensorProto.INT32}).output[0],
-                                 "axes": [0]})
-        positions = g.make_node("Range", [_const(g, "zero_i32", np.array(0, np.int32)), steps,
-                                          _const(g, "one_i32", np.array(1, np.int32))]).output[0]
-        in_prefix = g.make_node("Less", [gb.make_unsqueeze({"data": positions, "axes": [0]}),
-                                         gb.make_unsqueeze({"data": lengths, "axes": [1]})]).output[0]
-        misplaced = g.make_node("Xor", [in_prefix, mask]).output[0]
-        misplaced = g.make_node("Cast", [misplaced], attr={"to": TensorProto.INT64}).output[0]
-        bad_count = gb.make_reduce_sum({"data": misplaced, "axes": [0, 1], "keepdims": 0,
-                                        "noop_with_empty_axes": 0})
-        bad_count = gb.make_unsqueeze({"data": bad_count, "axes": [0]})
-        batch = g.make_node("Shape", [lengths]).output[0]
-        target = g.make_node("Add", [batch, bad_count]).output[0]
+        int_max = np.iinfo(np.int64).max
+        before = gb.make_slice({"data": counts, "starts": [0], "ends": [-1], "axes": [1]})
+        after = gb.make_slice({"data": counts, "starts": [1], "ends": [int_max], "axes": [1]})
+        rises = g.make_node("Cast", [g.make_node("Less", [before, after]).output[0]],
+                            attr={"to": TensorProto.INT64}).output[0]
+        per_row = gb.make_reduce_sum({"data": rises, "axes": [1], "keepdims": 0, "noop_with_empty_axes": 0})
+        total = gb.make_reduce_sum({"data": per_row, "axes": [0], "keepdims": 1, "noop_with_empty_axes": 0})
+        target = g.make_node("Add", [g.make_node("Shape", [lengths]).output[0], total]).output[0]
         return g.make_node("Reshape", [lengths, target], name=utils.make_name(GUARD_MESSAGE)).output[0]
 
 
@@ -122,8 +119,10 @@ def emit_lstm(graph, layer: MaskedLstm, mask_tensors: MaskTensors) -> None:
     if layer.bias is not None:
         wb = _stack_gates(layer.bias, transpose=False).reshape(1, 4 * hidden)
         b = _const(g, "B", np.concatenate([wb, np.zeros_like(wb)], axis=1))
-    initial_h = gb.make_unsqueeze({"data": layer.initial_h, "axes": [0]})
-    initial_c = gb.make_unsqueeze({"data": layer.initial_c, "axes": [0]})
+    initial_h = initial_c = ""  # zeros
+    if not layer.zero_initial_state:
+        initial_h = gb.make_unsqueeze({"data": layer.initial_h, "axes": [0]})
+        initial_c = gb.make_unsqueeze({"data": layer.initial_c, "axes": [0]})
     lstm = g.make_node(
         "LSTM", [layer.x, w, r, b, mask_tensors.lengths, initial_h, initial_c], output_count=3,
         attr={"hidden_size": hidden, "direction": "forward", **_activation_attrs(layer.activations)},
@@ -132,17 +131,15 @@ def emit_lstm(graph, layer: MaskedLstm, mask_tensors: MaskTensors) -> None:
     h_last = gb.make_squeeze({"data": lstm.output[1], "axes": [0]})  # [B, H]
     c_last = gb.make_squeeze({"data": lstm.output[2], "axes": [0]})
 
-    has_steps = mask_tensors.has_steps
-    final_h = g.make_node("Where", [has_steps, h_last, layer.initial_h]).output[0]
-    final_c = g.make_node("Where", [has_steps, c_last, layer.initial_c]).output[0]
-    zero = _const(g, "zero_f32", np.array(0, np.float32))
+    final_h, final_c, carried = _keras_states(g, layer, mask_tensors, h_last, c_last)
     if layer.output_carried:
-        # the carried output starts at zeros and changes only at valid steps
-        last_output = g.make_node("Where", [has_steps, h_last, zero]).output[0]
-        sequence = g.make_node("Where", [mask_tensors.mask_tm, y, last_output]).output[0]
+        # padded steps repeat the last output: h at the last valid step, zeros if none
+        sequence = g.make_node("Where", [mask_tensors.mask_tm, y, carried]).output[0]
+        last_output = carried
     else:
         # masked steps output zeros (zero_output_for_mask): zero them explicitly, whatever the
         # runtime writes past a row's length
+        zero = _const(g, "zero_f32", np.array(0, np.float32))
         sequence = g.make_node("Where", [mask_tensors.mask_tm, y, zero]).output[0]
         last_output = gb.make_squeeze({"data": gb.make_slice(
             {"data": sequence, "starts": [-1], "ends": [np.iinfo(np.int64).max], "axes": [0]}), "axes": [0]})
@@ -150,6 +147,21 @@ def emit_lstm(graph, layer: MaskedLstm, mask_tensors: MaskTensors) -> None:
         sequence = gb.make_unsqueeze({"data": last_output, "axes": [0]})
 
     _rewire(g, layer, sequence, last_output, final_h, final_c)
+
+
+def _keras_states(g, layer: MaskedLstm, mask_tensors: MaskTensors, h_last, c_last):
+    """(final h, final c, last carried output) as Keras has them, rows with no valid step included.
+
+    Keras keeps the initial state for such a row, and its carried output stays at zeros. With a
+    zero initial state the runtime's own answer (zeros, or the initial state) is already right.
+    """
+    if layer.zero_initial_state:
+        return h_last, c_last, h_last
+    has_steps = mask_tensors.has_steps
+    final_h = g.make_node("Where", [has_steps, h_last, layer.initial_h]).output[0]
+    final_c = g.make_node("Where", [has_steps, c_last, layer.initial_c]).output[0]
+    carried = g.make_node("Where", [has_steps, h_last, _const(g, "zero_f32", np.array(0, np.float32))]).output[0]
+    return final_h, final_c, carried
 
 
 def _rewire(g, layer: MaskedLstm, sequence, last_output, final_h, final_c):

@@ -71,6 +71,7 @@ class MaskedLstm:
     mask: str                # batch-major mask [B, T], bool
     initial_h: str           # [B, H]
     initial_c: str           # [B, H]
+    zero_initial_state: bool  # initial h and c are zeros by construction (no initial_state given)
     output_carried: bool
     sequence_outputs: list   # tensors holding the stacked outputs, time-major [T or 1, B, H]
     writes_sequence: bool
@@ -300,6 +301,8 @@ def match_loop(graph, while_node, body: BodyMatch) -> Union[MaskedLstm, NoMatch]
         activations=(body.recurrent_activation, body.cell_activation, body.hidden_activation),
         x=x, mask=mask,
         initial_h=while_node.input[body.h_index], initial_c=while_node.input[body.c_index],
+        zero_initial_state=(_is_zeros(graph, while_node.input[body.h_index])
+                            and _is_zeros(graph, while_node.input[body.c_index])),
         output_carried=body.output_carried,
         sequence_outputs=[n.output[0] for n in stacks], writes_sequence=body.writes_sequence,
         last_output=while_node.output[body.output_index],
