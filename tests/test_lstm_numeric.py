@@ -4,8 +4,8 @@
 import numpy as np
 import pytest
 
-from kerasutil import (LENGTHS, assert_matches_keras, assert_native, convert, keras, onnx_outputs,
-                       keras_outputs, post_padded_tokens, op_counts)
+from kerasutil import (assert_matches_keras, assert_native, convert, keras, randomize_weights, token_spec,
+                       post_padded_tokens)
 from models import (UNITS, computed_mask_model, embedding_model, explicit_mask_model, initial_state_model,
                     masking_model)
 
@@ -95,3 +95,18 @@ def test_dynamic_batch_and_time():
 def test_dense_head_after_last_output():
     """A classifier head on the last output: the typical text model."""
     check(*embedding_model(lstm(), keras.layers.Dense(2, activation="softmax")))
+
+
+def test_encoder_decoder_states_as_initial_state():
+    """seq2seq: the decoder starts from the masked encoder's final states (rows with empty input
+    give the encoder's zeros; rows with empty target keep the encoder's states)."""
+    keras.utils.set_random_seed(0)
+    source = keras.Input((None,), dtype="int32", name="source")
+    target = keras.Input((None,), dtype="int32", name="target")
+    _, h, c = keras.layers.LSTM(UNITS, return_state=True)(keras.layers.Embedding(30, 3, mask_zero=True)(source))
+    decoded = keras.layers.LSTM(UNITS, return_sequences=True, return_state=True)(
+        keras.layers.Embedding(30, 3, mask_zero=True)(target), initial_state=[h, c])
+    model = randomize_weights(keras.Model([source, target], decoded))
+    spec = (token_spec("source"), token_spec("target"))
+    inputs = [post_padded_tokens([5, 0, 2, 5], 5, 30, seed=1), post_padded_tokens([4, 3, 0, 1], 4, 30, seed=2)]
+    check(model, spec, inputs, lstm_count=2)

@@ -132,3 +132,26 @@ def test_models_without_masked_layers_convert_as_stock(kind):
     assert canonical(convert(model, spec)) == canonical(stock(model, spec))
     with mlr.enable():
         assert canonical(stock(model, spec)) == canonical(convert(model, spec, rewriter=None))
+
+
+def test_enable_covers_the_saved_model_command_line_path(tmp_path, monkeypatch):
+    """tf2onnx.convert's main() (--saved-model) in this process, with the plugin enabled."""
+    import onnx
+    from tf2onnx import convert as tf2onnx_convert
+    model, spec, inputs = masked_model()
+    saved = tmp_path / "saved"
+    function = tf.function(lambda tokens: model(tokens, training=False), input_signature=spec)
+    module = tf.Module()
+    module.model = model  # tracks the weights
+    module.serve = function
+    tf.saved_model.save(module, str(saved), signatures={"serving_default": function})
+    out = tmp_path / "model.onnx"
+    monkeypatch.setattr("sys.argv", ["tf2onnx.convert", "--saved-model", str(saved), "--output", str(out),
+                                     "--opset", "15"])
+    with mlr.enable():
+        tf2onnx_convert.main()
+    onnx_model = onnx.load(str(out))
+    assert_native(onnx_model)
+    sess = session(onnx_model)
+    got = sess.run(None, {sess.get_inputs()[0].name: inputs[0]})[0]
+    np.testing.assert_allclose(got, np.asarray(model(inputs[0])), atol=1e-5)
