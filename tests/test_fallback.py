@@ -20,7 +20,9 @@ def warnings_for(caplog):
     lambda: keras.layers.GRU(UNITS, return_sequences=True),
     lambda: keras.layers.SimpleRNN(UNITS, return_sequences=True),
     lambda: keras.layers.LSTM(UNITS, return_sequences=True, dtype="float64"),
-], ids=["go_backwards", "gru", "simple_rnn", "float64"])
+    lambda: keras.layers.LSTM(UNITS, return_sequences=True, activation="swish"),
+    lambda: keras.layers.LSTM(UNITS, return_sequences=True, recurrent_activation="selu"),
+], ids=["go_backwards", "gru", "simple_rnn", "float64", "swish", "selu"])
 def test_unsupported_layer_stays_a_loop_and_is_logged(caplog, layer):
     model, spec, inputs = embedding_model(layer())
     with caplog.at_level(logging.INFO, logger="masked_lstm_rewriter"):
