@@ -46,14 +46,19 @@ class BodyMatch:
     mask_list_index: int     # TensorList of the time-major mask ([T, B, 1] bool)
     h_index: int
     c_index: int
-    output_index: int        # last output; carried, or a loop-invariant (Bidirectional's zeros)
+    output_index: int        # the step's output (the last one, after the loop)
+    masked_output_index: int  # what a masked step outputs: output_index (carried) or a loop input
     output_list_index: int   # TensorList the outputs are written to
-    output_carried: bool     # masked step outputs the previous output (else a constant)
     writes_sequence: bool    # one list element per step (else a single slot, return_sequences=False)
     gates: dict              # gate name -> LinearForm
     recurrent_activation: Activation
     cell_activation: Activation
     hidden_activation: Activation
+
+    @property
+    def output_carried(self) -> bool:
+        """Keras repeats the previous output at a masked step (else: zero_output_for_mask)."""
+        return self.masked_output_index == self.output_index
 
 
 @dataclasses.dataclass
@@ -109,6 +114,11 @@ def _loop_output_producer(graph, index: int):
     return producer(graph, tensor)
 
 
+def _passes_through(graph, index: int) -> bool:
+    """Is loop variable ``index`` loop-invariant (the body returns its input unchanged)?"""
+    return skip_identity(graph, graph.outputs[index]) == graph.input_names[index]
+
+
 def _input_index(graph, tensor: str) -> Optional[int]:
     names = graph.input_names
     return names.index(tensor) if tensor in names else None
@@ -144,12 +154,13 @@ def match_body(graph) -> Union[BodyMatch, NoMatch]:
     c_index = c_candidates[0]
     c_new = carried[c_index].get_op("new").output[0]
 
+    output_vars = [i for i in range(len(graph.outputs)) if _loop_output_producer(graph, i) is out_sel.get_op("select")]
     out_old = out_sel.get_op("old")
-    output_index = _input_index(graph, out_old.output[0]) if out_old.is_graph_input() else None
-    if output_index is None:
-        return NoMatch("the output at masked steps is neither carried nor a loop input")
-    output_carried = output_index in carried
-    if not output_carried and _loop_output_producer(graph, output_index) is not None:
+    masked_output_index = _input_index(graph, out_old.output[0]) if out_old.is_graph_input() else None
+    if len(output_vars) != 1 or masked_output_index is None:
+        return NoMatch("the step output is not a loop variable selected from a loop input")
+    output_index = output_vars[0]
+    if masked_output_index != output_index and not _passes_through(graph, masked_output_index):
         return NoMatch("the output at masked steps is computed in an unrecognised way")
 
     x_items = [n for n in graph.get_nodes() if n.type == "TensorListGetItem"
@@ -178,7 +189,7 @@ def match_body(graph) -> Union[BodyMatch, NoMatch]:
     gates, activations = cell
     return BodyMatch(time_index=time_index, x_list_index=x_list_index, mask_list_index=mask_list_index,
                      h_index=h_index, c_index=c_index, output_index=output_index,
-                     output_list_index=output_list_index, output_carried=output_carried,
+                     masked_output_index=masked_output_index, output_list_index=output_list_index,
                      writes_sequence=writes_sequence, gates=gates,
                      recurrent_activation=activations[0], cell_activation=activations[1],
                      hidden_activation=activations[2])
@@ -275,10 +286,8 @@ def match_loop(graph, while_node, body: BodyMatch) -> Union[MaskedLstm, NoMatch]
         return mask
     if not _is_zero_scalar(graph, while_node.input[body.time_index]):
         return NoMatch("the loop does not start at step 0")
-    if not body.output_carried and not _is_zeros(graph, while_node.input[body.output_index]):
-        return NoMatch("the output at masked steps is a non-zero constant")
-    if body.output_carried and not _is_zeros(graph, while_node.input[body.output_index]):
-        return NoMatch("the initial output is not zeros")
+    if not _is_zeros(graph, while_node.input[body.masked_output_index]):
+        return NoMatch("the output at masked steps does not start as zeros")
 
     weights = _resolve_weights(graph, while_node, body.gates)
     if isinstance(weights, NoMatch):

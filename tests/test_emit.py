@@ -1,0 +1,45 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The shape of what the emitter builds: one LSTM per layer, one guard per mask, lean fix-ups."""
+
+import onnx
+
+from kerasutil import convert, keras, op_counts
+from models import UNITS, embedding_model, initial_state_model
+
+import masked_lstm_rewriter as mlr
+
+
+def lstm_nodes(onnx_model):
+    return [n for n in onnx_model.graph.node if n.op_type == "LSTM"]
+
+
+def attributes(node):
+    return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+
+
+def test_lstm_node_attributes_and_inputs():
+    model, spec, _ = embedding_model(keras.layers.LSTM(UNITS, return_sequences=True,
+                                                       recurrent_activation="hard_sigmoid"))
+    (node,) = lstm_nodes(convert(model, spec))
+    attrs = attributes(node)
+    assert attrs["hidden_size"] == UNITS and attrs["direction"] == b"forward"
+    assert attrs["activations"] == [b"HardSigmoid", b"Tanh", b"Tanh"]
+    assert len(attrs["activation_alpha"]) == 1 and len(attrs["activation_beta"]) == 1
+    assert node.input[4], "sequence_lens must be computed in the graph"
+    assert node.input[5:] == ["", ""], "no initial state given: zeros, no extra inputs"
+
+
+def test_initial_state_is_passed_to_the_lstm():
+    model, spec, _ = initial_state_model(keras.layers.LSTM(UNITS, return_sequences=True, return_state=True))
+    (node,) = lstm_nodes(convert(model, spec))
+    assert all(node.input[5:7])
+
+
+def test_one_guard_and_one_length_computation_per_mask():
+    model, spec, _ = embedding_model(*[keras.layers.LSTM(UNITS, return_sequences=True) for _ in range(3)])
+    onnx_model = convert(model, spec)
+    assert op_counts(onnx_model)["LSTM"] == 3
+    guards = [n for n in onnx_model.graph.node if n.name.startswith(mlr.GUARD_MESSAGE)]
+    assert len(guards) == 1
+    lengths = {n.input[4] for n in lstm_nodes(onnx_model)}
+    assert lengths == {guards[0].output[0]}
