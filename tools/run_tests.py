@@ -1,0 +1,171 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""THE test command: the suite once per Keras flavour, each in its own process.
+
+TensorFlow picks its Keras once, at import, so Keras 3 and tf_keras cannot share a process:
+
+* ``MLR_KERAS=keras3``, ``TF_USE_LEGACY_KERAS`` unset;
+* ``MLR_KERAS=tf_keras``, ``TF_USE_LEGACY_KERAS=1``.
+
+Each run is ``python -m pytest tests`` (plus any arguments not recognised here, passed through
+to pytest: ``-x``, ``-k EXPR``, ``tests/test_guard.py``, ...). Counts come from each run's JUnit
+XML report. Prints the counts per flavour, then as its very last line
+``N passed, N failed, N skipped`` (errors count as failed; a run that crashed or ran no test
+counts as one failed). Exits non-zero when any run failed, had errors, crashed, or ran no test.
+
+    .venv/bin/python tools/run_tests.py [--keras {keras3,tf_keras}] [--workers N] [pytest args...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ElementTree
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TESTS = "tests"
+FLAVOURS = ("keras3", "tf_keras")
+NO_TESTS_COLLECTED = 5  # pytest's exit code when nothing ran
+
+
+@dataclasses.dataclass
+class Result:
+    flavour: str
+    passed: int = 0
+    failed: int = 0
+    errors: int = 0
+    skipped: int = 0
+    exit_code: int = 0
+    seconds: float = 0.0
+    problem: str = ""  # why the run counts as failed beyond its test counts
+
+    @property
+    def ran(self) -> int:
+        return self.passed + self.failed + self.errors + self.skipped
+
+    @property
+    def ok(self) -> bool:
+        return not self.problem and self.exit_code == 0 and not self.failed and not self.errors and self.ran > 0
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(
+        description="Run the test suite once per Keras flavour, each in its own process. "
+                    "Arguments not listed here are passed to pytest.")
+    parser.add_argument("--keras", choices=FLAVOURS, action="append",
+                        help="run only this flavour (repeatable; default: both)")
+    parser.add_argument("--workers", type=int, default=0, metavar="N",
+                        help="pytest-xdist workers per run (pytest -n N); default 0: no xdist. "
+                             "TensorFlow is heavy: on 2 cores, plain runs are usually fastest")
+    args, pytest_args = parser.parse_known_args(argv)
+    if args.workers < 0:
+        parser.error("--workers must be >= 0")
+    return args, pytest_args
+
+
+def flavour_env(flavour: str) -> dict:
+    env = dict(os.environ)
+    env["MLR_KERAS"] = flavour
+    if flavour == "tf_keras":
+        env["TF_USE_LEGACY_KERAS"] = "1"
+    else:
+        env.pop("TF_USE_LEGACY_KERAS", None)
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
+def names_paths(pytest_args) -> bool:
+    """Do the pass-through arguments name test files or directories (then ``tests`` is not added)?"""
+    previous = ""
+    for arg in pytest_args:
+        takes_value = previous in ("-k", "-m", "-p", "-o", "-c", "-W", "--rootdir", "--junitxml",
+                                   "--deselect", "--ignore", "--maxfail", "-n", "--basetemp")
+        if not arg.startswith("-") and not takes_value and os.path.exists(arg.split("::")[0]):
+            return True
+        previous = arg
+    return False
+
+
+def count_junit(path: str, result: Result) -> None:
+    """Counts per test case: an error or failure makes it failed, else skipped, else passed."""
+    root = ElementTree.parse(path).getroot()
+    for case in root.iter("testcase"):
+        tags = {child.tag for child in case}
+        if "error" in tags:
+            result.errors += 1
+        elif "failure" in tags:
+            result.failed += 1
+        elif "skipped" in tags:
+            result.skipped += 1
+        else:
+            result.passed += 1
+
+
+def run_flavour(flavour: str, args, pytest_args, report_dir: str) -> Result:
+    report = os.path.join(report_dir, f"junit-{flavour}.xml")
+    command = [sys.executable, "-m", "pytest"]
+    if not names_paths(pytest_args):
+        command.append(TESTS)
+    command += ["--junitxml", report, "-o", "junit_suite_name=" + flavour]
+    if args.workers:
+        command += ["-n", str(args.workers)]
+    command += pytest_args
+    print(f"=== {flavour}: MLR_KERAS={flavour}"
+          f"{' TF_USE_LEGACY_KERAS=1' if flavour == 'tf_keras' else ''} {' '.join(command[1:])}", flush=True)
+    result = Result(flavour)
+    start = time.monotonic()
+    result.exit_code = subprocess.call(command, cwd=ROOT, env=flavour_env(flavour), stdin=subprocess.DEVNULL)
+    result.seconds = time.monotonic() - start
+    if os.path.exists(report):
+        try:
+            count_junit(report, result)
+        except ElementTree.ParseError as error:
+            result.problem = f"unreadable JUnit report ({error})"
+    else:
+        result.problem = f"pytest wrote no report (exit code {result.exit_code}): it crashed or stopped early"
+    if result.exit_code == NO_TESTS_COLLECTED or (not result.problem and result.ran == 0):
+        result.problem = "no test ran (none collected or all deselected)"
+    elif result.exit_code != 0 and not result.failed and not result.errors and not result.problem:
+        result.problem = f"pytest exited with code {result.exit_code}"
+    if result.problem and not result.failed and not result.errors:
+        result.errors = 1  # so that the closing line cannot read as a success
+    return result
+
+
+def main(argv=None) -> int:
+    args, pytest_args = parse_args(argv)
+    flavours = [f for f in FLAVOURS if f in (args.keras or FLAVOURS)]
+    tests_dir = os.path.join(ROOT, TESTS)
+    has_tests = os.path.isdir(tests_dir) and any(
+        name.startswith("test_") and name.endswith(".py") or name.endswith("_test.py")
+        for _, _, names in os.walk(tests_dir) for name in names)
+    if not has_tests:
+        print(f"run_tests: no test files (test_*.py) under {tests_dir}: nothing to run, which counts as a failure")
+        print("0 passed, 1 failed, 0 skipped")
+        return 1
+
+    with tempfile.TemporaryDirectory(prefix="mlr-junit-") as report_dir:
+        results = [run_flavour(flavour, args, pytest_args, report_dir) for flavour in flavours]
+
+    print()
+    print("=== summary (errors count as failed)")
+    for r in results:
+        status = "ok" if r.ok else "FAILED"
+        extra = f"; {r.problem}" if r.problem else ""
+        print(f"{r.flavour:>8}: {r.passed} passed, {r.failed} failed, {r.errors} errors, {r.skipped} skipped "
+              f"in {r.seconds:.0f}s, pytest exit code {r.exit_code}: {status}{extra}")
+    passed = sum(r.passed for r in results)
+    failed = sum(r.failed + r.errors for r in results)
+    skipped = sum(r.skipped for r in results)
+    print(f"{passed} passed, {failed} failed, {skipped} skipped", flush=True)
+    return 0 if all(r.ok for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
