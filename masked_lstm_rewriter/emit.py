@@ -5,9 +5,10 @@ For each mask (once, however many layers share it) :class:`MaskPlanner` emits:
 
 * ``sequence_lens``: the count of valid steps per row, computed in the graph;
 * the post-padding guard: ``sequence_lens`` only describes rows whose valid steps all come
-  first. The lengths reach the LSTM through a Reshape whose target size is the batch size plus
-  the number of mask positions that break that rule, so any such row makes the Reshape fail,
-  on every runtime, with the node's name (which states the problem and the remedy) in the error.
+  first, i.e. whose mask never rises. The lengths reach the LSTM through a Reshape whose target
+  size is the batch size plus the number of rises, so any other row makes the Reshape fail, on
+  every runtime, with the node's name (which states the problem and the remedy) in the error;
+* the time-major mask and "row has a valid step", for the fix-ups.
 
 For each layer :func:`emit_lstm` emits the ONNX ``LSTM`` and the fix-ups that make its outputs
 Keras's at every position:
@@ -21,7 +22,6 @@ Keras's at every position:
 from __future__ import annotations
 
 import dataclasses
-import logging
 
 import numpy as np
 from onnx import TensorProto
@@ -29,8 +29,6 @@ from tf2onnx import utils
 from tf2onnx.graph_builder import GraphBuilder
 
 from .match import MaskedLstm
-
-logger = logging.getLogger("masked_lstm_rewriter")
 
 GUARD_MESSAGE = ("masked_lstm_rewriter: the mask is not post-padded (a row has padding before or "
                  "between valid steps); reconvert with mask_mode='any'")

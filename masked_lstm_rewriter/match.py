@@ -21,7 +21,7 @@ import numpy as np
 from onnx import TensorProto
 from tf2onnx.graph_matcher import GraphMatcher, OpTypePattern
 
-from .cell import Activation, ConstRef, LinearForm, LinearReader, producer, read_activation, skip_identity
+from .cell import Activation, ConstRef, LinearReader, producer, read_activation, skip_identity
 
 BODY_MATCH_ATTR = "_masked_lstm_rewriter_body"
 GATES = ("i", "f", "c", "o")  # Keras's order of the gate blocks in its kernels

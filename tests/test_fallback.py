@@ -3,7 +3,6 @@
 
 import logging
 
-import numpy as np
 import pytest
 
 from kerasutil import assert_matches_keras, convert, keras, op_counts
