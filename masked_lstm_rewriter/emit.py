@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Stage 2, plan/emit: turn a :class:`~masked_lstm_rewriter.match.MaskedLstm` into ONNX nodes.
+"""Stage 2, plan/emit: turn :class:`~masked_lstm_rewriter.match.MaskedLstm` records into ONNX nodes.
 
 For each mask (once, however many layers share it) :class:`MaskPlanner` emits:
 
@@ -10,11 +10,18 @@ For each mask (once, however many layers share it) :class:`MaskPlanner` emits:
   every runtime, with the node's name (which states the problem and the remedy) in the error;
 * the time-major mask and "row has a valid step", for the fix-ups.
 
-For each layer :func:`emit_lstm` emits the ONNX ``LSTM`` and the fix-ups that make its outputs
-Keras's at every position:
+:func:`plan_nodes` groups layers into ONNX LSTM nodes: a forward and a reverse layer over the
+same input and mask (a ``Bidirectional`` layer, or any such pair) share one
+``direction="bidirectional"`` node, which computes exactly the two separate directions.
 
-* at padded steps Keras repeats the last valid output (zeros before the first valid step);
-  onnxruntime writes zeros there: ``Where(mask, Y, last_output)``;
+:func:`emit_group` emits one node and, per layer, the fix-ups that make its outputs Keras's at
+every position:
+
+* at padded steps a plain layer repeats the last valid output (zeros before the first valid
+  step), where onnxruntime writes zeros: ``Where(mask, Y, last_output)``;
+* with ``zero_output_for_mask`` (``Bidirectional``), or in reverse, masked steps are zeros;
+* a ``go_backwards`` layer returns its sequence in reversed time order; a ``Bidirectional``
+  layer reverses it back, so that pair of reversals is skipped;
 * a row with no valid step keeps the initial state in Keras; ONNX runtimes disagree on what they
   return there (zeros in onnxruntime): ``Where(length > 0, Y_h, initial_h)``.
 """
@@ -91,9 +98,90 @@ def _const(graph, name, value):
     return graph.make_const(utils.make_name(name), value).output[0]
 
 
+def plan_nodes(layers: list) -> list:
+    """Group layers into ONNX LSTM nodes: (forward, reverse) pairs sharing input and mask, else alone."""
+    groups, forward = [], [layer for layer in layers if layer.direction == "forward"]
+    for layer in layers:
+        if layer.direction == "forward":
+            continue
+        partner = next((f for f in forward if (f.x_source, f.mask, f.hidden_size)
+                        == (layer.x_source, layer.mask, layer.hidden_size)), None)
+        if partner is None:
+            groups.append((layer,))
+        else:
+            forward.remove(partner)
+            groups.append((partner, layer))
+    return [(layer,) for layer in forward] + groups
+
+
+@dataclasses.dataclass(frozen=True)
+class DirectionOutputs:
+    """One direction's raw ONNX results, in the model's time order."""
+
+    y: str       # [T, B, H]
+    h_last: str  # [B, H]
+    c_last: str  # [B, H]
+
+
+def emit_group(graph, layers: tuple, mask_tensors: MaskTensors) -> None:
+    """One ONNX LSTM node for ``layers`` (one layer, or a forward and a reverse one), then each
+    layer's Keras outputs; finally the loops' consumers are pointed at them."""
+    outputs = _emit_lstm_node(graph, layers, mask_tensors.lengths)
+    replacements = [_keras_outputs(graph, layer, out, mask_tensors) for layer, out in zip(layers, outputs)]
+    for layer, replacement in zip(layers, replacements):
+        _rewire(graph, layer, *replacement)
+
+
+def _emit_lstm_node(g, layers: tuple, lengths: str) -> list:
+    gb = GraphBuilder(g)
+    hidden = layers[0].hidden_size
+    stack = lambda arrays: np.concatenate(arrays, axis=0)  # noqa: E731
+    w = _const(g, "W", stack([_stack_gates(layer.kernel, transpose=True) for layer in layers]))
+    r = _const(g, "R", stack([_stack_gates(layer.recurrent, transpose=True) for layer in layers]))
+    b = ""
+    if any(layer.bias is not None for layer in layers):
+        b = _const(g, "B", stack([_bias(layer) for layer in layers]))
+    initial_h = initial_c = ""  # zeros
+    if not all(layer.zero_initial_state for layer in layers):
+        initial_h = _stack_states(g, [layer.initial_h for layer in layers])
+        initial_c = _stack_states(g, [layer.initial_c for layer in layers])
+    direction = "bidirectional" if len(layers) == 2 else layers[0].direction
+    activations = [a for layer in layers for a in layer.activations]
+    lstm = g.make_node(
+        "LSTM", [layers[0].x, w, r, b, lengths, initial_h, initial_c], output_count=3,
+        attr={"hidden_size": hidden, "direction": direction, **_activation_attrs(activations)},
+        name=utils.make_name("/".join(layer.layer for layer in layers) + "/masked_lstm"))
+    outputs = []
+    for index in range(len(layers)):
+        y, h, c = (_take(gb, out, axis, index, len(layers)) for out, axis in zip(lstm.output, (1, 0, 0)))
+        outputs.append(DirectionOutputs(y=y, h_last=h, c_last=c))
+    return outputs
+
+
+def _take(gb, tensor, axis, index, count):
+    """Direction ``index`` of an LSTM output, with the direction axis squeezed out."""
+    if count > 1:
+        tensor = gb.make_slice({"data": tensor, "starts": [index], "ends": [index + 1], "axes": [axis]})
+    return gb.make_squeeze({"data": tensor, "axes": [axis]})
+
+
 def _stack_gates(arrays: dict, transpose: bool) -> np.ndarray:
     blocks = [arrays[g].T if transpose else arrays[g] for g in ONNX_GATE_ORDER]
     return np.concatenate(blocks, axis=0)[np.newaxis].astype(np.float32)
+
+
+def _bias(layer) -> np.ndarray:
+    """ONNX's [1, 8H] bias: Keras's bias as Wb (gate order i, o, f, c) and zeros as Rb."""
+    if layer.bias is None:
+        return np.zeros((1, 8 * layer.hidden_size), np.float32)
+    wb = _stack_gates(layer.bias, transpose=False).reshape(1, 4 * layer.hidden_size)
+    return np.concatenate([wb, np.zeros_like(wb)], axis=1)
+
+
+def _stack_states(g, states: list) -> str:
+    gb = GraphBuilder(g)
+    parts = [gb.make_unsqueeze({"data": state, "axes": [0]}) for state in states]
+    return parts[0] if len(parts) == 1 else g.make_node("Concat", parts, attr={"axis": 0}).output[0]
 
 
 def _activation_attrs(activations) -> dict:
@@ -107,44 +195,39 @@ def _activation_attrs(activations) -> dict:
     return attrs
 
 
-def emit_lstm(graph, layer: MaskedLstm, mask_tensors: MaskTensors) -> None:
-    """Replace ``layer``'s While loop by an ONNX LSTM plus the Keras fix-ups, then drop the loop."""
-    g, gb = graph, GraphBuilder(graph)
-    hidden = layer.hidden_size
-    w = _const(g, "W", _stack_gates(layer.kernel, transpose=True))
-    r = _const(g, "R", _stack_gates(layer.recurrent, transpose=True))
-    b = ""
-    if layer.bias is not None:
-        wb = _stack_gates(layer.bias, transpose=False).reshape(1, 4 * hidden)
-        b = _const(g, "B", np.concatenate([wb, np.zeros_like(wb)], axis=1))
-    initial_h = initial_c = ""  # zeros
-    if not layer.zero_initial_state:
-        initial_h = gb.make_unsqueeze({"data": layer.initial_h, "axes": [0]})
-        initial_c = gb.make_unsqueeze({"data": layer.initial_c, "axes": [0]})
-    lstm = g.make_node(
-        "LSTM", [layer.x, w, r, b, mask_tensors.lengths, initial_h, initial_c], output_count=3,
-        attr={"hidden_size": hidden, "direction": "forward", **_activation_attrs(layer.activations)},
-        name=utils.make_name(f"{layer.layer}/masked_lstm"))
-    y = gb.make_squeeze({"data": lstm.output[0], "axes": [1]})       # [T, B, H]
-    h_last = gb.make_squeeze({"data": lstm.output[1], "axes": [0]})  # [B, H]
-    c_last = gb.make_squeeze({"data": lstm.output[2], "axes": [0]})
-
-    final_h, final_c, carried = _keras_states(g, layer, mask_tensors, h_last, c_last)
-    if layer.output_carried:
+def _keras_outputs(g, layer: MaskedLstm, out: DirectionOutputs, mask_tensors: MaskTensors):
+    """(sequence in Keras's order, sequence in the model's time order, last output, final h, c)."""
+    gb = GraphBuilder(g)
+    final_h, final_c, carried = _keras_states(g, layer, mask_tensors, out.h_last, out.c_last)
+    in_time_order = None
+    if layer.direction == "reverse":
+        # Keras ran forward over the reversed rows, whose padding comes first: those steps output
+        # zeros (the carried output starts at zeros); its last step saw the row's first step.
+        in_time_order = g.make_node("Where", [mask_tensors.mask_tm, out.y, _zero(g)]).output[0]
+        sequence = _reverse_time(gb, in_time_order)
+        last_output = carried
+    elif layer.output_carried:
         # padded steps repeat the last output: h at the last valid step, zeros if none
-        sequence = g.make_node("Where", [mask_tensors.mask_tm, y, carried]).output[0]
+        sequence = g.make_node("Where", [mask_tensors.mask_tm, out.y, carried]).output[0]
         last_output = carried
     else:
         # masked steps output zeros (zero_output_for_mask): zero them explicitly, whatever the
         # runtime writes past a row's length
-        zero = _const(g, "zero_f32", np.array(0, np.float32))
-        sequence = g.make_node("Where", [mask_tensors.mask_tm, y, zero]).output[0]
+        sequence = g.make_node("Where", [mask_tensors.mask_tm, out.y, _zero(g)]).output[0]
         last_output = gb.make_squeeze({"data": gb.make_slice(
             {"data": sequence, "starts": [-1], "ends": [np.iinfo(np.int64).max], "axes": [0]}), "axes": [0]})
     if not layer.writes_sequence:
-        sequence = gb.make_unsqueeze({"data": last_output, "axes": [0]})
+        sequence = in_time_order = gb.make_unsqueeze({"data": last_output, "axes": [0]})
+    return sequence, in_time_order, last_output, final_h, final_c
 
-    _rewire(g, layer, sequence, last_output, final_h, final_c)
+
+def _zero(g):
+    return _const(g, "zero_f32", np.array(0, np.float32))
+
+
+def _reverse_time(gb, tensor):
+    return gb.make_slice({"data": tensor, "starts": [-1], "ends": [np.iinfo(np.int64).min], "axes": [0],
+                          "steps": [-1]})
 
 
 def _keras_states(g, layer: MaskedLstm, mask_tensors: MaskTensors, h_last, c_last):
@@ -158,13 +241,15 @@ def _keras_states(g, layer: MaskedLstm, mask_tensors: MaskTensors, h_last, c_las
     has_steps = mask_tensors.has_steps
     final_h = g.make_node("Where", [has_steps, h_last, layer.initial_h]).output[0]
     final_c = g.make_node("Where", [has_steps, c_last, layer.initial_c]).output[0]
-    carried = g.make_node("Where", [has_steps, h_last, _const(g, "zero_f32", np.array(0, np.float32))]).output[0]
+    carried = g.make_node("Where", [has_steps, h_last, _zero(g)]).output[0]
     return final_h, final_c, carried
 
 
-def _rewire(g, layer: MaskedLstm, sequence, last_output, final_h, final_c):
+def _rewire(g, layer: MaskedLstm, sequence, in_time_order, last_output, final_h, final_c):
     """Point every consumer of the loop at the new tensors, then remove the loop."""
     for stacked in layer.sequence_outputs:
+        if in_time_order is not None and layer.writes_sequence:
+            _skip_reversal_back(g, stacked, in_time_order)
         g.replace_all_inputs(stacked, sequence)
     g.replace_all_inputs(layer.last_output, last_output)
     g.replace_all_inputs(layer.final_h, final_h)
@@ -172,3 +257,17 @@ def _rewire(g, layer: MaskedLstm, sequence, last_output, final_h, final_c):
     for stacked in layer.sequence_outputs:
         g.remove_node(g.get_node_by_output(stacked).name)
     g.remove_node(layer.while_node.name)
+
+
+def _skip_reversal_back(g, stacked, in_time_order):
+    """Where Keras reverses a reversed sequence back (``Bidirectional``: ``reverse(transpose(s))``
+    over the time axis), hand the consumers the sequence in time order instead of reversing twice."""
+    for transpose in g.find_output_consumers(stacked):
+        if transpose.type != "Transpose" or not g.is_const(transpose.input[1]) or \
+                g.get_tensor_value(transpose.input[1]) != [1, 0, 2]:
+            continue
+        for reverse in g.find_output_consumers(transpose.output[0]):
+            if reverse.type == "ReverseV2" and g.is_const(reverse.input[1]) and \
+                    g.get_tensor_value(reverse.input[1]) in (1, [1]):
+                batch_major = g.make_node("Transpose", [in_time_order], attr={"perm": [1, 0, 2]}).output[0]
+                g.replace_all_inputs(reverse.output[0], batch_major)

@@ -72,10 +72,13 @@ class MaskedLstm:
     recurrent: dict          # gate -> [hidden, hidden]
     bias: Optional[dict]     # gate -> [hidden], or None
     activations: tuple       # (recurrent, cell, hidden) Activation, ONNX LSTM order f, g, h
-    x: str                   # time-major input [T, B, I], float32
-    mask: str                # batch-major mask [B, T], bool
-    initial_h: str           # [B, H]
-    initial_c: str           # [B, H]
+    direction: str           # "forward", or "reverse": the loop runs over the time-reversed
+                             # input and mask (go_backwards, a Bidirectional's backward half)
+    x: str                   # time-major input [T, B, I], float32, in the model's time order
+    x_source: str            # the batch-major tensor x is transposed from (to pair directions)
+    mask: str                # batch-major mask [B, T], bool, in the model's time order
+    h_input: int             # While input holding the initial h [B, H] (read through the node:
+    c_input: int             # rewriting an encoder renames what a decoder starts from)
     zero_initial_state: bool  # initial h and c are zeros by construction (no initial_state given)
     output_carried: bool
     sequence_outputs: list   # tensors holding the stacked outputs, time-major [T or 1, B, H]
@@ -83,6 +86,14 @@ class MaskedLstm:
     last_output: str         # While output: last output
     final_h: str
     final_c: str
+
+    @property
+    def initial_h(self) -> str:
+        return self.while_node.input[self.h_input]
+
+    @property
+    def initial_c(self) -> str:
+        return self.while_node.input[self.c_input]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -276,14 +287,17 @@ def layer_name(while_node) -> str:
 
 def match_loop(graph, while_node, body: BodyMatch) -> Union[MaskedLstm, NoMatch]:
     """Check how the While op is fed and consumed, resolve weights, describe the layer."""
-    x = _list_source(graph, while_node.input[body.x_list_index])
+    x, x_reversed = _list_source(graph, while_node.input[body.x_list_index])
     if x is None:
         return NoMatch("the input list is not built from a tensor")
     if graph.get_dtype(x) != TensorProto.FLOAT:
         return NoMatch("the input is not float32")
-    mask = _batch_major_mask(graph, _list_source(graph, while_node.input[body.mask_list_index]))
+    mask_tm, mask_reversed = _list_source(graph, while_node.input[body.mask_list_index])
+    mask = _batch_major_mask(graph, mask_tm)
     if isinstance(mask, NoMatch):
         return mask
+    if x_reversed != mask_reversed:
+        return NoMatch("only one of the input and the mask is reversed in time")
     if not _is_zero_scalar(graph, while_node.input[body.time_index]):
         return NoMatch("the loop does not start at step 0")
     if not _is_zeros(graph, while_node.input[body.masked_output_index]):
@@ -308,8 +322,8 @@ def match_loop(graph, while_node, body: BodyMatch) -> Union[MaskedLstm, NoMatch]
         layer=layer_name(while_node), while_node=while_node,
         hidden_size=recurrent["i"].shape[0], kernel=kernel, recurrent=recurrent, bias=bias,
         activations=(body.recurrent_activation, body.cell_activation, body.hidden_activation),
-        x=x, mask=mask,
-        initial_h=while_node.input[body.h_index], initial_c=while_node.input[body.c_index],
+        direction="reverse" if x_reversed else "forward", x=x, x_source=_batch_major_source(graph, x), mask=mask,
+        h_input=body.h_index, c_input=body.c_index,
         zero_initial_state=(_is_zeros(graph, while_node.input[body.h_index])
                             and _is_zeros(graph, while_node.input[body.c_index])),
         output_carried=body.output_carried,
@@ -318,11 +332,27 @@ def match_loop(graph, while_node, body: BodyMatch) -> Union[MaskedLstm, NoMatch]
         final_h=while_node.output[body.h_index], final_c=while_node.output[body.c_index])
 
 
-def _list_source(graph, tensor) -> Optional[str]:
+def _list_source(graph, tensor) -> tuple:
+    """(time-major tensor a TensorList is made of, whether it was first reversed in time)."""
     node = producer(graph, tensor)
     if node is None or node.type != "TensorListFromTensor":
-        return None
-    return node.input[0]
+        return None, False
+    source = producer(graph, node.input[0])
+    if source is not None and source.type == "ReverseV2" and _const_value(graph, source.input[1]) in (0, [0]):
+        return source.input[0], True
+    return node.input[0], False
+
+
+def _const_value(graph, tensor):
+    return graph.get_tensor_value(tensor) if graph.is_const(tensor) else None
+
+
+def _batch_major_source(graph, x_tm: str) -> str:
+    """The tensor Keras transposed into ``x_tm`` (each layer transposes on its own)."""
+    node = producer(graph, x_tm)
+    if node is not None and node.type == "Transpose" and _const_value(graph, node.input[1]) == [1, 0, 2]:
+        return node.input[0]
+    return x_tm
 
 
 def _batch_major_mask(graph, mask_tm) -> Union[str, NoMatch]:
@@ -330,11 +360,10 @@ def _batch_major_mask(graph, mask_tm) -> Union[str, NoMatch]:
     transpose = producer(graph, mask_tm) if mask_tm else None
     if transpose is None or transpose.type != "Transpose":
         return NoMatch("the mask list is not a transposed mask")
-    perm = graph.get_tensor_value(transpose.input[1]) if graph.is_const(transpose.input[1]) else None
     expand = producer(graph, transpose.input[0])
-    if perm != [1, 0, 2] or expand is None or expand.type != "ExpandDims":
+    if _const_value(graph, transpose.input[1]) != [1, 0, 2] or expand is None or expand.type != "ExpandDims":
         return NoMatch("the mask is not of the form Keras builds (rank-2 mask expanded to [T, B, 1])")
-    axis = graph.get_tensor_value(expand.input[1]) if graph.is_const(expand.input[1]) else None
+    axis = _const_value(graph, expand.input[1])
     mask = expand.input[0]
     shape = graph.get_shape(mask)
     if axis not in (-1, 2, [-1], [2]) or (shape is not None and len(shape) != 2):

@@ -16,7 +16,7 @@ import logging
 from tf2onnx import tfonnx
 from tf2onnx.tf_loader import find_function
 
-from .emit import MaskPlanner, emit_lstm
+from .emit import MaskPlanner, emit_group, plan_nodes
 from .match import BODY_MATCH_ATTR, NoMatch, is_masked_recurrent_body, layer_name, match_body, match_loop
 
 logger = logging.getLogger("masked_lstm_rewriter")
@@ -50,7 +50,7 @@ def make_rewriter(mask_mode: str = "post"):
 
 
 def _rewrite_loops(graph, loops, mask_mode):
-    planner = MaskPlanner(graph, mask_mode)
+    layers = []
     for loop in loops:
         body_graph = find_function(loop.get_attr_str("body"))
         body = getattr(body_graph, BODY_MATCH_ATTR, None) if body_graph is not None else None
@@ -59,15 +59,21 @@ def _rewrite_loops(graph, loops, mask_mode):
         layer = match_loop(graph, loop, body) if not isinstance(body, NoMatch) else body
         if isinstance(layer, NoMatch):
             logger.warning("masked recurrent layer '%s' left as a Loop: %s", layer_name(loop), layer.reason)
-            continue
+        else:
+            layers.append(layer)
+    planner = MaskPlanner(graph, mask_mode)
+    for group in plan_nodes(layers):
+        names = " and ".join(f"'{layer.layer}'" for layer in group)
         try:
-            emit_lstm(graph, layer, planner.tensors_for(layer.mask))
+            emit_group(graph, group, planner.tensors_for(group[0].mask))
         except Exception as error:  # pylint: disable=broad-except
-            # nodes made before the failure are unused and dropped by tf2onnx; the loop stands
-            logger.warning("masked recurrent layer '%s' left as a Loop: rewrite failed: %s", layer.layer, error)
+            # nodes made before the failure are unused and dropped by tf2onnx; the loops stand
+            logger.warning("masked recurrent layer %s left as a Loop: rewrite failed: %s", names, error)
             continue
-        logger.info("masked LSTM layer '%s' (%d units) rewritten into a native ONNX LSTM (mask_mode=%s)",
-                    layer.layer, layer.hidden_size, mask_mode)
+        direction = "bidirectional" if len(group) == 2 else group[0].direction
+        for layer in group:
+            logger.info("masked LSTM layer '%s' (%d units) rewritten into a native ONNX LSTM "
+                        "(direction=%s, mask_mode=%s)", layer.layer, layer.hidden_size, direction, mask_mode)
 
 
 rewrite_masked_lstm = make_rewriter()

@@ -7,7 +7,7 @@ import pytest
 from kerasutil import (assert_matches_keras, assert_native, convert, keras, randomize_weights, token_spec,
                        post_padded_tokens)
 from models import (UNITS, computed_mask_model, embedding_model, explicit_mask_model, initial_state_model,
-                    masking_model)
+                    masking_model, token_mask)
 
 import masked_lstm_rewriter as mlr
 
@@ -106,7 +106,7 @@ def test_encoder_decoder_states_as_initial_state():
     target = keras.Input((None,), dtype="int32", name="target")
     _, h, c = keras.layers.LSTM(UNITS, return_state=True)(keras.layers.Embedding(30, 3, mask_zero=True)(source))
     decoded = keras.layers.LSTM(UNITS, return_sequences=True, return_state=True)(
-        keras.layers.Embedding(30, 3, mask_zero=True)(target), initial_state=[h, c])
+        keras.layers.Embedding(30, 3, mask_zero=True)(target), initial_state=[h, c], mask=token_mask(target))
     model = randomize_weights(keras.Model([source, target], decoded))
     spec = (token_spec("source"), token_spec("target"))
     inputs = [post_padded_tokens([5, 0, 2, 5], 5, 30, seed=1), post_padded_tokens([4, 3, 0, 1], 4, 30, seed=2)]
