@@ -21,6 +21,13 @@ def lstm_directions(onnx_model):
                   if n.op_type == "LSTM" for a in n.attribute if a.name == "direction")
 
 
+def time_reversals(onnx_model):
+    """ReverseSequence nodes and Slices with a negative step."""
+    negative = {i.name for i in onnx_model.graph.initializer if onnx.numpy_helper.to_array(i).tolist() == [-1]}
+    return sum(n.op_type == "ReverseSequence" or (n.op_type == "Slice" and len(n.input) > 4 and n.input[4] in negative)
+               for n in onnx_model.graph.node)
+
+
 def check(model, spec, inputs, directions):
     onnx_model = convert(model, spec)
     assert_native(onnx_model, lstm=len(directions))
@@ -36,7 +43,8 @@ def check(model, spec, inputs, directions):
 def test_go_backwards(return_sequences, return_state):
     """Keras returns the sequence in reversed order, padding first: reproduced position by position."""
     layer = lstm(go_backwards=True, return_sequences=return_sequences, return_state=return_state)
-    check(*embedding_model(layer), directions=["reverse"])
+    onnx_model = check(*embedding_model(layer), directions=["reverse"])
+    assert time_reversals(onnx_model) == (1 if return_sequences else 0)
 
 
 def test_go_backwards_with_initial_state():
@@ -61,7 +69,8 @@ def test_stacked_go_backwards_layers():
 @pytest.mark.parametrize("return_sequences", [True, False])
 def test_bidirectional_merge_modes(merge_mode, return_sequences):
     layer = keras.layers.Bidirectional(lstm(return_sequences=return_sequences), merge_mode=merge_mode)
-    check(*embedding_model(layer), directions=["bidirectional"])
+    onnx_model = check(*embedding_model(layer), directions=["bidirectional"])
+    assert time_reversals(onnx_model) == 0, "the backward half's reversal and its reversal back must cancel"
 
 
 @pytest.mark.parametrize("return_sequences", [True, False])

@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """Measure what the post-padding guard and the output fix-ups cost.
 
-Converts Embedding(1000, 64, mask_zero=True) -> LSTM(128, return_sequences=True) four ways and
+Converts Embedding(1000, 64, mask_zero=True) -> LSTM(128, return_sequences=True) (optionally
+wrapped in Bidirectional) four ways and
 times onnxruntime (1 thread, interleaved rounds, medians) on post-padded batches:
 
   loop        stock tf2onnx (an ONNX Loop)
@@ -11,6 +12,7 @@ times onnxruntime (1 thread, interleaved rounds, medians) on post-padded batches
   unmasked    the same weights without a mask: stock tf2onnx's native LSTM over every step
 
 Usage: python tools/guard_cost.py [--keras keras3|tf_keras] [--steps 100] [--batches 1 32] [--rounds 30]
+                                  [--fill 1.0] [--bidirectional]
 """
 
 import argparse
@@ -26,6 +28,7 @@ def parse_args():
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 32])
     parser.add_argument("--rounds", type=int, default=30, help="interleaved timing rounds")
     parser.add_argument("--fill", type=float, default=1.0, help="mean fraction of valid steps per row")
+    parser.add_argument("--bidirectional", action="store_true", help="wrap the LSTM in Bidirectional")
     return parser.parse_args()
 
 
@@ -52,7 +55,10 @@ def build(mask_zero):
     keras.utils.set_random_seed(0)
     tokens = keras.Input((None,), dtype="int32", name="tokens")
     x = keras.layers.Embedding(1000, 64, mask_zero=mask_zero)(tokens)
-    return keras.Model(tokens, keras.layers.LSTM(128, return_sequences=True)(x))
+    layer = keras.layers.LSTM(128, return_sequences=True)
+    if ARGS.bidirectional:
+        layer = keras.layers.Bidirectional(layer)
+    return keras.Model(tokens, layer(x))
 
 
 def convert(model, rewriters=None):
@@ -104,7 +110,8 @@ def main():
     plugin = convert(masked, [mlr.rewrite_masked_lstm])
     sessions = {"loop": session(convert(masked)), "plugin": session(plugin),
                 "no-guard": session(without_guard(plugin)), "unmasked": session(convert(unmasked))}
-    print(f"keras={ARGS.keras} steps={ARGS.steps} fill={ARGS.fill} onnxruntime={ort.__version__} 1 thread")
+    print(f"keras={ARGS.keras} steps={ARGS.steps} fill={ARGS.fill} bidirectional={ARGS.bidirectional} "
+          f"onnxruntime={ort.__version__} 1 thread")
     print(f"{'batch':>5} " + " ".join(f"{k + ' ms':>12}" for k in sessions) +
           f" {'guard cost':>11} {'vs unmasked':>12} {'vs loop':>8}")
     for rows in ARGS.batches:
