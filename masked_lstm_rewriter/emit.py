@@ -1,14 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Stage 2, plan/emit: turn :class:`~masked_lstm_rewriter.match.MaskedLstm` records into ONNX nodes.
+"""Stage 2b, emit: turn :class:`~masked_lstm_rewriter.match.MaskedLstm` records into ONNX nodes.
 
-For each mask (once, however many layers share it) :class:`MaskPlanner` emits:
-
-* ``sequence_lens``: the count of valid steps per row, computed in the graph;
-* the post-padding guard: ``sequence_lens`` only describes rows whose valid steps all come
-  first, i.e. whose mask never rises. The lengths reach the LSTM through a Reshape whose target
-  size is the batch size plus the number of rises, so any other row makes the Reshape fail, on
-  every runtime, with the node's name (which states the problem and the remedy) in the error;
-* the time-major mask and "row has a valid step", for the fix-ups.
+What each mask needs (lengths, the guard or the reorder) comes from :mod:`.masks`.
 
 :func:`plan_nodes` groups layers into ONNX LSTM nodes: a forward and a reverse layer over the
 same input and mask (a ``Bidirectional`` layer, or any such pair) share one
@@ -31,67 +24,13 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-from onnx import TensorProto
 from tf2onnx import utils
 from tf2onnx.graph_builder import GraphBuilder
 
+from .masks import MaskTensors
 from .match import MaskedLstm
 
-GUARD_MESSAGE = ("masked_lstm_rewriter: the mask is not post-padded (a row has padding before or "
-                 "between valid steps); reconvert with mask_mode='any'")
 ONNX_GATE_ORDER = ("i", "o", "f", "c")
-
-
-@dataclasses.dataclass(frozen=True)
-class MaskTensors:
-    """Tensors derived from one [B, T] mask, shared by every layer that uses it."""
-
-    lengths: str      # [B] int32, valid steps per row; passes through the guard
-    has_steps: str    # [B, 1] bool, length > 0
-    mask_tm: str      # [T, B, 1] bool, time-major mask for the output fix-up
-
-
-class MaskPlanner:
-    """Emits (once per mask tensor) the lengths, the guard and the time-major mask."""
-
-    def __init__(self, graph, mask_mode: str = "post"):
-        if mask_mode != "post":
-            raise NotImplementedError(f"mask_mode={mask_mode!r} is not implemented yet")
-        self.graph = graph
-        self._cache = {}
-
-    def tensors_for(self, mask: str) -> MaskTensors:
-        if mask not in self._cache:
-            self._cache[mask] = self._emit(mask)
-        return self._cache[mask]
-
-    def _emit(self, mask: str) -> MaskTensors:
-        g, gb = self.graph, GraphBuilder(self.graph)
-        counts = g.make_node("Cast", [mask], attr={"to": TensorProto.INT32}).output[0]
-        lengths = gb.make_reduce_sum({"data": counts, "axes": [1], "keepdims": 0, "noop_with_empty_axes": 0})
-        checked = self._guard_post_padded(counts, lengths)
-        positive = g.make_node("Greater", [lengths, _const(g, "zero_i32", np.array(0, np.int32))]).output[0]
-        has_steps = gb.make_unsqueeze({"data": positive, "axes": [1]})
-        transposed = g.make_node("Transpose", [mask], attr={"perm": [1, 0]}).output[0]
-        mask_tm = gb.make_unsqueeze({"data": transposed, "axes": [2]})
-        return MaskTensors(lengths=checked, has_steps=has_steps, mask_tm=mask_tm)
-
-    def _guard_post_padded(self, counts: str, lengths: str) -> str:
-        """``lengths`` routed through a Reshape that fails unless every row is post-padded.
-
-        A row is post-padded exactly when its mask never rises (no padded step is followed by a
-        valid one); the Reshape asks for batch + (number of rises) elements.
-        """
-        g, gb = self.graph, GraphBuilder(self.graph)
-        int_max = np.iinfo(np.int64).max
-        before = gb.make_slice({"data": counts, "starts": [0], "ends": [-1], "axes": [1]})
-        after = gb.make_slice({"data": counts, "starts": [1], "ends": [int_max], "axes": [1]})
-        rises = g.make_node("Cast", [g.make_node("Less", [before, after]).output[0]],
-                            attr={"to": TensorProto.INT64}).output[0]
-        per_row = gb.make_reduce_sum({"data": rises, "axes": [1], "keepdims": 0, "noop_with_empty_axes": 0})
-        total = gb.make_reduce_sum({"data": per_row, "axes": [0], "keepdims": 1, "noop_with_empty_axes": 0})
-        target = g.make_node("Add", [g.make_node("Shape", [lengths]).output[0], total]).output[0]
-        return g.make_node("Reshape", [lengths, target], name=utils.make_name(GUARD_MESSAGE)).output[0]
 
 
 def _const(graph, name, value):
@@ -126,13 +65,22 @@ class DirectionOutputs:
 def emit_group(graph, layers: tuple, mask_tensors: MaskTensors) -> None:
     """One ONNX LSTM node for ``layers`` (one layer, or a forward and a reverse one), then each
     layer's Keras outputs; finally the loops' consumers are pointed at them."""
-    outputs = _emit_lstm_node(graph, layers, mask_tensors.lengths)
+    x = layers[0].x
+    if mask_tensors.reorder is not None:
+        x = _gather_steps(graph, x, mask_tensors.reorder.gather_input, layers[0].kernel["i"].shape[0])
+    outputs = _emit_lstm_node(graph, layers, x, mask_tensors.lengths)
     replacements = [_keras_outputs(graph, layer, out, mask_tensors) for layer, out in zip(layers, outputs)]
     for layer, replacement in zip(layers, replacements):
         _rewire(graph, layer, *replacement)
 
 
-def _emit_lstm_node(g, layers: tuple, lengths: str) -> list:
+def _gather_steps(g, tensor: str, flat_index: str, width: int) -> str:
+    """``tensor`` [T, B, width] re-ordered: position (t, b) takes row ``flat_index[t, b]`` of it."""
+    rows = g.make_node("Reshape", [tensor, _const(g, "rows_shape", np.array([-1, width], np.int64))]).output[0]
+    return g.make_node("Gather", [rows, flat_index], attr={"axis": 0}).output[0]
+
+
+def _emit_lstm_node(g, layers: tuple, x: str, lengths: str) -> list:
     gb = GraphBuilder(g)
     hidden = layers[0].hidden_size
     stack = lambda arrays: np.concatenate(arrays, axis=0)  # noqa: E731
@@ -148,7 +96,7 @@ def _emit_lstm_node(g, layers: tuple, lengths: str) -> list:
     direction = "bidirectional" if len(layers) == 2 else layers[0].direction
     activations = [a for layer in layers for a in layer.activations]
     lstm = g.make_node(
-        "LSTM", [layers[0].x, w, r, b, lengths, initial_h, initial_c], output_count=3,
+        "LSTM", [x, w, r, b, lengths, initial_h, initial_c], output_count=3,
         attr={"hidden_size": hidden, "direction": direction, **_activation_attrs(activations)},
         name=utils.make_name("/".join(layer.layer for layer in layers) + "/masked_lstm"))
     outputs = []
@@ -200,7 +148,18 @@ def _keras_outputs(g, layer: MaskedLstm, out: DirectionOutputs, mask_tensors: Ma
     gb = GraphBuilder(g)
     final_h, final_c, carried = _keras_states(g, layer, mask_tensors, out.h_last, out.c_last)
     in_time_order = None
-    if layer.direction == "reverse":
+    if mask_tensors.reorder is not None:
+        # mask_mode="any": the LSTM ran over the valid steps moved to the front; map back
+        where = mask_tensors.reorder.output_map(layer.direction, layer.output_carried)
+        mapped = _gather_steps(g, out.y, where.index, layer.hidden_size)
+        in_time_order = g.make_node("Where", [where.keep, mapped, _zero(g)]).output[0]
+        if layer.direction == "reverse":
+            sequence = _reverse_time(gb, in_time_order)
+            last_output = carried if layer.output_carried else _step(gb, in_time_order, 0)
+        else:
+            sequence, in_time_order = in_time_order, None
+            last_output = carried if layer.output_carried else _step(gb, sequence, -1)
+    elif layer.direction == "reverse":
         # Keras ran forward over the reversed rows, whose padding comes first: those steps output
         # zeros (the carried output starts at zeros); its last step saw the row's first step.
         in_time_order = g.make_node("Where", [mask_tensors.mask_tm, out.y, _zero(g)]).output[0]
@@ -214,11 +173,17 @@ def _keras_outputs(g, layer: MaskedLstm, out: DirectionOutputs, mask_tensors: Ma
         # masked steps output zeros (zero_output_for_mask): zero them explicitly, whatever the
         # runtime writes past a row's length
         sequence = g.make_node("Where", [mask_tensors.mask_tm, out.y, _zero(g)]).output[0]
-        last_output = gb.make_squeeze({"data": gb.make_slice(
-            {"data": sequence, "starts": [-1], "ends": [np.iinfo(np.int64).max], "axes": [0]}), "axes": [0]})
+        last_output = _step(gb, sequence, -1)
     if not layer.writes_sequence:
         sequence = in_time_order = gb.make_unsqueeze({"data": last_output, "axes": [0]})
     return sequence, in_time_order, last_output, final_h, final_c
+
+
+def _step(gb, sequence, index):
+    """Time step ``index`` of a [T, B, H] sequence, as [B, H]."""
+    end = np.iinfo(np.int64).max if index == -1 else index + 1
+    return gb.make_squeeze({"data": gb.make_slice({"data": sequence, "starts": [index], "ends": [end],
+                                                   "axes": [0]}), "axes": [0]})
 
 
 def _zero(g):

@@ -77,6 +77,7 @@ class MaskedLstm:
     x: str                   # time-major input [T, B, I], float32, in the model's time order
     x_source: str            # the batch-major tensor x is transposed from (to pair directions)
     mask: str                # batch-major mask [B, T], bool, in the model's time order
+    mask_post_padded: bool   # the mask is post-padded by construction (sequence_mask of lengths)
     h_input: int             # While input holding the initial h [B, H] (read through the node:
     c_input: int             # rewriting an encoder renames what a decoder starts from)
     zero_initial_state: bool  # initial h and c are zeros by construction (no initial_state given)
@@ -323,6 +324,7 @@ def match_loop(graph, while_node, body: BodyMatch) -> Union[MaskedLstm, NoMatch]
         hidden_size=recurrent["i"].shape[0], kernel=kernel, recurrent=recurrent, bias=bias,
         activations=(body.recurrent_activation, body.cell_activation, body.hidden_activation),
         direction="reverse" if x_reversed else "forward", x=x, x_source=_batch_major_source(graph, x), mask=mask,
+        mask_post_padded=False,
         h_input=body.h_index, c_input=body.c_index,
         zero_initial_state=(_is_zeros(graph, while_node.input[body.h_index])
                             and _is_zeros(graph, while_node.input[body.c_index])),

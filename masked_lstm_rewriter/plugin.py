@@ -16,18 +16,16 @@ import logging
 from tf2onnx import tfonnx
 from tf2onnx.tf_loader import find_function
 
-from .emit import MaskPlanner, emit_group, plan_nodes
+from .emit import emit_group, plan_nodes
+from .masks import MASK_MODES, MaskPlanner
 from .match import BODY_MATCH_ATTR, NoMatch, is_masked_recurrent_body, layer_name, match_body, match_loop
 
 logger = logging.getLogger("masked_lstm_rewriter")
 
-MASK_MODES = ("post",)
 _MARK = "_is_masked_lstm_rewriter"
 
 
 def _check_mask_mode(mask_mode: str) -> None:
-    if mask_mode == "any":
-        raise NotImplementedError("mask_mode='any' is not implemented yet; use mask_mode='post'")
     if mask_mode not in MASK_MODES:
         raise ValueError(f"mask_mode must be one of {MASK_MODES}, not {mask_mode!r}")
 
@@ -65,7 +63,7 @@ def _rewrite_loops(graph, loops, mask_mode):
     for group in plan_nodes(layers):
         names = " and ".join(f"'{layer.layer}'" for layer in group)
         try:
-            emit_group(graph, group, planner.tensors_for(group[0].mask))
+            emit_group(graph, group, planner.tensors_for(group[0].mask, group[0].mask_post_padded))
         except Exception as error:  # pylint: disable=broad-except
             # nodes made before the failure are unused and dropped by tf2onnx; the loops stand
             logger.warning("masked recurrent layer %s left as a Loop: rewrite failed: %s", names, error)

@@ -30,12 +30,22 @@ def stock(model, spec):
 
 
 def test_mask_modes_are_checked():
-    with pytest.raises(NotImplementedError, match="any"):
-        mlr.make_rewriter("any")
-    with pytest.raises(NotImplementedError):
-        mlr.enable("any")
     with pytest.raises(ValueError, match="mask_mode"):
         mlr.make_rewriter("pre")
+    with pytest.raises(ValueError, match="mask_mode"):
+        mlr.enable("pre")
+    assert mlr.enabled_mode() is None
+    assert mlr.make_rewriter("any").mask_mode == "any"
+
+
+def test_enable_any_mode_and_restore():
+    model, spec, _ = masked_model()
+    with mlr.enable("any"):
+        assert mlr.enabled_mode() == "any"
+        with mlr.enable("post"):
+            assert mlr.enabled_mode() == "post"
+        assert mlr.enabled_mode() == "any"
+        assert_native(stock(model, spec))
     assert mlr.enabled_mode() is None
 
 

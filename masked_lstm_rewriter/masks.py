@@ -1,0 +1,163 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Stage 2a, plan: what each mask needs, emitted once however many layers share it.
+
+* ``sequence_lens``: the count of valid steps per row.
+* ``mask_mode="post"``: the post-padding guard. ``sequence_lens`` only describes rows whose
+  valid steps all come first, i.e. whose mask never rises. The lengths reach the LSTM through a
+  Reshape whose target size is the batch size plus the number of rises, so any other row makes
+  the Reshape fail, on every runtime, with the node's name (the problem and the remedy) in the
+  error.
+* ``mask_mode="any"``: a :class:`Reorder`. Skipping masked steps is the same as running over
+  the valid steps moved to the front, in order, with ``sequence_lens`` their count; the reorder
+  holds the gather indices that move them there and the ones that map each output back.
+* A mask built as ``sequence_mask(lengths, T)`` is post-padded by construction: neither the guard
+  nor the reorder is needed.
+
+All index tensors are time-major and flat: position (t, b) of a [T, B, ...] tensor is row
+``t * B + b`` of its [T * B, ...] reshape, so one Gather moves whole feature vectors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import numpy as np
+from onnx import TensorProto
+from tf2onnx import utils
+from tf2onnx.graph_builder import GraphBuilder
+
+GUARD_MESSAGE = ("masked_lstm_rewriter: the mask is not post-padded (a row has padding before or "
+                 "between valid steps); reconvert with mask_mode='any'")
+MASK_MODES = ("post", "any")
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputMap:
+    """Where each Keras output position reads the compacted outputs, and whether it is kept."""
+
+    index: str   # [T, B] int64, flat row of the compacted [T * B, H] outputs
+    keep: str    # [T, B, 1] bool; elsewhere the output is zeros
+
+
+@dataclasses.dataclass(frozen=True)
+class Reorder:
+    """mask_mode="any": valid steps moved to the front, and the ways back."""
+
+    gather_input: str        # [T, B] int64, flat row of the input for each compacted position
+    forward_carried: OutputMap   # plain layer: position t shows the output after the valid steps <= t
+    forward_zeros: OutputMap     # zero_output_for_mask: the same at valid steps, zeros elsewhere
+    reverse_carried: OutputMap   # reversed layer: the output after the valid steps >= t
+    reverse_zeros: OutputMap
+
+    def output_map(self, direction: str, carried: bool) -> OutputMap:
+        return {("forward", True): self.forward_carried, ("forward", False): self.forward_zeros,
+                ("reverse", True): self.reverse_carried, ("reverse", False): self.reverse_zeros}[
+                    (direction, carried)]
+
+
+@dataclasses.dataclass(frozen=True)
+class MaskTensors:
+    """Tensors derived from one [B, T] mask, shared by every layer that uses it."""
+
+    lengths: str                 # [B] int32, valid steps per row (through the guard in "post")
+    has_steps: str               # [B, 1] bool, length > 0
+    mask_tm: str                 # [T, B, 1] bool, time-major mask
+    reorder: Optional[Reorder]   # mask_mode="any" on a mask not known to be post-padded
+
+
+class MaskPlanner:
+    """Emits, once per mask tensor, what the layers using it need."""
+
+    def __init__(self, graph, mask_mode: str = "post"):
+        if mask_mode not in MASK_MODES:
+            raise ValueError(f"mask_mode must be one of {MASK_MODES}, not {mask_mode!r}")
+        self.graph = graph
+        self.mask_mode = mask_mode
+        self._cache = {}
+
+    def tensors_for(self, mask: str, post_padded: bool = False) -> MaskTensors:
+        """``post_padded``: the mask is post-padded by construction (no guard, no reorder)."""
+        if mask not in self._cache:
+            self._cache[mask] = self._emit(mask, post_padded)
+        return self._cache[mask]
+
+    def _emit(self, mask: str, post_padded: bool) -> MaskTensors:
+        g, gb = self.graph, GraphBuilder(self.graph)
+        counts = g.make_node("Cast", [mask], attr={"to": TensorProto.INT32}).output[0]
+        lengths = gb.make_reduce_sum({"data": counts, "axes": [1], "keepdims": 0, "noop_with_empty_axes": 0})
+        positive = g.make_node("Greater", [lengths, _const(g, "zero_i32", np.array(0, np.int32))]).output[0]
+        has_steps = gb.make_unsqueeze({"data": positive, "axes": [1]})
+        mask_tm = g.make_node("Transpose", [mask], attr={"perm": [1, 0]}).output[0]
+        reorder = None
+        if self.mask_mode == "post" and not post_padded:
+            lengths = self._guard_post_padded(counts, lengths)
+        elif self.mask_mode == "any" and not post_padded:
+            reorder = self._reorder(mask_tm)
+        return MaskTensors(lengths=lengths, has_steps=has_steps, reorder=reorder,
+                           mask_tm=gb.make_unsqueeze({"data": mask_tm, "axes": [2]}))
+
+    def _guard_post_padded(self, counts: str, lengths: str) -> str:
+        """``lengths`` routed through a Reshape that fails unless every row is post-padded."""
+        g, gb = self.graph, GraphBuilder(self.graph)
+        before = gb.make_slice({"data": counts, "starts": [0], "ends": [-1], "axes": [1]})
+        after = gb.make_slice({"data": counts, "starts": [1], "ends": [np.iinfo(np.int64).max], "axes": [1]})
+        rises = g.make_node("Cast", [g.make_node("Less", [before, after]).output[0]],
+                            attr={"to": TensorProto.INT64}).output[0]
+        per_row = gb.make_reduce_sum({"data": rises, "axes": [1], "keepdims": 0, "noop_with_empty_axes": 0})
+        total = gb.make_reduce_sum({"data": per_row, "axes": [0], "keepdims": 1, "noop_with_empty_axes": 0})
+        target = g.make_node("Add", [g.make_node("Shape", [lengths]).output[0], total]).output[0]
+        return g.make_node("Reshape", [lengths, target], name=utils.make_name(GUARD_MESSAGE)).output[0]
+
+    def _reorder(self, mask_tm: str) -> Reorder:
+        """Index tensors that compact each row's valid steps to the front and map outputs back.
+
+        With ``upto`` = valid steps at or before t and ``L`` = valid steps in the row, a valid step
+        goes to position ``upto - 1``, a masked one after all valid steps, at ``L + t - upto``.
+        """
+        g = self.graph
+        op = lambda kind, *inputs, **attr: g.make_node(kind, list(inputs), attr=attr).output[0]  # noqa: E731
+        one = _const(g, "one_i64", np.array(1, np.int64))
+        valid = op("Cast", mask_tm, to=TensorProto.INT64)                   # [T, B]
+        upto = op("CumSum", valid, _const(g, "axis0", np.array(0, np.int64)))  # valid steps <= t
+        before = op("Sub", upto, valid)                                      # valid steps < t
+        total = GraphBuilder(g).make_reduce_sum(
+            {"data": valid, "axes": [0], "keepdims": 1, "noop_with_empty_axes": 0})  # [1, B]
+        shape = op("Shape", mask_tm)
+        steps = _scalar(g, shape, 0)
+        batch = _scalar(g, shape, 1)
+        zero = _const(g, "zero_i64", np.array(0, np.int64))
+        time = GraphBuilder(g).make_unsqueeze({"data": op("Range", zero, steps, one), "axes": [1]})  # [T, 1]
+        rows = op("Range", zero, batch, one)                                 # [B]
+
+        destination = op("Where", op("Cast", valid, to=TensorProto.BOOL), op("Sub", upto, one),
+                         op("Add", total, op("Sub", time, upto)))
+        # destination is a permutation of each column: scattering the step numbers through it
+        # lists, for each compacted position, the step that goes there
+        source = g.make_node("ScatterElements", [destination, destination, op("Expand", time, shape)],
+                             attr={"axis": 0}).output[0]
+
+        def flat(index):
+            return op("Add", op("Mul", index, batch), rows)
+
+        def keep(condition):
+            return GraphBuilder(g).make_unsqueeze({"data": condition, "axes": [2]})
+
+        is_valid = keep(op("Cast", valid, to=TensorProto.BOOL))
+        forward_index = flat(op("Max", op("Sub", upto, one), zero))
+        reverse_index = flat(before)
+        return Reorder(
+            gather_input=flat(source),
+            forward_carried=OutputMap(forward_index, keep(op("Greater", upto, zero))),
+            forward_zeros=OutputMap(forward_index, is_valid),
+            reverse_carried=OutputMap(reverse_index, keep(op("Less", before, total))),
+            reverse_zeros=OutputMap(reverse_index, is_valid))
+
+
+def _const(graph, name, value):
+    return graph.make_const(utils.make_name(name), value).output[0]
+
+
+def _scalar(graph, shape: str, index: int) -> str:
+    """Element ``index`` of a shape tensor, as a scalar."""
+    return graph.make_node("Gather", [shape, _const(graph, "index", np.array(index, np.int64))]).output[0]
