@@ -324,7 +324,7 @@ def match_loop(graph, while_node, body: BodyMatch) -> Union[MaskedLstm, NoMatch]
         hidden_size=recurrent["i"].shape[0], kernel=kernel, recurrent=recurrent, bias=bias,
         activations=(body.recurrent_activation, body.cell_activation, body.hidden_activation),
         direction="reverse" if x_reversed else "forward", x=x, x_source=_batch_major_source(graph, x), mask=mask,
-        mask_post_padded=False,
+        mask_post_padded=_is_sequence_mask_over_time(graph, mask, x),
         h_input=body.h_index, c_input=body.c_index,
         zero_initial_state=(_is_zeros(graph, while_node.input[body.h_index])
                             and _is_zeros(graph, while_node.input[body.c_index])),
@@ -373,6 +373,71 @@ def _batch_major_mask(graph, mask_tm) -> Union[str, NoMatch]:
     if graph.get_dtype(mask) != TensorProto.BOOL:
         return NoMatch("the mask is not boolean")
     return mask
+
+
+def _is_sequence_mask_over_time(graph, mask: str, x_tm: str) -> bool:
+    """Is ``mask`` ``sequence_mask(lengths, T)`` with T provably the layer's number of steps?
+
+    ``Less(Range(0, maxlen, 1), lengths[:, None])`` is post-padded by construction; the proof
+    needs maxlen to be ``shape(t)[1]`` of a tensor t sharing the layer's time axis (its input,
+    or what an Embedding looked up), or a constant equal to a known static length.
+    """
+    less = producer(graph, mask)
+    if less is None or less.type != "Less":
+        return False
+    steps = producer(graph, less.input[0])
+    if steps is None or steps.type != "Range" or not _is_zero_scalar(graph, steps.input[0]) or \
+            _const_value(graph, steps.input[2]) != 1:
+        return False
+    lengths = producer(graph, skip_identity(graph, less.input[1]))
+    if lengths is not None and lengths.type == "Cast":
+        lengths = producer(graph, lengths.input[0])
+    if lengths is None or lengths.type != "ExpandDims" or _const_value(graph, lengths.input[1]) not in (-1, 1):
+        return False
+    maxlen = steps.input[1]
+    static = (graph.get_shape(x_tm) or [-1])[0]
+    if graph.is_const(maxlen):
+        return static not in (None, -1) and _const_value(graph, maxlen) == static
+    return _shape_dim(graph, maxlen, 1) in _same_time_axis(graph, _batch_major_source(graph, x_tm))
+
+
+def _shape_dim(graph, tensor: str, dim: int) -> Optional[str]:
+    """t when ``tensor`` is ``shape(t)[dim]`` (a StridedSlice that picks one element)."""
+    node = producer(graph, tensor)
+    if node is None or node.type != "StridedSlice" or node.get_attr_value("shrink_axis_mask", 0) != 1:
+        return None
+    if [_const_value(graph, t) for t in node.input[1:4]] != [[dim], [dim + 1], [1]]:
+        return None
+    shape = producer(graph, node.input[0])
+    return shape.input[0] if shape is not None and shape.type == "Shape" else None
+
+
+def _same_time_axis(graph, tensor: str) -> set:
+    """Batch-major tensors that provably have ``tensor``'s [B, T] leading dimensions: it, and
+    going back through an Embedding lookup and through casts."""
+    found = set()
+    while tensor is not None and tensor not in found:
+        found.add(tensor)
+        node = producer(graph, tensor)
+        tensor = None
+        if node is None:
+            break
+        if node.type in ("Identity", "Cast"):
+            tensor = node.input[0]
+        elif node.type == "GatherV2" and graph.is_const(node.input[0]) and _is_zero_scalar(graph, node.input[2]):
+            tensor = node.input[1]  # embedding lookup: [B, T] ids -> [B, T, E]
+        elif node.type == "SelectV2" and _is_id_wraparound(graph, node):
+            tensor = node.input[2]
+    return found
+
+
+def _is_id_wraparound(graph, select) -> bool:
+    """Keras 3's Embedding: ``select(ids < 0, ids + n, ids)``, elementwise over ``ids``."""
+    ids = select.input[2]
+    less, add = producer(graph, select.input[0]), producer(graph, select.input[1])
+    return (less is not None and less.type == "Less" and less.input[0] == ids and graph.is_const(less.input[1])
+            and add is not None and add.type in ("Add", "AddV2") and add.input[0] == ids
+            and graph.is_const(add.input[1]))
 
 
 def _is_zeros(graph, tensor) -> bool:
