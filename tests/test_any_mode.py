@@ -132,3 +132,11 @@ def test_masking_layer_documentation_example():
     features[4, 0] = 0.0
     assert_matches_keras(model, onnx_model, spec, [features])
     assert op_counts(onnx_model)["Loop"] == 0
+
+
+@pytest.mark.parametrize("opset", [13, 18])
+def test_opsets(opset):
+    model, spec = mask_input_model("bidirectional")
+    onnx_model = convert(model, spec, rewriter=ANY, opset=opset)
+    assert_native(onnx_model)
+    assert_matches_keras(model, onnx_model, spec, batch(np.array(list(KINDS.values()), bool)))
