@@ -1,12 +1,15 @@
 # SPDX-License-Identifier: Apache-2.0
 """Native ONNX LSTM ops for masked Keras recurrent layers converted with tf2onnx.
 
-Three stages, one module each: :mod:`.match` (find and describe a masked loop),
-:mod:`.emit` (build the ONNX nodes), :mod:`.plugin` (switch it on).
+Three stages: :mod:`.match` (find and describe a masked loop, with :mod:`.cell`),
+:mod:`.masks` and :mod:`.emit` (plan per mask, build the ONNX nodes), :mod:`.plugin` (switch it
+on); :mod:`.report` says what the last conversion did.
 """
 
 from .masks import GUARD_MESSAGE, MASK_MODES
 from .plugin import disable, enable, enabled_mode, make_rewriter, rewrite_masked_lstm
+from .report import ConversionReport, LayerReport, last_report
 
-__all__ = ["make_rewriter", "rewrite_masked_lstm", "enable", "disable", "enabled_mode", "GUARD_MESSAGE", "MASK_MODES"]
+__all__ = ["make_rewriter", "rewrite_masked_lstm", "enable", "disable", "enabled_mode", "last_report",
+           "ConversionReport", "LayerReport", "GUARD_MESSAGE", "MASK_MODES"]
 __version__ = "0.1.0"

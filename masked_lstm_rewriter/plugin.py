@@ -18,6 +18,7 @@ from tf2onnx.tf_loader import find_function
 
 from .emit import emit_group, plan_nodes
 from .masks import MASK_MODES, MaskPlanner
+from .report import finish_conversion, record
 from .match import BODY_MATCH_ATTR, NoMatch, is_masked_recurrent_body, layer_name, match_body, match_loop
 
 logger = logging.getLogger("masked_lstm_rewriter")
@@ -40,11 +41,18 @@ def make_rewriter(mask_mode: str = "post"):
         loops = [op for op in ops if op.type in ("While", "StatelessWhile")]
         if loops:
             _rewrite_loops(graph, loops, mask_mode)
+        if _is_main_graph(graph):
+            finish_conversion()
         return graph.get_nodes()
 
     setattr(rewrite_masked_lstm, _MARK, True)
     rewrite_masked_lstm.mask_mode = mask_mode
     return rewrite_masked_lstm
+
+
+def _is_main_graph(graph) -> bool:
+    """tf2onnx passes loop bodies (function subgraphs) first and the main graph last."""
+    return graph.parent_graph is None and not getattr(graph, "_is_subgraph", False)
 
 
 def _rewrite_loops(graph, loops, mask_mode):
@@ -57,6 +65,7 @@ def _rewrite_loops(graph, loops, mask_mode):
         layer = match_loop(graph, loop, body) if not isinstance(body, NoMatch) else body
         if isinstance(layer, NoMatch):
             logger.warning("masked recurrent layer '%s' left as a Loop: %s", layer_name(loop), layer.reason)
+            record(layer_name(loop), False, layer.reason, mask_mode)
         else:
             layers.append(layer)
     planner = MaskPlanner(graph, mask_mode)
@@ -67,11 +76,14 @@ def _rewrite_loops(graph, loops, mask_mode):
         except Exception as error:  # pylint: disable=broad-except
             # nodes made before the failure are unused and dropped by tf2onnx; the loops stand
             logger.warning("masked recurrent layer %s left as a Loop: rewrite failed: %s", names, error)
+            for layer in group:
+                record(layer.layer, False, f"rewrite failed: {error}", mask_mode)
             continue
         direction = "bidirectional" if len(group) == 2 else group[0].direction
         for layer in group:
             logger.info("masked LSTM layer '%s' (%d units) rewritten into a native ONNX LSTM "
                         "(direction=%s, mask_mode=%s)", layer.layer, layer.hidden_size, direction, mask_mode)
+            record(layer.layer, True, f"LSTM direction={direction}", mask_mode)
 
 
 rewrite_masked_lstm = make_rewriter()

@@ -165,3 +165,19 @@ def test_enable_covers_the_saved_model_command_line_path(tmp_path, monkeypatch):
     sess = session(onnx_model)
     got = sess.run(None, {sess.get_inputs()[0].name: inputs[0]})[0]
     np.testing.assert_allclose(got, np.asarray(model(inputs[0])), atol=1e-5)
+
+
+def test_last_report_lists_rewritten_and_skipped_layers():
+    model, spec, _ = embedding_model(keras.layers.Bidirectional(keras.layers.LSTM(UNITS, return_sequences=True)),
+                                     keras.layers.GRU(UNITS))
+    convert(model, spec, rewriter=mlr.make_rewriter("any"))
+    report = mlr.last_report()
+    assert len(report.rewritten) == 2 and all(r.detail == "LSTM direction=bidirectional" for r in report.rewritten)
+    assert all(r.mask_mode == "any" for r in report.rewritten)
+    (skipped,) = report.left_as_loop
+    assert "gru" in skipped.layer and skipped.detail
+    assert "1 left as Loop" in str(report)
+    # the next conversion starts a new report
+    plain, plain_spec, _ = masked_model()
+    convert(plain, plain_spec)
+    assert len(mlr.last_report().layers) == 1 and not mlr.last_report().left_as_loop

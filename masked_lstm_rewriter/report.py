@@ -1,0 +1,78 @@
+# SPDX-License-Identifier: Apache-2.0
+"""What the last conversion did with each masked recurrent layer, for scripts to assert on.
+
+    onnx_model, _ = tf2onnx.convert.from_keras(model, ..., custom_rewriter=[mlr.rewrite_masked_lstm])
+    report = mlr.last_report()
+    assert not report.left_as_loop, report
+
+A conversion's report is complete when the rewriter has seen the main graph (tf2onnx hands it
+the loop bodies first and the main graph last).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from typing import Optional
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerReport:
+    """One masked recurrent layer: rewritten (into what) or left as a Loop (why)."""
+
+    layer: str
+    rewritten: bool
+    detail: str   # "LSTM direction=bidirectional" or the reason it stayed a Loop
+    mask_mode: str
+
+    def __str__(self):
+        verdict = "native ONNX" if self.rewritten else "left as a Loop:"
+        return f"{self.layer}: {verdict} {self.detail}" + (f" (mask_mode={self.mask_mode})" if self.rewritten else "")
+
+
+@dataclasses.dataclass(frozen=True)
+class ConversionReport:
+    layers: tuple = ()
+
+    @property
+    def rewritten(self) -> tuple:
+        return tuple(layer for layer in self.layers if layer.rewritten)
+
+    @property
+    def left_as_loop(self) -> tuple:
+        return tuple(layer for layer in self.layers if not layer.rewritten)
+
+    def __str__(self):
+        if not self.layers:
+            return "masked_lstm_rewriter: no masked recurrent layer found"
+        lines = [f"masked_lstm_rewriter: {len(self.rewritten)} masked recurrent layer(s) rewritten, "
+                 f"{len(self.left_as_loop)} left as Loop"]
+        return "\n".join(lines + [f"  {layer}" for layer in self.layers])
+
+
+class _Recorder(threading.local):
+    """Per-thread: entries of the conversion under way, and the last finished report."""
+
+    def __init__(self):
+        super().__init__()
+        self.pending = []
+        self.last: Optional[ConversionReport] = None
+
+
+_RECORDER = _Recorder()
+
+
+def record(layer: str, rewritten: bool, detail: str, mask_mode: str) -> None:
+    _RECORDER.pending.append(LayerReport(layer, rewritten, detail, mask_mode))
+
+
+def finish_conversion() -> ConversionReport:
+    """Close the conversion under way (called when the rewriter has seen the main graph)."""
+    _RECORDER.last = ConversionReport(tuple(_RECORDER.pending))
+    _RECORDER.pending = []
+    return _RECORDER.last
+
+
+def last_report() -> Optional[ConversionReport]:
+    """The report of the last conversion this thread ran with the rewriter, or None."""
+    return _RECORDER.last
