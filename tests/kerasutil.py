@@ -101,6 +101,23 @@ def op_counts(onnx_model):
     return counts
 
 
+def canonical(onnx_model):
+    """The graph without its generated names: op types, attributes, wiring by position, initializers."""
+    names = {}
+
+    def rename(tensor):
+        return names.setdefault(tensor, f"t{len(names)}") if tensor else ""
+    for graph_input in onnx_model.graph.input:
+        rename(graph_input.name)
+    nodes = []
+    for node in onnx_model.graph.node:
+        attrs = sorted((a.name, str(a).replace(a.name, "")) for a in node.attribute if a.type != 5)
+        nodes.append((node.op_type, tuple(rename(t) for t in node.input), tuple(rename(t) for t in node.output),
+                      tuple(attrs)))
+    inits = sorted(init.raw_data or str(init).encode() for init in onnx_model.graph.initializer)
+    return nodes, inits
+
+
 def assert_native(onnx_model, lstm=1):
     counts = op_counts(onnx_model)
     assert counts["Loop"] == 0, counts

@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 import tf2onnx
 
-from kerasutil import FLAVOUR, assert_matches_keras, assert_native, convert, keras, op_counts, session
+from kerasutil import FLAVOUR, assert_matches_keras, assert_native, canonical, convert, keras, op_counts, session
 from models import UNITS, embedding_model
 
 import masked_lstm_rewriter as mlr
@@ -112,23 +112,6 @@ def test_logs_one_info_line_per_rewritten_layer(caplog):
         convert(model, spec)
     infos = [r.getMessage() for r in caplog.records if r.name == "masked_lstm_rewriter"]
     assert len(infos) == 2 and all("rewritten into a native ONNX LSTM" in m for m in infos)
-
-
-def canonical(onnx_model):
-    """The graph without its generated names: op types, attributes, wiring by position, initializers."""
-    names = {}
-
-    def rename(tensor):
-        return names.setdefault(tensor, f"t{len(names)}") if tensor else ""
-    for graph_input in onnx_model.graph.input:
-        rename(graph_input.name)
-    nodes = []
-    for node in onnx_model.graph.node:
-        attrs = sorted((a.name, str(a).replace(a.name, "")) for a in node.attribute if a.type != 5)
-        nodes.append((node.op_type, tuple(rename(t) for t in node.input), tuple(rename(t) for t in node.output),
-                      tuple(attrs)))
-    inits = sorted(init.raw_data or str(init).encode() for init in onnx_model.graph.initializer)
-    return nodes, inits
 
 
 @pytest.mark.parametrize("kind", ["unmasked lstm", "dense"])

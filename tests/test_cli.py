@@ -1,0 +1,111 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The command lines, run for real: ``python -m masked_lstm_rewriter`` and an unmodified
+``python -m tf2onnx.convert`` switched by ``TF2ONNX_MASKED_LSTM``."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+import tensorflow as tf
+
+from kerasutil import keras, op_counts, session
+from models import UNITS, embedding_model
+
+
+@pytest.fixture(scope="module")
+def saved_model(tmp_path_factory):
+    """A SavedModel of an Embedding-masked Bidirectional LSTM, and Keras's outputs on a batch."""
+    model, spec, inputs = embedding_model(keras.layers.Bidirectional(keras.layers.LSTM(UNITS, return_sequences=True)))
+    function = tf.function(lambda tokens: model(tokens, training=False), input_signature=spec)
+    module = tf.Module()
+    module.model = model
+    module.serve = function
+    path = tmp_path_factory.mktemp("cli") / "saved"
+    tf.saved_model.save(module, str(path), signatures={"serving_default": function})
+    return path, inputs[0], np.asarray(model(inputs[0]))
+
+
+def run(module, *args, env_mode=None):
+    env = dict(os.environ)
+    env.pop("TF2ONNX_MASKED_LSTM", None)
+    if env_mode is not None:
+        env["TF2ONNX_MASKED_LSTM"] = env_mode
+    return subprocess.run([sys.executable, "-m", module, *map(str, args)], capture_output=True, text=True,
+                          env=env, timeout=300, check=False)
+
+
+def check_native(path, tokens, expected):
+    onnx_model = onnx.load(str(path))
+    counts = op_counts(onnx_model)
+    assert (counts["LSTM"], counts["Loop"]) == (1, 0), counts
+    sess = session(onnx_model)
+    got = sess.run(None, {sess.get_inputs()[0].name: tokens})[0]
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["post", "any"])
+def test_drop_in_command_converts_and_reports(saved_model, tmp_path, mode):
+    path, tokens, expected = saved_model
+    out = tmp_path / "model.onnx"
+    done = run("masked_lstm_rewriter", "--saved-model", path, "--output", out, "--mask-mode", mode)
+    assert done.returncode == 0, done.stderr[-2000:]
+    check_native(out, tokens, expected)
+    assert "2 masked recurrent layer(s) rewritten, 0 left as Loop" in done.stdout
+    assert f"mask_mode={mode}" in done.stdout
+    assert os.listdir(tmp_path) == ["model.onnx"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--saved-model", "{missing}", "--output", "{out}"], "no such file or directory"),
+    (["--saved-model", "{model}", "--output", "{out}", "--no-such-option"], "unrecognized arguments"),
+    (["--saved-model", "{model}", "--output", "{tmp}/no/dir/model.onnx"], "does not exist"),
+    (["--saved-model", "{model}", "--output", "{out}", "--mask-mode", "pre"], "--mask-mode must be one of"),
+    (["--saved-model", "{tmp}", "--output", "{out}"], "conversion failed"),
+], ids=["missing model", "unknown option", "no output directory", "bad mask mode", "unreadable model"])
+def test_drop_in_command_bad_input(saved_model, tmp_path, args, message):
+    values = {"missing": tmp_path / "missing", "out": tmp_path / "model.onnx", "model": saved_model[0],
+              "tmp": tmp_path}
+    done = run("masked_lstm_rewriter", *[a.format(**values) for a in args])
+    assert done.returncode != 0
+    errors = [line for line in done.stderr.splitlines() if line.startswith("masked_lstm_rewriter: error:")]
+    assert len(errors) == 1 and message in errors[0], done.stderr[-2000:]
+    assert os.listdir(tmp_path) == [], "no partial output"
+
+
+@pytest.mark.parametrize("mode", ["post", "any"])
+def test_environment_switch_reaches_unmodified_tf2onnx_convert(saved_model, tmp_path, mode):
+    path, tokens, expected = saved_model
+    out = tmp_path / "model.onnx"
+    done = run("tf2onnx.convert", "--saved-model", path, "--output", out, env_mode=mode)
+    assert done.returncode == 0, done.stderr[-2000:]
+    check_native(out, tokens, expected)
+
+
+def test_environment_switch_unset_or_empty_is_stock(saved_model, tmp_path):
+    """Unset or empty, the start-up hook does nothing: the plugin is not even imported. (Stock
+    tf2onnx itself orders nodes differently from run to run, so bytes cannot be compared.)"""
+    path = saved_model[0]
+    for name, mode in (("unset", None), ("empty", "")):
+        out = tmp_path / f"{name}.onnx"
+        done = run("tf2onnx.convert", "--saved-model", path, "--output", out, env_mode=mode)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert op_counts(onnx.load(str(out)))["Loop"] == 2
+    probe = ("import sys, tf2onnx.tfonnx; print(any(m.split('.')[0] == 'masked_lstm_rewriter' for m in sys.modules)"
+             " or any('EnableAfterImport' in type(f).__name__ for f in sys.meta_path))")
+    for mode, loaded in ((None, "False"), ("", "False"), ("post", "True")):
+        env = {k: v for k, v in os.environ.items() if k != "TF2ONNX_MASKED_LSTM"}
+        if mode is not None:
+            env["TF2ONNX_MASKED_LSTM"] = mode
+        done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True)
+        assert done.stdout.strip() == loaded, mode
+
+
+def test_environment_switch_rejects_other_values_before_converting(saved_model, tmp_path):
+    out = tmp_path / "model.onnx"
+    done = run("tf2onnx.convert", "--saved-model", saved_model[0], "--output", out, env_mode="yes")
+    assert done.returncode != 0
+    assert "TF2ONNX_MASKED_LSTM='yes': expected one of post, any" in done.stderr
+    assert not out.exists()
