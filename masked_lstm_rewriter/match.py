@@ -121,14 +121,15 @@ def _mask_selects(graph):
 
 
 def _loop_output_producer(graph, index: int):
-    """The node computing loop variable ``index``'s next value (None for a pass-through)."""
-    tensor = skip_identity(graph, graph.outputs[index])
-    return producer(graph, tensor)
+    """The node computing loop variable ``index``'s next value (None when there is no such output)."""
+    if index >= len(graph.outputs):
+        return None
+    return producer(graph, skip_identity(graph, graph.outputs[index]))
 
 
 def _passes_through(graph, index: int) -> bool:
     """Is loop variable ``index`` loop-invariant (the body returns its input unchanged)?"""
-    return skip_identity(graph, graph.outputs[index]) == graph.input_names[index]
+    return index < len(graph.outputs) and skip_identity(graph, graph.outputs[index]) == graph.input_names[index]
 
 
 def _input_index(graph, tensor: str) -> Optional[int]:

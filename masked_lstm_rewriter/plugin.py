@@ -37,10 +37,11 @@ def make_rewriter(mask_mode: str = "post"):
 
     def rewrite_masked_lstm(graph, ops):
         if is_masked_recurrent_body(graph):
-            setattr(graph, BODY_MATCH_ATTR, match_body(graph))
+            setattr(graph, BODY_MATCH_ATTR, _match_body_safely(graph))
         loops = [op for op in ops if op.type in ("While", "StatelessWhile")]
         if loops:
             _rewrite_loops(graph, loops, mask_mode)
+        _report_lowered_loops(graph, [op for op in ops if op.type == "Loop"], mask_mode)
         if _is_main_graph(graph):
             finish_conversion()
         return graph.get_nodes()
@@ -50,9 +51,38 @@ def make_rewriter(mask_mode: str = "post"):
     return rewrite_masked_lstm
 
 
+def _match_body_safely(graph):
+    """The matcher only reads the graph; a graph shape it did not foresee is a reason, not a crash."""
+    try:
+        return match_body(graph)
+    except Exception as error:  # pylint: disable=broad-except
+        return NoMatch(f"unexpected loop body ({type(error).__name__}: {error})")
+
+
+def _match_loop_safely(graph, loop, body):
+    try:
+        return match_loop(graph, loop, body)
+    except Exception as error:  # pylint: disable=broad-except
+        return NoMatch(f"unexpected loop wiring ({type(error).__name__}: {error})")
+
+
 def _is_main_graph(graph) -> bool:
     """tf2onnx passes loop bodies (function subgraphs) first and the main graph last."""
     return graph.parent_graph is None and not getattr(graph, "_is_subgraph", False)
+
+
+LOWERED_REASON = ("the graph has TF1-style control flow (e.g. a GraphDef frozen with lowered control flow), "
+                  "which tf2onnx turned into a Loop before this rewriter runs; freeze with "
+                  "lower_control_flow=False or convert the SavedModel or Keras model")
+
+
+def _report_lowered_loops(graph, loops, mask_mode):
+    """Masked loops that reached us already as ONNX Loops cannot be rewritten: say so."""
+    for loop in loops:
+        body = loop.get_body_graphs().get("body")
+        if body is not None and is_masked_recurrent_body(body):
+            logger.warning("masked recurrent layer '%s' left as a Loop: %s", layer_name(loop), LOWERED_REASON)
+            record(layer_name(loop), False, LOWERED_REASON, mask_mode)
 
 
 def _rewrite_loops(graph, loops, mask_mode):
@@ -62,7 +92,7 @@ def _rewrite_loops(graph, loops, mask_mode):
         body = getattr(body_graph, BODY_MATCH_ATTR, None) if body_graph is not None else None
         if body is None:
             continue  # not a masked recurrent loop: none of our business
-        layer = match_loop(graph, loop, body) if not isinstance(body, NoMatch) else body
+        layer = _match_loop_safely(graph, loop, body) if not isinstance(body, NoMatch) else body
         if isinstance(layer, NoMatch):
             logger.warning("masked recurrent layer '%s' left as a Loop: %s", layer_name(loop), layer.reason)
             record(layer_name(loop), False, layer.reason, mask_mode)

@@ -109,3 +109,44 @@ def test_environment_switch_rejects_other_values_before_converting(saved_model, 
     assert done.returncode != 0
     assert "TF2ONNX_MASKED_LSTM='yes': expected one of post, any" in done.stderr
     assert not out.exists()
+
+
+@pytest.fixture(scope="module")
+def frozen_graph(saved_model, tmp_path_factory):
+    """The same model as a frozen GraphDef (.pb), with its input and output tensor names."""
+    from tensorflow.python.framework.convert_to_constants import (  # pylint: disable=import-outside-toplevel
+        convert_variables_to_constants_v2)
+    loaded = tf.saved_model.load(str(saved_model[0]))
+    folder = tmp_path_factory.mktemp("graphdef")
+    paths = {}
+    for lowered in (False, True):
+        frozen = convert_variables_to_constants_v2(loaded.signatures["serving_default"], lower_control_flow=lowered)
+        paths[lowered] = folder / f"frozen{'-lowered' if lowered else ''}.pb"
+        paths[lowered].write_bytes(frozen.graph.as_graph_def().SerializeToString())
+    inputs = [t.name for t in frozen.inputs if t.dtype != tf.resource]
+    return paths, ",".join(inputs), ",".join(t.name for t in frozen.outputs)
+
+
+@pytest.mark.parametrize("command", ["drop-in", "environment"])
+def test_graphdef_input(saved_model, frozen_graph, tmp_path, command):
+    paths, inputs, outputs = frozen_graph
+    out = tmp_path / "model.onnx"
+    args = ["--graphdef", paths[False], "--inputs", inputs, "--outputs", outputs, "--output", out]
+    if command == "drop-in":
+        done = run("masked_lstm_rewriter", *args)
+    else:
+        done = run("tf2onnx.convert", *args, env_mode="post")
+    assert done.returncode == 0, done.stderr[-2000:]
+    check_native(out, *saved_model[1:])
+
+
+def test_graphdef_with_lowered_control_flow_is_reported(frozen_graph, tmp_path):
+    """TF1-style loops reach the rewriter as ONNX Loops already: left alone, and the report says why."""
+    paths, inputs, outputs = frozen_graph
+    out = tmp_path / "model.onnx"
+    done = run("masked_lstm_rewriter", "--graphdef", paths[True], "--inputs", inputs, "--outputs", outputs,
+               "--output", out)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert op_counts(onnx.load(str(out)))["Loop"] == 2
+    assert "0 masked recurrent layer(s) rewritten, 2 left as Loop" in done.stdout
+    assert "lower_control_flow=False" in done.stdout
