@@ -2,6 +2,7 @@
 """The shape of what the emitter builds: one LSTM per layer, one guard per mask, lean fix-ups."""
 
 import onnx
+import pytest
 
 from kerasutil import convert, keras, op_counts
 from models import UNITS, embedding_model, initial_state_model
@@ -43,3 +44,18 @@ def test_one_guard_and_one_length_computation_per_mask():
     assert len(guards) == 1
     lengths = {n.input[4] for n in lstm_nodes(onnx_model)}
     assert lengths == {guards[0].output[0]}
+
+
+@pytest.mark.parametrize("mode", ["post", "any"])
+@pytest.mark.parametrize("opset", [13, 18])
+@pytest.mark.parametrize("build", [
+    lambda: embedding_model(keras.layers.LSTM(UNITS, return_sequences=True, return_state=True)),
+    lambda: embedding_model(keras.layers.Bidirectional(keras.layers.LSTM(UNITS, return_sequences=True))),
+    lambda: initial_state_model(keras.layers.LSTM(UNITS, go_backwards=True, return_sequences=True,
+                                                  return_state=True)),
+], ids=["forward", "bidirectional", "go_backwards with initial state"])
+def test_emitted_models_pass_the_onnx_checker(mode, opset, build):
+    model, spec, _ = build()
+    onnx_model = convert(model, spec, rewriter=mlr.make_rewriter(mode), opset=opset)
+    onnx.checker.check_model(onnx_model, full_check=True)
+    onnx.shape_inference.infer_shapes(onnx_model, check_type=True, strict_mode=True)
