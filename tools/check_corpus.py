@@ -250,7 +250,7 @@ def check_onnx(entry: dict, corpus: str, onnx_path: str) -> float:
         reference = load_npz(corpus, batch["expected"])
         try:
             got = sess.run(want_outputs, feeds_for(entry, inputs))
-        except Exception as error:  # pylint: disable=broad-except
+        except Exception as error:  # noqa: BLE001  pylint: disable=broad-except
             problems.append(f"batch {number} ({batch['description']}): onnxruntime failed: {first_line(error)}")
             continue
         for spec, value in zip(entry["outputs"], got):
@@ -273,7 +273,7 @@ def check_onnx(entry: dict, corpus: str, onnx_path: str) -> float:
         inputs = load_npz(corpus, must_fail["inputs"])
         try:
             sess.run(want_outputs, feeds_for(entry, inputs))
-        except Exception as error:  # pylint: disable=broad-except
+        except Exception as error:  # noqa: BLE001  pylint: disable=broad-except
             if must_fail["message"] not in str(error):
                 problems.append(f"the non-post-padded batch failed, but without '{must_fail['message']}': "
                                 f"{first_line(error)}")
@@ -352,10 +352,10 @@ def worker(args) -> int:
         results.append((entry["name"], path, status, detail))
         print(f"{status.upper():>7} {path:<7} {entry['name']}: {detail}", flush=True)
 
-    quiet = contextlib.nullcontext() if args.verbose else quiet_stderr()
+    quiet = contextlib.nullcontext if args.verbose else quiet_stderr  # a fresh one each time
     with tempfile.TemporaryDirectory(prefix="mlr-corpus-") as tmp:
         if "library" in paths:
-            with quiet:
+            with quiet():
                 import tf2onnx  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
             if not args.verbose:
                 for name in ("tf2onnx", "tensorflow"):
@@ -364,11 +364,11 @@ def worker(args) -> int:
                 output = os.path.join(tmp, entry["name"].replace("/", "__") + ".library.onnx")
                 start = time.monotonic()
                 try:
-                    with quiet:
+                    with quiet():
                         report = convert_library(entry, args.corpus, output)
                     check_report(entry, report)
                     worst = check_onnx(entry, args.corpus, output)
-                except Exception as error:  # pylint: disable=broad-except
+                except Exception as error:  # noqa: BLE001  pylint: disable=broad-except
                     record(entry, "library", "failed", str(error) if isinstance(error, CorpusFailure)
                            else f"{type(error).__name__}: {error}")
                 else:
@@ -389,7 +389,7 @@ def worker(args) -> int:
                         try:
                             check_cli_result(done, output)
                             worst = check_onnx(entry, args.corpus, output)
-                        except Exception as error:  # pylint: disable=broad-except
+                        except Exception as error:  # noqa: BLE001  pylint: disable=broad-except
                             record(entry, "cli", "failed", str(error))
                         else:
                             record(entry, "cli", "passed", f"max |onnx - keras| = {worst:.2g} ({seconds:.1f}s)")
