@@ -1,0 +1,757 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""Latency benchmark: stock tf2onnx's Loop vs the plugin vs an unmasked native LSTM (onnxruntime).
+
+Two models, Embedding(1000, 64, mask_zero=True) -> LSTM(128, return_sequences=True) and the
+same with Bidirectional(LSTM), each converted (opset 15) four ways:
+
+  loop       stock tf2onnx: an ONNX Loop
+  post       the plugin, custom_rewriter=[make_rewriter("post")] (native LSTM, guard, fix-ups)
+  any        the plugin, custom_rewriter=[make_rewriter("any")]
+  unmasked   the same weights with mask_zero=False: stock tf2onnx gives a native LSTM over every
+             step (the practical limit)
+  no-guard   (headline rows only) the "post" model with the guard's Reshape bypassed, as in
+             tools/guard_cost.py
+
+Grid: batch {1, 8, 32, 128} x T {16, 64, 256} x fill {1.0, 0.75, 0.5} x onnxruntime intra-op
+threads {1, all cores}. Fill is the mean count of valid steps per row over T; rows are
+post-padded, with lengths spread evenly over fill +- 0.125 (every row full at fill 1.0). Headline
+rows: T=100, batch 1 and 32, 1 thread, fill 1.0 and 0.5. Each cell is timed in interleaved rounds
+(every variant once per round, the order rotating), after a warm-up; the number of rounds
+follows from a time budget per cell. Reported: medians, p10-p90 and the interquartile range of
+each variant, and the ratios (median over median; p10-p90 of the per-round ratios).
+
+The timing runs in one child process per thread count, with one onnxruntime global thread pool
+shared by the variants' sessions: per-session pools left spinning after a run would steal a
+core from the next variant's run (measured: it made the 2-thread Loop 5x slower at batch 1).
+
+Before timing, every ONNX model is run once on every shape and compared with Keras (every
+output position, padded ones included): the benchmark stops with an error if any differs by
+more than 1e-5. It also times the conversions (median of a few) and records the ONNX file sizes.
+
+Writes to --out (default docs/benchmark): ratios.csv (one row per cell), latency.csv (one row
+per cell and variant), conversion.csv, summary.txt (what is printed after the timing tables)
+and the plots benchmark.png and benchmark_bidirectional.png (tools/plot_benchmark.py).
+
+    .venv/bin/python tools/benchmark.py [--quick] [--keras keras3|tf_keras] [--out DIR]
+                                        [--budget SECONDS] [--threads N ...]
+
+--quick: a smaller grid and fewer rounds (about a minute on 2 cores), written to
+build/benchmark-quick unless --out is given, so that it never overwrites the full results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import datetime
+import json
+import logging
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+TOLERANCE = 1e-5
+OPSET = 15
+VOCAB, EMBED, UNITS = 1000, 64, 128
+MODELS = ("lstm", "bilstm")
+MODEL_NAMES = {"lstm": "LSTM", "bilstm": "Bidirectional"}
+VARIANTS = ("loop", "post", "any", "unmasked")
+HEADLINE_VARIANTS = VARIANTS + ("no-guard",)
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# (name, numerator, denominator): the ratios reported for every cell
+RATIOS = (("loop_over_post", "loop", "post"), ("post_over_unmasked", "post", "unmasked"),
+          ("any_over_post", "any", "post"), ("post_over_noguard", "post", "no-guard"))
+
+FULL = dict(batches=(1, 8, 32, 128), times=(16, 64, 256), fills=(1.0, 0.75, 0.5),
+            headline_batches=(1, 32), headline_time=100, headline_fills=(1.0, 0.5),
+            budget=1.5, min_rounds=15, max_rounds=300, warmup=0.3,
+            headline_budget=8.0, headline_min_rounds=100, headline_max_rounds=2000, conversions=5)
+QUICK = dict(batches=(1, 32), times=(16, 64), fills=(1.0, 0.5),
+             headline_batches=(1, 32), headline_time=100, headline_fills=(1.0, 0.5),
+             budget=0.25, min_rounds=5, max_rounds=40, warmup=0.05,
+             headline_budget=1.5, headline_min_rounds=20, headline_max_rounds=400, conversions=2)
+
+
+# ----------------------------------------------------------------------------------------------
+# shared by the main process and the timing children (numpy only)
+
+def lengths_for(batch: int, steps: int, fill: float):
+    """Valid steps per row: every row full at fill 1.0, else spread evenly over fill +- 0.125
+    (one row: exactly fill * T), shuffled with a fixed seed; at least 1."""
+    import numpy as np
+    spread = min(0.125, 1.0 - fill, fill)
+    if fill >= 1.0 or batch == 1:
+        fractions = np.full(batch, fill)
+    else:
+        fractions = fill - spread + 2 * spread * (np.arange(batch) + 0.5) / batch
+    lengths = np.clip(np.rint(fractions * steps).astype(int), 1, steps)
+    return np.random.default_rng(1000 * batch + steps).permutation(lengths)
+
+
+def tokens_for(batch: int, steps: int, fill: float):
+    """A post-padded batch of token ids (0 is the padding id)."""
+    import numpy as np
+    lengths = lengths_for(batch, steps, fill)
+    rng = np.random.default_rng(7 * batch + 13 * steps + int(100 * fill))
+    tokens = rng.integers(1, VOCAB, (batch, steps)).astype(np.int32)
+    tokens[np.arange(steps)[None, :] >= lengths[:, None]] = 0
+    return tokens
+
+
+def cpu_snapshot():
+    """(busy seconds of the whole machine, CPU seconds of this process and its waited-for children)."""
+    with open("/proc/stat") as handle:
+        fields = [int(v) for v in handle.readline().split()[1:]]
+    busy = sum(fields[:3]) + sum(fields[5:8])  # user nice system irq softirq steal
+    own = os.times()
+    return busy / os.sysconf("SC_CLK_TCK"), own.user + own.system + own.children_user + own.children_system
+
+
+def other_load(start, end, wall: float) -> float:
+    """Mean number of cores that other processes kept busy between two cpu_snapshot()s."""
+    if wall <= 0:
+        return 0.0
+    return max(0.0, ((end[0] - start[0]) - (end[1] - start[1])) / wall)
+
+
+def stats(values) -> dict:
+    import numpy as np
+    ms = 1000 * np.asarray(values)
+    p10, p25, p50, p75, p90 = np.percentile(ms, [10, 25, 50, 75, 90])
+    return dict(median_ms=p50, p10_ms=p10, p25_ms=p25, p75_ms=p75, p90_ms=p90)
+
+
+def ratio_stats(times: dict, top: str, bottom: str):
+    """Median over median, and p10/p90 of the ratios within each round."""
+    import numpy as np
+    if top not in times or bottom not in times:
+        return None
+    a, b = np.asarray(times[top]), np.asarray(times[bottom])
+    p10, p25, p75, p90 = np.percentile(a / b, [10, 25, 75, 90])
+    return float(np.median(a) / np.median(b)), float(p10), float(p90), float(p25), float(p75)
+
+
+def format_cell(cell: dict) -> str:
+    times = cell["times"]
+    med = {k: 1000 * statistics.median(v) for k, v in times.items()}
+    text = (f"{MODEL_NAMES[cell['model']]:<13} {cell['threads']:>2} {cell['time']:>4} {cell['batch']:>5} "
+            f"{cell['fill']:>5.2f} " + " ".join(f"{med[k]:>9.3f}" for k in VARIANTS))
+    for key, top, bottom in RATIOS[:3]:
+        value = ratio_stats(times, top, bottom)
+        text += f" {value[0]:>{9 if key == 'loop_over_post' else 8}.2f}"
+    text += f" {cell['rounds']:>6} {cell['other_load']:>5.2f}"
+    return text
+
+
+TABLE_HEADER = (f"{'model':<13} {'th':>2} {'T':>4} {'batch':>5} {'fill':>5} "
+                + " ".join(f"{k + ' ms':>9}" for k in VARIANTS)
+                + f" {'Loop/post':>9} {'post/unm':>8} {'any/post':>8} {'rounds':>6} {'other':>5}")
+
+
+# ----------------------------------------------------------------------------------------------
+# the timing child: onnxruntime and numpy only
+
+def time_cell(sessions: dict, feed: dict, budget: float, min_rounds: int, max_rounds: int, warmup: float):
+    names = list(sessions)
+    start = time.perf_counter()
+    warm_rounds = 0
+    while warm_rounds < 3 or (time.perf_counter() - start < warmup and warm_rounds < 50):
+        round_start = time.perf_counter()
+        for name in names:
+            sessions[name].run(None, feed)
+        round_seconds = time.perf_counter() - round_start
+        warm_rounds += 1
+    rounds = int(min(max_rounds, max(min_rounds, budget / max(round_seconds, 1e-9))))
+    times = {name: [] for name in names}
+    for index in range(rounds):
+        first = index % len(names)
+        for name in names[first:] + names[:first]:  # rotate the order: no variant always runs first
+            session = sessions[name]
+            begin = time.perf_counter()
+            session.run(None, feed)
+            times[name].append(time.perf_counter() - begin)
+    return times, rounds, warm_rounds
+
+
+def worker(job_path: str) -> int:
+    import onnxruntime as ort
+    with open(job_path) as handle:
+        job = json.load(handle)
+    threads = job["threads"]
+    # One pool for all sessions: see the module docstring. Spinning stays at onnxruntime's default.
+    ort.set_global_thread_pool_sizes(threads, 1)
+    options = ort.SessionOptions()
+    options.use_per_session_threads = False
+    options.log_severity_level = 3  # errors only
+    sessions = {}
+    for model, files in job["models"].items():
+        sessions[model] = {variant: ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+                           for variant, path in files.items()}
+    results = []
+    for cell in job["cells"]:
+        variants = [v for v in cell["variants"] if v in sessions[cell["model"]]]
+        chosen = {v: sessions[cell["model"]][v] for v in variants}
+        feed = {"tokens": tokens_for(cell["batch"], cell["time"], cell["fill"])}
+        before, wall_start = cpu_snapshot(), time.perf_counter()
+        times, rounds, warm = time_cell(chosen, feed, cell["budget"], cell["min_rounds"], cell["max_rounds"],
+                                        cell["warmup"])
+        load = other_load(before, cpu_snapshot(), time.perf_counter() - wall_start)
+        result = dict(cell, times=times, rounds=rounds, warmup_rounds=warm, threads=threads, other_load=load)
+        results.append(result)
+        print(format_cell(result) + ("  (headline)" if cell["set"] == "headline" else ""), flush=True)
+    with open(job["results"], "w") as handle:
+        json.dump(results, handle)
+    return 0
+
+
+# ----------------------------------------------------------------------------------------------
+# the main process: Keras, tf2onnx, the checks, the reports
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true",
+                        help="small grid, few rounds: about a minute (default out: build/benchmark-quick)")
+    parser.add_argument("--keras", choices=("keras3", "tf_keras"), default="keras3")
+    parser.add_argument("--out", metavar="DIR", help="output folder (default: docs/benchmark, "
+                                                      "or build/benchmark-quick with --quick)")
+    parser.add_argument("--budget", type=float, metavar="SECONDS",
+                        help="timing budget per grid cell (default: 1.5, or 0.25 with --quick)")
+    parser.add_argument("--threads", type=int, nargs="+", metavar="N",
+                        help="onnxruntime intra-op thread counts (default: 1 and every core)")
+    parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
+    parser.add_argument("--no-plot", action="store_true", help="skip the PNG plots")
+    parser.add_argument("--verbose", action="store_true", help="show TensorFlow's and tf2onnx's messages")
+    parser.add_argument("--worker", metavar="JOB", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.out is None:
+        args.out = os.path.join(ROOT, *(("build", "benchmark-quick") if args.quick else ("docs", "benchmark")))
+    if args.threads is None:
+        args.threads = sorted({1, os.cpu_count() or 1})
+    if any(n < 1 for n in args.threads) or (args.budget is not None and args.budget <= 0):
+        parser.error("--threads and --budget must be positive")
+    return args
+
+
+@contextlib.contextmanager
+def quiet_stderr(enabled: bool = True):
+    """Hide what native code writes to stderr meanwhile (TensorFlow's start-up notices)."""
+    if not enabled:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+class Report:
+    """Prints and keeps the lines for summary.txt."""
+
+    def __init__(self):
+        self.lines = []
+
+    def __call__(self, text: str = "", keep: bool = True):
+        print(text, flush=True)
+        if keep:
+            self.lines.append(text)
+
+
+def machine_info(versions: dict) -> list:
+    cpu = "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as handle:
+            for line in handle:
+                if line.lower().startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except AttributeError:
+        usable = os.cpu_count()
+    try:
+        with open("/proc/meminfo") as handle:
+            memory = next(line.split()[1] for line in handle if line.startswith("MemTotal"))
+        memory = f", {int(memory) / 2 ** 20:.1f} GiB RAM"
+    except (OSError, StopIteration, ValueError):
+        memory = ""
+    lines = [(f"machine: {cpu}, {os.cpu_count()} logical cores ({usable} usable){memory}, "
+              f"{platform.system()} {platform.release()} {platform.machine()}"),
+             "versions: " + ", ".join(f"{k} {v}" for k, v in versions.items())]
+    return lines
+
+
+def git_state() -> str:
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                              text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "masked_lstm_rewriter"], cwd=ROOT,
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "not a git checkout"
+    return f"{head}" + (" + uncommitted changes in masked_lstm_rewriter/" if dirty else " (clean plugin sources)")
+
+
+def op_counts(model_proto):
+    """Op types over the main graph and every subgraph (a Loop's body included)."""
+    import collections
+    counts = collections.Counter()
+
+    def visit(graph):
+        for node in graph.node:
+            counts[node.op_type] += 1
+            for attr in node.attribute:
+                for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                    visit(sub)
+
+    visit(model_proto.graph)
+    return counts
+
+
+def without_guard(onnx_model, guard_message: str):
+    """Copy of the model with the guard's Reshape bypassed and the nodes only it used removed
+    (as in tools/guard_cost.py), or None when the model has no guard."""
+    import onnx
+    model = onnx.ModelProto()
+    model.CopyFrom(onnx_model)
+    graph = model.graph
+    guards = [n for n in graph.node if n.name.startswith(guard_message)]
+    if not guards:
+        return None
+    for guard in guards:
+        for node in graph.node:
+            for i, name in enumerate(node.input):
+                if name == guard.output[0]:
+                    node.input[i] = guard.input[0]
+        graph.node.remove(guard)
+    while True:  # prune the nodes nothing reads any more, then the initializers
+        used = {name for n in graph.node for name in n.input} | {o.name for o in graph.output}
+        dead = [n for n in graph.node if not any(o in used for o in n.output)]
+        if not dead:
+            break
+        for node in dead:
+            graph.node.remove(node)
+    for init in [i for i in graph.initializer if i.name not in used]:
+        graph.initializer.remove(init)
+    return model
+
+
+class BenchmarkError(Exception):
+    """A failed check: printed as one line, exit status 1."""
+
+
+def fail(message: str):
+    raise BenchmarkError(message)
+
+
+def build_pair(keras, model: str):
+    """The masked model and an unmasked twin with the same weights."""
+    built = []
+    for mask_zero in (True, False):
+        keras.utils.set_random_seed(0)
+        tokens = keras.Input(shape=(None,), dtype="int32", name="tokens")
+        x = keras.layers.Embedding(VOCAB, EMBED, mask_zero=mask_zero, name="embedding")(tokens)
+        layer = keras.layers.LSTM(UNITS, return_sequences=True, name="lstm")
+        if model == "bilstm":
+            layer = keras.layers.Bidirectional(layer, name="bidirectional")
+        built.append(keras.Model(tokens, layer(x), name=f"{model}_{'masked' if mask_zero else 'unmasked'}"))
+    built[1].set_weights(built[0].get_weights())
+    return built
+
+
+def convert_all(tf, tf2onnx, mlr, keras_models: dict, repeats: int, quiet: bool):
+    """Converts each model each way `repeats` times, interleaved; returns (protos, seconds)."""
+    spec = (tf.TensorSpec((None, None), tf.int32, name="tokens"),)
+    ways = {"loop": (0, None), "post": (0, lambda: [mlr.make_rewriter("post")]),
+            "any": (0, lambda: [mlr.make_rewriter("any")]), "unmasked": (1, None)}
+    protos, seconds = {}, {}
+    for _ in range(repeats):
+        for model, pair in keras_models.items():
+            for variant, (which, rewriters) in ways.items():
+                with quiet_stderr(quiet):
+                    start = time.perf_counter()
+                    proto, _ = tf2onnx.convert.from_keras(pair[which], input_signature=spec, opset=OPSET,
+                                                          custom_rewriter=rewriters() if rewriters else None)
+                    elapsed = time.perf_counter() - start
+                protos[(model, variant)] = proto
+                seconds.setdefault((model, variant), []).append(elapsed)
+    return protos, seconds
+
+
+def check_structure(protos: dict):
+    for (model, variant), proto in protos.items():
+        counts = op_counts(proto)
+        if variant in ("post", "any") and (counts["Loop"] or not counts["LSTM"]):
+            fail(f"{model}/{variant}: the plugin's model has {counts['Loop']} Loop and {counts['LSTM']} LSTM ops "
+                 "(expected no Loop, at least one LSTM)")
+        if variant == "loop" and not counts["Loop"]:
+            fail(f"{model}/loop: stock tf2onnx gave no Loop (is the plugin enabled through TF2ONNX_MASKED_LSTM?)")
+
+
+def check_numerics(np, ort, keras_models: dict, protos: dict, shapes: list, report: Report) -> dict:
+    """Runs every ONNX model on every (batch, T, fill) and compares with Keras; fails beyond TOLERANCE."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    worst, largest = {}, {}
+    for model, (masked, unmasked) in keras_models.items():
+        sessions = {v: ort.InferenceSession(protos[(model, v)].SerializeToString(), options,
+                                            providers=["CPUExecutionProvider"]) for v in VARIANTS}
+        for batch, steps, fill in shapes:
+            tokens = tokens_for(batch, steps, fill)
+            expected = {"masked": np.asarray(masked(tokens, training=False)),
+                        "unmasked": np.asarray(unmasked(tokens, training=False))}
+            largest[model] = max(largest.get(model, 0.0), float(np.max(np.abs(expected["masked"]))))
+            for variant, session in sessions.items():
+                want = expected["unmasked" if variant == "unmasked" else "masked"]
+                got = session.run(None, {"tokens": tokens})[0]
+                diff = float(np.max(np.abs(got - want))) if got.shape == want.shape else float("inf")
+                key = (model, variant)
+                worst[key] = max(worst.get(key, 0.0), diff)
+                worst[(model, variant, batch, steps, fill)] = diff
+                if not diff <= TOLERANCE:
+                    who = "the plugin's" if variant in ("post", "any") else "the"
+                    fail(f"{who} {model}/{variant} model differs from Keras by {diff:.3g} (> {TOLERANCE:g}) "
+                         f"at batch {batch}, T={steps}, fill {fill} (shapes {got.shape} vs {want.shape})")
+    for model in keras_models:
+        report(f"  {MODEL_NAMES[model]:<13} max |ONNX - Keras| over {len(shapes)} shapes: "
+               + ", ".join(f"{v} {worst[(model, v)]:.2g}" for v in VARIANTS)
+               + f" (largest |Keras output| {largest[model]:.2g})")
+    return worst
+
+
+def run_children(args, settings, onnx_files: dict, cells_by_threads: dict, tmp: str) -> list:
+    results = []
+    for threads, cells in cells_by_threads.items():
+        job = dict(threads=threads, models=onnx_files, cells=cells,
+                   results=os.path.join(tmp, f"results-{threads}.json"))
+        job_path = os.path.join(tmp, f"job-{threads}.json")
+        with open(job_path, "w") as handle:
+            json.dump(job, handle)
+        env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+        code = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", job_path], env=env,
+                              check=False).returncode
+        if code:
+            fail(f"the timing process for {threads} thread(s) exited with status {code}")
+        with open(job["results"]) as handle:
+            results.extend(json.load(handle))
+    return results
+
+
+def summarise(results: list, worst: dict) -> tuple:
+    """Rows for ratios.csv and latency.csv."""
+    import numpy as np
+    ratio_rows, latency_rows = [], []
+    for cell in results:
+        times = cell["times"]
+        lengths = lengths_for(cell["batch"], cell["time"], cell["fill"])
+        base = dict(model=cell["model"], set=cell["set"], threads=cell["threads"], batch=cell["batch"],
+                    time=cell["time"], fill=cell["fill"])
+        row = dict(base, fill_actual=round(float(np.mean(lengths)) / cell["time"], 4),
+                   max_length=int(np.max(lengths)), rounds=cell["rounds"], other_load=round(cell["other_load"], 3))
+        for variant in HEADLINE_VARIANTS:
+            row[variant.replace("-", "") + "_ms"] = (round(stats(times[variant])["median_ms"], 4)
+                                                     if variant in times else "")
+        for key, top, bottom in RATIOS:
+            value = ratio_stats(times, top, bottom)
+            for suffix, index in (("", 0), ("_p10", 1), ("_p25", 3), ("_p75", 4), ("_p90", 2)):
+                row[key + suffix] = round(value[index], 4) if value else ""
+        ratio_rows.append(row)
+        for variant, values in times.items():
+            diff = worst.get((cell["model"], "post" if variant == "no-guard" else variant,
+                              cell["batch"], cell["time"], cell["fill"]), "")
+            latency_rows.append(dict(base, variant=variant, rounds=len(values),
+                                     **{k: round(v, 4) for k, v in stats(values).items()},
+                                     max_abs_diff_vs_keras=(f"{diff:.3g}" if diff != "" else "")))
+    return ratio_rows, latency_rows
+
+
+def write_csv(path: str, rows: list):
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def find(rows: list, **match):
+    for row in rows:
+        if all(row[k] == v for k, v in match.items()):
+            return row
+    return None
+
+
+def evaluate_targets(ratio_rows: list, settings: dict, report: Report):
+    """The issue's targets, on the headline rows (T=100, 1 thread); the grid's share as information."""
+    steps = settings["headline_time"]
+    passes = misses = 0
+
+    def line(ok: bool, text: str):
+        nonlocal passes, misses
+        passes, misses = passes + ok, misses + (not ok)
+        report(f"{'PASS' if ok else 'MISS'}  {text}")
+
+    def pct(value: float) -> str:
+        return f"{100 * (value - 1):+.1f}%"
+
+    def spread(row, key):
+        return f"[p10-p90 {row[key + '_p10']:.2f}-{row[key + '_p90']:.2f}]"
+
+    for model in MODELS:
+        head = [r for r in ratio_rows if r["set"] == "headline" and r["model"] == model]
+        if not head:
+            continue
+        tag = "" if model == "lstm" else "[Bidirectional] "
+        for batch, goal in ((1, 5.0), (32, 1.7)):
+            row = find(head, batch=batch, fill=1.0)
+            if row:
+                line(row["loop_over_post"] >= goal,
+                     f"{tag}batch {batch}, T={steps}, 1 thread, fill 1.0: plugin {row['loop_over_post']:.2f}x "
+                     f"faster than the Loop {spread(row, 'loop_over_post')} (target >= {goal:g}x)")
+        for row in sorted((r for r in head if r["fill"] == 1.0), key=lambda r: r["batch"]):
+            line(row["post_over_unmasked"] <= 1.05,
+                 f"{tag}batch {row['batch']}, T={steps}, 1 thread, fill 1.0: plugin vs unmasked "
+                 f"{pct(row['post_over_unmasked'])} {spread(row, 'post_over_unmasked')} (target within +5%)")
+        for row in sorted((r for r in head if r["fill"] == 0.5), key=lambda r: r["batch"]):
+            line(row["post_over_unmasked"] < 1.0,
+                 f"{tag}batch {row['batch']}, T={steps}, 1 thread, fill 0.5: plugin vs unmasked "
+                 f"{pct(row['post_over_unmasked'])} {spread(row, 'post_over_unmasked')} (target: faster, < 0%)")
+        for row in sorted(head, key=lambda r: (-r["fill"], r["batch"])):
+            line(row["any_over_post"] <= 1.15,
+                 f"{tag}batch {row['batch']}, T={steps}, 1 thread, fill {row['fill']!r}: \"any\" vs \"post\" "
+                 f"{pct(row['any_over_post'])} {spread(row, 'any_over_post')} (target at most +15%)")
+        for row in sorted(head, key=lambda r: (-r["fill"], r["batch"])):
+            if row["post_over_noguard"] != "":
+                line(row["post_over_noguard"] <= 1.03,
+                     f"{tag}batch {row['batch']}, T={steps}, 1 thread, fill {row['fill']!r}: guard cost "
+                     f"(post vs no-guard) {pct(row['post_over_noguard'])} {spread(row, 'post_over_noguard')} "
+                     f"(target at most +3%)")
+    report(f"targets: {passes} PASS, {misses} MISS (targets are reported, not enforced)")
+
+    grid = [r for r in ratio_rows if r["set"] == "grid"]
+    if grid:
+        report()
+        report("the same checks over the grid (every T, batch and thread count):")
+        for model in MODELS:
+            mine = [r for r in grid if r["model"] == model]
+            if not mine:
+                continue
+            full = [r for r in mine if r["fill"] == 1.0]
+            half = [r for r in mine if r["fill"] == 0.5]
+            lo = min(mine, key=lambda r: r["loop_over_post"])
+            hi = max(mine, key=lambda r: r["loop_over_post"])
+            report(f"  {MODEL_NAMES[model]}: plugin over Loop {lo['loop_over_post']:.2f}x "
+                   f"(batch {lo['batch']}, T={lo['time']}, fill {lo['fill']!r}, {lo['threads']} th) to "
+                   f"{hi['loop_over_post']:.2f}x (batch {hi['batch']}, T={hi['time']}, fill {hi['fill']!r}, "
+                   f"{hi['threads']} th)")
+            if full:
+                bad = max(full, key=lambda r: r["post_over_unmasked"])
+                report(f"  {MODEL_NAMES[model]}: fill 1.0, plugin within 5% of unmasked in "
+                       f"{sum(r['post_over_unmasked'] <= 1.05 for r in full)}/{len(full)} cells; worst "
+                       f"{pct(bad['post_over_unmasked'])} (batch {bad['batch']}, T={bad['time']}, {bad['threads']} th)")
+            if half:
+                bad = max(half, key=lambda r: r["post_over_unmasked"])
+                report(f"  {MODEL_NAMES[model]}: fill 0.5, plugin faster than unmasked in "
+                       f"{sum(r['post_over_unmasked'] < 1.0 for r in half)}/{len(half)} cells; worst "
+                       f"{pct(bad['post_over_unmasked'])} (batch {bad['batch']}, T={bad['time']}, {bad['threads']} th)")
+            bad = max(mine, key=lambda r: r["any_over_post"])
+            report(f"  {MODEL_NAMES[model]}: \"any\" at most 15% over \"post\" in "
+                   f"{sum(r['any_over_post'] <= 1.15 for r in mine)}/{len(mine)} cells; worst "
+                   f"{pct(bad['any_over_post'])} (batch {bad['batch']}, T={bad['time']}, fill {bad['fill']!r}, "
+                   f"{bad['threads']} th)")
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.worker:
+        return worker(args.worker)
+    wall_start, cpu_start = time.perf_counter(), cpu_snapshot()
+    settings = dict(QUICK if args.quick else FULL)
+    if args.budget is not None:
+        settings["budget"] = args.budget
+        settings["headline_budget"] = max(args.budget, settings["headline_budget"] * args.budget /
+                                          (QUICK if args.quick else FULL)["budget"])
+    # TensorFlow picks its Keras once, at import
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")  # Keras's cuDNN LSTM cannot be converted
+    if args.keras == "tf_keras":
+        os.environ["TF_USE_LEGACY_KERAS"] = "1"
+    else:
+        os.environ.pop("TF_USE_LEGACY_KERAS", None)
+    quiet = not args.verbose
+    with quiet_stderr(quiet):
+        import numpy as np
+        import onnx
+        import onnxruntime as ort
+        import tensorflow as tf
+        import tf2onnx
+        sys.path.insert(0, ROOT)  # the checkout's plugin, the one being measured
+        import masked_lstm_rewriter as mlr
+        if args.keras == "tf_keras":
+            import tf_keras as keras
+        else:
+            import keras
+    if quiet:
+        tf.get_logger().setLevel(logging.ERROR)
+        logging.getLogger("tf2onnx").setLevel(logging.ERROR)
+    if os.environ.get("TF2ONNX_MASKED_LSTM"):
+        fail("TF2ONNX_MASKED_LSTM is set: unset it, or the 'stock' conversions would use the plugin too")
+    os.makedirs(args.out, exist_ok=True)
+
+    report = Report()
+    versions = {"python": platform.python_version(), "numpy": np.__version__, "tensorflow": tf.__version__,
+                f"keras ({args.keras})": keras.__version__, "tf2onnx": tf2onnx.__version__, "onnx": onnx.__version__,
+                "onnxruntime": ort.__version__, "masked_lstm_rewriter": f"{mlr.__version__} ({git_state()})"}
+    now = datetime.datetime.now().isoformat(timespec="seconds")
+    report(f"tools/benchmark.py {'--quick ' if args.quick else ''}{'--keras tf_keras ' * (args.keras == 'tf_keras')}"
+           f"on {now}")
+    for line in machine_info(versions):
+        report(line)
+    report(f"load average at start: {os.getloadavg()[0]:.2f} (1 min); opset {OPSET}; "
+           f"onnxruntime CPUExecutionProvider, intra-op threads {args.threads}")
+    report()
+
+    # models, conversions, sizes
+    with quiet_stderr(quiet):
+        keras_models = {m: build_pair(keras, m) for m in args.models}
+    protos, seconds = convert_all(tf, tf2onnx, mlr, keras_models, settings["conversions"], quiet)
+    check_structure(protos)
+    conversion_rows = []
+    report(f"conversion (tf2onnx.convert.from_keras, median of {settings['conversions']}, interleaved) and ONNX size:")
+    report(f"  {'model':<13} {'variant':<9} {'median s':>8} {'min s':>6} {'bytes':>9} {'nodes':>5} "
+           f"{'+subgraphs':>10} {'LSTM':>4} {'Loop':>4}")
+    for (model, variant), proto in protos.items():
+        counts = op_counts(proto)
+        values = sorted(seconds[(model, variant)])
+        row = dict(model=model, variant=variant, conversions=len(values),
+                   median_s=round(float(np.median(values)), 4), min_s=round(values[0], 4),
+                   max_s=round(values[-1], 4), onnx_bytes=len(proto.SerializeToString()),
+                   nodes=len(proto.graph.node), nodes_with_subgraphs=sum(counts.values()),
+                   lstm_ops=counts["LSTM"], loop_ops=counts["Loop"])
+        conversion_rows.append(row)
+        report(f"  {MODEL_NAMES[model]:<13} {variant:<9} {row['median_s']:>8.3f} {row['min_s']:>6.3f} "
+               f"{row['onnx_bytes']:>9} {row['nodes']:>5} {row['nodes_with_subgraphs']:>10} "
+               f"{row['lstm_ops']:>4} {row['loop_ops']:>4}")
+    report()
+
+    # shapes and numerics
+    grid_shapes = [(b, t, f) for t in settings["times"] for b in settings["batches"] for f in settings["fills"]]
+    head_shapes = [(b, settings["headline_time"], f) for b in settings["headline_batches"]
+                   for f in settings["headline_fills"]]
+    report(f"numerics: every model on every shape vs Keras, tolerance {TOLERANCE:g}:")
+    with quiet_stderr(quiet):
+        worst = check_numerics(np, ort, keras_models, protos, head_shapes + grid_shapes, report)
+    report()
+
+    # timing, in one child process per thread count
+    with tempfile.TemporaryDirectory(prefix="mlr-benchmark-") as tmp:
+        onnx_files = {}
+        for (model, variant), proto in protos.items():
+            onnx_files.setdefault(model, {})[variant] = path = os.path.join(tmp, f"{model}-{variant}.onnx")
+            onnx.save(proto, path)
+            if variant == "post":
+                bare = without_guard(proto, mlr.GUARD_MESSAGE)
+                if bare is not None:
+                    onnx_files[model]["no-guard"] = os.path.join(tmp, f"{model}-no-guard.onnx")
+                    onnx.save(bare, onnx_files[model]["no-guard"])
+                else:
+                    report(f"note: {model}: the plugin's model has no guard node; no no-guard variant")
+        grid_cell = dict(set="grid", variants=list(VARIANTS), budget=settings["budget"],
+                         min_rounds=settings["min_rounds"], max_rounds=settings["max_rounds"],
+                         warmup=settings["warmup"])
+        head_cell = dict(set="headline", variants=list(HEADLINE_VARIANTS), budget=settings["headline_budget"],
+                         min_rounds=settings["headline_min_rounds"], max_rounds=settings["headline_max_rounds"],
+                         warmup=max(settings["warmup"], 0.2))
+        cells_by_threads = {}
+        for threads in args.threads:
+            cells = []
+            if threads == 1:
+                cells += [dict(head_cell, model=m, batch=b, time=t, fill=f) for m in args.models
+                          for b, t, f in head_shapes]
+            cells += [dict(grid_cell, model=m, batch=b, time=t, fill=f) for m in args.models for b, t, f in grid_shapes]
+            cells_by_threads[threads] = cells
+        total = sum(len(c) for c in cells_by_threads.values())
+        print(f"latency: {total} cells, medians in ms of interleaved rounds; 'other' = mean cores used by "
+              f"other processes meanwhile", flush=True)
+        print(TABLE_HEADER, flush=True)
+        timing_start = time.perf_counter()
+        results = run_children(args, settings, onnx_files, cells_by_threads, tmp)
+        timing_seconds = time.perf_counter() - timing_start
+    print(flush=True)
+
+    ratio_rows, latency_rows = summarise(results, worst)
+    for row in ratio_rows:  # CSV values for the checks below
+        row["fill"] = float(row["fill"])
+
+    # headline
+    report(f"headline: T={settings['headline_time']}, 1 intra-op thread, medians in ms of interleaved rounds "
+           f"(ratios: median over median, [p10-p90] of the per-round ratios)")
+    report(f"  {'model':<13} {'batch':>5} {'fill':>4} {'Loop':>7} {'post':>7} {'any':>7} {'unmasked':>8} "
+           f"{'no-guard':>8} {'Loop/post':>17} {'post/unmasked':>17} {'any/post':>17} {'rounds':>6}")
+    for row in sorted((r for r in ratio_rows if r["set"] == "headline"),
+                      key=lambda r: (MODELS.index(r["model"]), -r["fill"], r["batch"])):
+        def ratio(key, row=row):
+            return f"{row[key]:.2f} [{row[key + '_p10']:.2f}-{row[key + '_p90']:.2f}]"
+        noguard = f"{row['noguard_ms']:>8.3f}" if row["noguard_ms"] != "" else f"{'-':>8}"
+        report(f"  {MODEL_NAMES[row['model']]:<13} {row['batch']:>5} {row['fill']:>4.2f} {row['loop_ms']:>7.3f} "
+               f"{row['post_ms']:>7.3f} {row['any_ms']:>7.3f} {row['unmasked_ms']:>8.3f} {noguard} "
+               f"{ratio('loop_over_post'):>17} {ratio('post_over_unmasked'):>17} {ratio('any_over_post'):>17} "
+               f"{row['rounds']:>6}")
+    report()
+    evaluate_targets(ratio_rows, settings, report)
+    report()
+
+    # files
+    paths = [os.path.join(args.out, name) for name in ("ratios.csv", "latency.csv", "conversion.csv")]
+    write_csv(paths[0], ratio_rows)
+    write_csv(paths[1], latency_rows)
+    write_csv(paths[2], conversion_rows)
+    if not args.no_plot:
+        try:
+            import plot_benchmark
+        except ImportError:
+            sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+            import plot_benchmark
+        cpu = machine_info(versions)[0].split(": ", 1)[1].split(",")[0]
+        subtitle = (f"{cpu}; onnxruntime {ort.__version__}, tf2onnx {tf2onnx.__version__}, {args.keras}; "
+                    f"points: medians; bars: interquartile range of the per-round ratios")
+        try:
+            paths += plot_benchmark.plot(paths[0], args.out, subtitle=subtitle)
+        except ImportError as error:
+            report(f"note: no plot ({error}); pip install matplotlib")
+
+    wall = time.perf_counter() - wall_start
+    busy = other_load(cpu_start, cpu_snapshot(), wall)
+    high = max((r["other_load"] for r in ratio_rows), default=0.0)
+    report(f"timing took {timing_seconds:.0f} s; the whole run {wall:.0f} s "
+           f"({'quick' if args.quick else 'full'} settings); load average at the end {os.getloadavg()[0]:.2f}")
+    report(f"other processes kept {busy:.2f} cores busy on average during the run (the most during one cell: "
+           f"{high:.2f})" + (": the machine was busy, expect noise" if busy > 0.2 else ""))
+    summary = os.path.join(args.out, "summary.txt")
+    with open(summary, "w") as handle:
+        handle.write("\n".join(report.lines) + "\n")
+    paths.append(summary)
+    print("wrote: " + ", ".join(os.path.relpath(p, ROOT) if p.startswith(ROOT) else p for p in paths))
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except BenchmarkError as error:
+        print(f"\nbenchmark: FAILED: {error}", file=sys.stderr, flush=True)
+        sys.exit(1)
