@@ -43,7 +43,6 @@ build/benchmark-quick unless --out is given, so that it never overwrites the ful
 from __future__ import annotations
 
 import argparse
-import contextlib
 import csv
 import datetime
 import json
@@ -55,6 +54,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+from toolutil import quiet_stderr  # tools/ is on sys.path when run as a script
 
 TOLERANCE = 1e-5
 OPSET = 15
@@ -238,24 +239,6 @@ def parse_args(argv=None):
     if any(n < 1 for n in args.threads) or (args.budget is not None and args.budget <= 0):
         parser.error("--threads and --budget must be positive")
     return args
-
-
-@contextlib.contextmanager
-def quiet_stderr(enabled: bool = True):
-    """Hide what native code writes to stderr meanwhile (TensorFlow's start-up notices)."""
-    if not enabled:
-        yield
-        return
-    sys.stderr.flush()
-    saved = os.dup(2)
-    try:
-        with open(os.devnull, "w") as devnull:
-            os.dup2(devnull.fileno(), 2)
-        yield
-    finally:
-        sys.stderr.flush()
-        os.dup2(saved, 2)
-        os.close(saved)
 
 
 class Report:

@@ -54,6 +54,8 @@ import sys
 import tempfile
 import time
 
+from toolutil import quiet_stderr  # tools/ is on sys.path when run as a script
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_CORPUS = os.path.join(ROOT, "testdata", "corpus")
 MANIFEST = "manifest.json"
@@ -297,21 +299,6 @@ def import_plugin():
         sys.path.insert(0, ROOT)
         import masked_lstm_rewriter as mlr  # pylint: disable=import-outside-toplevel
     return mlr
-
-
-@contextlib.contextmanager
-def quiet_stderr():
-    """Hide stderr meanwhile, native code included (TensorFlow's start-up notices)."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    try:
-        with open(os.devnull, "w", encoding="utf-8") as devnull:
-            os.dup2(devnull.fileno(), 2)
-        yield
-    finally:
-        sys.stderr.flush()
-        os.dup2(saved, 2)
-        os.close(saved)
 
 
 # ---------------------------------------------------------------- the command

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import argparse
 import collections
-import contextlib
 import logging
 import os
 import statistics
 import sys
 import time
+
+from toolutil import quiet_stderr  # tools/ is on sys.path when run as a script
 
 TOLERANCE = 1e-5
 OPSET = 15
@@ -56,26 +57,6 @@ def select_keras(flavour: str) -> None:
         os.environ["TF_USE_LEGACY_KERAS"] = "1"
     else:
         os.environ.pop("TF_USE_LEGACY_KERAS", None)
-
-
-@contextlib.contextmanager
-def quiet_stderr(enabled: bool = True):
-    """Hide what is written to stderr meanwhile, native code included (TensorFlow's start-up and
-    CUDA notices, which TF_CPP_MIN_LOG_LEVEL no longer silences). An exception raised inside
-    still shows: it is printed after stderr is restored."""
-    if not enabled:
-        yield
-        return
-    sys.stderr.flush()
-    saved = os.dup(2)
-    try:
-        with open(os.devnull, "w") as devnull:
-            os.dup2(devnull.fileno(), 2)
-        yield
-    finally:
-        sys.stderr.flush()
-        os.dup2(saved, 2)
-        os.close(saved)
 
 
 def import_plugin():
