@@ -55,7 +55,7 @@ import sys
 import tempfile
 import time
 
-from toolutil import quiet_stderr  # tools/ is on sys.path when run as a script
+from toolutil import op_counts, quiet_stderr  # tools/ is on sys.path when run as a script
 
 TOLERANCE = 1e-5
 OPSET = 15
@@ -288,22 +288,6 @@ def git_state() -> str:
     except (OSError, subprocess.CalledProcessError):
         return "not a git checkout"
     return f"{head}" + (" + uncommitted changes in masked_lstm_rewriter/" if dirty else " (clean plugin sources)")
-
-
-def op_counts(model_proto):
-    """Op types over the main graph and every subgraph (a Loop's body included)."""
-    import collections
-    counts = collections.Counter()
-
-    def visit(graph):
-        for node in graph.node:
-            counts[node.op_type] += 1
-            for attr in node.attribute:
-                for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
-                    visit(sub)
-
-    visit(model_proto.graph)
-    return counts
 
 
 def without_guard(onnx_model, guard_message: str):

@@ -16,14 +16,13 @@ Loop or differs from Keras by more than the tolerance.
 from __future__ import annotations
 
 import argparse
-import collections
 import logging
 import os
 import statistics
 import sys
 import time
 
-from toolutil import quiet_stderr  # tools/ is on sys.path when run as a script
+from toolutil import op_counts, quiet_stderr  # tools/ is on sys.path when run as a script
 
 TOLERANCE = 1e-5
 OPSET = 15
@@ -93,21 +92,6 @@ def build_model(keras):
     x = keras.layers.LSTM(UNITS, return_sequences=True, name="lstm")(x)
     out = keras.layers.Dense(CLASSES, name="logits")(x)
     return keras.Model(tokens, out, name="masked_tagger")
-
-
-def op_counts(model_proto) -> collections.Counter:
-    """Op types over the main graph and every subgraph (a Loop's body included)."""
-    counts = collections.Counter()
-
-    def visit(graph):
-        for node in graph.node:
-            counts[node.op_type] += 1
-            for attr in node.attribute:
-                for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
-                    visit(sub)
-
-    visit(model_proto.graph)
-    return counts
 
 
 def median_latency_ms(session, feed, runs: int) -> float:

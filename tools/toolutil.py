@@ -24,3 +24,19 @@ def quiet_stderr(enabled: bool = True):
         sys.stderr.flush()
         os.dup2(saved, 2)
         os.close(saved)
+
+
+def op_counts(model_proto):
+    """Op types over the main graph and every subgraph (a Loop's body included)."""
+    import collections  # pylint: disable=import-outside-toplevel
+    counts = collections.Counter()
+
+    def visit(graph):
+        for node in graph.node:
+            counts[node.op_type] += 1
+            for attr in node.attribute:
+                for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                    visit(sub)
+
+    visit(model_proto.graph)
+    return counts
