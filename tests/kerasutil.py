@@ -5,9 +5,9 @@ Keras is the oracle: every numeric check runs the Keras model and onnxruntime on
 batch and compares every output at every position, padded ones included.
 """
 
-import collections
 import logging
 import os
+import sys
 
 import numpy as np
 import onnxruntime as ort
@@ -15,6 +15,9 @@ import tensorflow as tf
 import tf2onnx
 
 import masked_lstm_rewriter as mlr
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))
+from toolutil import op_counts  # noqa: E402,F401  (one op counter for tests and tools)
 
 FLAVOUR = "tf_keras" if os.environ.get("TF_USE_LEGACY_KERAS") == "1" else "keras3"
 if FLAVOUR == "tf_keras":
@@ -85,20 +88,6 @@ def assert_matches_keras(model, onnx_model, spec, inputs):
     MAX_ERRORS.append(error)
     assert error <= ATOL, f"max |keras - onnx| = {error}"
     return error
-
-
-def op_counts(onnx_model):
-    """Op types in the graph, Loop bodies included."""
-    counts = collections.Counter()
-
-    def walk(graph):
-        for node in graph.node:
-            counts[node.op_type] += 1
-            for attr in node.attribute:
-                if attr.g is not None and attr.g.node:
-                    walk(attr.g)
-    walk(onnx_model.graph)
-    return counts
 
 
 def canonical(onnx_model):
