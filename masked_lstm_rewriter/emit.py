@@ -60,6 +60,7 @@ class DirectionOutputs:
     y: str       # [T, B, H]
     h_last: str  # [B, H]
     c_last: str  # [B, H]
+    h_last_step: str  # [1, B, H]: h_last before the squeeze, broadcasts over the time axis
 
 
 def emit_group(graph, layers: tuple, mask_tensors: MaskTensors) -> None:
@@ -101,16 +102,18 @@ def _emit_lstm_node(g, layers: tuple, x: str, lengths: str) -> list:
         name=utils.make_name("/".join(layer.layer for layer in layers) + "/masked_lstm"))
     outputs = []
     for index in range(len(layers)):
-        y, h, c = (_take(gb, out, axis, index, len(layers)) for out, axis in zip(lstm.output, (1, 0, 0)))
-        outputs.append(DirectionOutputs(y=y, h_last=h, c_last=c))
+        y, h_step, c = (_direction(gb, out, axis, index, len(layers)) for out, axis in zip(lstm.output, (1, 0, 0)))
+        squeeze = lambda tensor, axis: gb.make_squeeze({"data": tensor, "axes": [axis]})  # noqa: E731
+        outputs.append(DirectionOutputs(y=squeeze(y, 1), h_last=squeeze(h_step, 0), c_last=squeeze(c, 0),
+                                        h_last_step=h_step))
     return outputs
 
 
-def _take(gb, tensor, axis, index, count):
-    """Direction ``index`` of an LSTM output, with the direction axis squeezed out."""
+def _direction(gb, tensor, axis, index, count):
+    """Direction ``index`` of an LSTM output, the direction axis kept (size 1)."""
     if count > 1:
         tensor = gb.make_slice({"data": tensor, "starts": [index], "ends": [index + 1], "axes": [axis]})
-    return gb.make_squeeze({"data": tensor, "axes": [axis]})
+    return tensor
 
 
 def _stack_gates(arrays: dict, transpose: bool) -> np.ndarray:
@@ -166,8 +169,10 @@ def _keras_outputs(g, layer: MaskedLstm, out: DirectionOutputs, mask_tensors: Ma
         sequence = _reverse_time(gb, in_time_order)
         last_output = carried
     elif layer.output_carried:
-        # padded steps repeat the last output: h at the last valid step, zeros if none
-        sequence = g.make_node("Where", [mask_tensors.mask_tm, out.y, carried]).output[0]
+        # padded steps repeat the last output: h at the last valid step, zeros if none; with a
+        # zero initial state that is the runtime's [1, B, H] Y_h as it is (no Squeeze node)
+        fill = out.h_last_step if layer.zero_initial_state else carried
+        sequence = g.make_node("Where", [mask_tensors.mask_tm, out.y, fill]).output[0]
         last_output = carried
     else:
         # masked steps output zeros (zero_output_for_mask): zero them explicitly, whatever the

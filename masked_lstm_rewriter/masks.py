@@ -104,8 +104,8 @@ class MaskPlanner:
         after = gb.make_slice({"data": counts, "starts": [1], "ends": [np.iinfo(np.int64).max], "axes": [1]})
         rises = g.make_node("Cast", [g.make_node("Less", [before, after]).output[0]],
                             attr={"to": TensorProto.INT64}).output[0]
-        per_row = gb.make_reduce_sum({"data": rises, "axes": [1], "keepdims": 0, "noop_with_empty_axes": 0})
-        total = gb.make_reduce_sum({"data": per_row, "axes": [0], "keepdims": 1, "noop_with_empty_axes": 0})
+        # one reduction over every axis (a scalar): each node costs ~2.5 us at batch 1
+        total = gb.make_reduce_sum({"data": rises, "axes": [0, 1], "keepdims": 0, "noop_with_empty_axes": 0})
         target = g.make_node("Add", [g.make_node("Shape", [lengths]).output[0], total]).output[0]
         return g.make_node("Reshape", [lengths, target], name=utils.make_name(GUARD_MESSAGE)).output[0]
 
