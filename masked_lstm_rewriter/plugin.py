@@ -101,19 +101,70 @@ def _rewrite_loops(graph, loops, mask_mode):
     planner = MaskPlanner(graph, mask_mode)
     for group in plan_nodes(layers):
         names = " and ".join(f"'{layer.layer}'" for layer in group)
+        snapshot = GraphSnapshot(graph, planner)
         try:
             emit_group(graph, group, planner.tensors_for(group[0].mask, group[0].mask_post_padded))
         except Exception as error:  # pylint: disable=broad-except
-            # nodes made before the failure are unused and dropped by tf2onnx; the loops stand
-            logger.warning("masked recurrent layer %s left as a Loop: rewrite failed: %s", names, error)
+            snapshot.restore()  # the loops stand exactly as tf2onnx made them
+            reason = f"rewrite failed: {type(error).__name__}: {error}"
+            logger.warning("masked recurrent layer %s left as a Loop: %s", names, reason)
             for layer in group:
-                record(layer.layer, False, f"rewrite failed: {error}", mask_mode)
+                record(layer.layer, False, reason, mask_mode)
             continue
         direction = "bidirectional" if len(group) == 2 else group[0].direction
         for layer in group:
             logger.info("masked LSTM layer '%s' (%d units) rewritten into a native ONNX LSTM "
                         "(direction=%s, mask_mode=%s)", layer.layer, layer.hidden_size, direction, mask_mode)
             record(layer.layer, True, f"LSTM direction={direction}", mask_mode)
+
+
+class GraphSnapshot:
+    """What rewriting one group can change, copied so that a failure half-way can be undone exactly.
+
+    tf2onnx has no transactions: emitting adds nodes, ``replace_all_inputs`` rewires consumers (in
+    subgraphs too) and ``remove_node`` drops the loop, each updating the graph's private indices.
+    The snapshot copies those indices and every node's input list, for the graph and every graph
+    nested in it, plus the mask planner's cache (its tensors would be gone after a restore).
+    """
+
+    _INDICES = ("_nodes", "_nodes_by_name", "_output_to_node_name", "_output_to_consumers", "_input_to_graph",
+                "_dtypes", "_output_shapes", "outputs", "inputs", "contained_graphs")
+
+    def __init__(self, graph, planner=None):
+        self._graphs = [(g, {name: _copy_index(getattr(g, name)) for name in self._INDICES},
+                         [(node, list(node.input)) for node in g.get_nodes()]) for g in _graph_tree(graph)]
+        self._planner = planner
+        self._planner_state = {key: _copy_index(value) for key, value in vars(planner).items()} \
+            if planner is not None else None
+
+    def restore(self) -> None:
+        for g, indices, nodes in self._graphs:
+            for name, value in indices.items():
+                setattr(g, name, _copy_index(value))
+            for node, inputs in nodes:
+                node.graph = g
+                node.input = inputs
+        if self._planner is not None:
+            vars(self._planner).update({key: _copy_index(value) for key, value in self._planner_state.items()})
+
+
+def _graph_tree(graph):
+    """``graph`` and every subgraph nested in it (the bodies of its Loop and If nodes)."""
+    graphs = [graph]
+    for attributes in graph.contained_graphs.values():
+        for subgraph in attributes.values():
+            graphs.extend(_graph_tree(subgraph))
+    return graphs
+
+
+def _copy_index(value):
+    """A copy deep enough that later edits of the graph do not reach it (the nodes themselves are shared)."""
+    if isinstance(value, dict):
+        return {key: (set(item) if isinstance(item, set) else dict(item) if isinstance(item, dict) else item)
+                for key, item in value.items()}
+    if isinstance(value, list):
+        return list(value)
+    return value
 
 
 rewrite_masked_lstm = make_rewriter()

@@ -11,6 +11,10 @@ twice, each time with the entry's ``mask_mode``:
 * command line: ``python -m masked_lstm_rewriter ... --mask-mode MODE`` in a subprocess (skipped
   while ``python -m masked_lstm_rewriter --help`` fails).
 
+Each model made by the library path also runs on OpenVINO when it is installed (skipped
+otherwise), with static input shapes; the guard is not checked there (OpenVINO does not enforce
+Reshape sizes), and the models it is known to refuse must fail loudly.
+
 The ONNX model must have the expected ops (native LSTM nodes with the expected directions, no
 Loop), reproduce the stored Keras outputs of every batch at every position (onnxruntime, one
 thread) within the manifest's tolerance, and, for ``"post"`` entries, refuse the non-post-padded
@@ -41,6 +45,7 @@ except (OSError, ValueError) as error:  # reported by test_manifest, not as a co
 ENTRIES = check_corpus.entries_for(MANIFEST, FLAVOUR)
 IDS = [entry["name"].split("/", 1)[1] for entry in ENTRIES]
 CLI_JOBS = int(os.environ.get("MLR_CORPUS_JOBS", "2"))  # command-line conversions at once
+CONVERTED = {}  # entry name -> the ONNX file test_library made, reused by test_openvino
 
 
 @pytest.fixture(autouse=True)
@@ -66,18 +71,40 @@ def test_manifest():
             assert os.path.isfile(os.path.join(CORPUS, relative)), relative
 
 
-@pytest.mark.parametrize("entry", ENTRIES, ids=IDS)
-def test_library(entry, tmp_path, monkeypatch):
-    """tf2onnx.convert.main() in this process with the plugin enabled: native LSTMs, Keras's numbers."""
+def convert_library(entry, output, monkeypatch):
+    """tf2onnx.convert.main() with the plugin enabled; checks last_report()."""
     from tf2onnx import convert as tf2onnx_convert  # pylint: disable=import-outside-toplevel
-    output = str(tmp_path / "model.onnx")
     monkeypatch.setattr(sys, "argv", ["tf2onnx.convert"] + check_corpus.convert_args(entry, CORPUS, output))
     before = mlr.last_report()
     with mlr.enable(entry["mask_mode"]):
         tf2onnx_convert.main()
     report = mlr.last_report()
     check_corpus.check_report(entry, None if report is before else report)
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=IDS)
+def test_library(entry, tmp_path, monkeypatch):
+    """tf2onnx.convert.main() in this process with the plugin enabled: native LSTMs, Keras's numbers."""
+    output = str(tmp_path / "model.onnx")
+    convert_library(entry, output, monkeypatch)
     kerasutil.MAX_ERRORS.append(check_corpus.check_onnx(entry, CORPUS, output))
+    CONVERTED[entry["name"]] = output
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=IDS)
+def test_openvino(entry, tmp_path, monkeypatch):
+    """The same model on OpenVINO (static shapes): Keras's numbers, or a loud known refusal."""
+    pytest.importorskip("openvino")
+    output = CONVERTED.get(entry["name"])
+    if output is None or not os.path.isfile(output):
+        output = str(tmp_path / "model.onnx")
+        convert_library(entry, output, monkeypatch)
+    refusal = check_corpus.known_refusal(entry, "openvino")
+    if refusal:
+        with pytest.raises(check_corpus.CorpusFailure, match=refusal[0]):
+            check_corpus.check_onnx(entry, CORPUS, output, "openvino")
+        return
+    kerasutil.MAX_ERRORS.append(check_corpus.check_onnx(entry, CORPUS, output, "openvino"))
 
 
 class CliRuns:

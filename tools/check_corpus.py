@@ -9,6 +9,8 @@ One command for a converter's CI (tf2onnx's own, or a project that builds its ow
     python tools/check_corpus.py --path library       # only the in-process path
     python tools/check_corpus.py -k bidirectional     # entries whose name contains a word
     python tools/check_corpus.py --corpus DIR --jobs 2
+    python tools/check_corpus.py --runtime openvino   # run the models on OpenVINO (or: both)
+    python tools/check_corpus.py --opsets 13-18       # convert at each opset instead of the entry's
 
 Set-up: a checkout of this project with its package installed next to the tf2onnx build under
 test, TensorFlow with Keras 3 and tf_keras, and onnxruntime::
@@ -31,6 +33,15 @@ Each ONNX model must have the manifest's op counts (``LSTM`` nodes and their dir
 intra-op thread) must reproduce the stored Keras outputs of every batch at every position
 within the manifest's tolerance (1e-5); for a ``"post"`` entry the batch whose mask is not
 post-padded must fail with the guard's message ("not post-padded").
+
+Every model must also pass ``onnx.checker.check_model(full_check=True)`` and strict shape inference.
+``--opsets`` converts every entry at each opset given (``13-18``, ``13,18``) instead of the
+manifest's. ``--runtime openvino`` runs the models on OpenVINO's ONNX front end (CPU, f32, one
+thread; ``pip install openvino`` or ``.[openvino]``) instead of onnxruntime, with every input
+shape made static first (``Model.reshape``): with any dynamic dimension, OpenVINO (2024.6 to
+2026.4, measured) ignores the LSTM's ``sequence_lens`` and returns wrong numbers. OpenVINO does
+not check a Reshape's element count, so the post-padding guard cannot fail there: the
+non-post-padded batch is not checked on OpenVINO.
 
 Keras 3 and tf_keras cannot share a process (TensorFlow picks its Keras at import), so each
 flavour runs in a subprocess of this script (``--keras X --worker``) with ``MLR_KERAS`` and
@@ -63,6 +74,15 @@ FLAVOURS = ("keras3", "tf_keras")
 PATHS = ("library", "cli")
 CONVERT_FLAGS = {"saved_model": "--saved-model", "keras": "--keras", "h5": "--keras"}
 CLI_TIMEOUT = 600  # seconds, one conversion
+RUNTIMES = ("onnxruntime", "openvino")
+OPSETS = tuple(range(13, 19))  # the opsets the plugin supports
+# OpenVINO: exact float32 arithmetic (no bf16/f16 inference precision), one thread like onnxruntime
+OPENVINO_CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": 1}
+# models the runtime refuses, loudly, by corpus model name: (text in its error, why)
+KNOWN_REFUSALS = {"openvino": {"hard_sigmoid": ("Unsupported activation function",
+                                                "OpenVINO's CPU plugin has no HardSigmoid activation inside an LSTM")}}
+# whether the runtime rejects the guard's Reshape to a wrong element count (OpenVINO does not check it)
+GUARD_ENFORCED = {"onnxruntime": True, "openvino": False}
 
 
 class CorpusFailure(AssertionError):
@@ -95,6 +115,22 @@ def flavour_env(flavour: str, base=None) -> dict:
     env.setdefault("CUDA_VISIBLE_DEVICES", "")  # Keras's cuDNN LSTM path cannot be converted
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
+
+
+def at_opset(entry: dict, opset) -> dict:
+    """The entry converted at ``opset`` instead of the manifest's (``None``: the manifest's)."""
+    return entry if opset is None else dict(entry, opset=opset)
+
+
+def parse_opsets(text: str) -> tuple:
+    """``"13-18"`` or ``"13,15,18"`` -> (13, ..., 18); raises ValueError outside 13-18."""
+    opsets = []
+    for part in text.split(","):
+        first, _, last = part.strip().partition("-")
+        opsets.extend(range(int(first), int(last or first) + 1))
+    if not opsets or any(opset not in OPSETS for opset in opsets):
+        raise ValueError(f"opsets must be within {OPSETS[0]}-{OPSETS[-1]}: {text!r}")
+    return tuple(sorted(set(opsets)))
 
 
 def model_path(entry: dict, corpus: str = DEFAULT_CORPUS) -> str:
@@ -206,6 +242,60 @@ def session(model_proto):
     return ort.InferenceSession(model_proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
+def runtime_available(runtime: str):
+    """(True, "") when ``runtime`` can be imported, else (False, why)."""
+    try:
+        __import__(runtime)
+    except ImportError as error:
+        return False, f"{runtime} is not installed ({error}); pip install {runtime}"
+    return True, ""
+
+
+def runner(model_proto, onnx_path: str, runtime: str = "onnxruntime"):
+    """``run(output_names, feeds) -> [arrays]`` on ``runtime``."""
+    if runtime == "onnxruntime":
+        sess = session(model_proto)
+        return sess.run
+    if runtime == "openvino":
+        return openvino_runner(onnx_path)
+    raise ValueError(f"unknown runtime {runtime!r}, expected one of {RUNTIMES}")
+
+
+def openvino_runner(onnx_path: str):
+    """OpenVINO's ONNX front end, the model compiled for each set of input shapes, made static first:
+    with a dynamic dimension, OpenVINO's CPU plugin ignores the LSTM's sequence_lens."""
+    import openvino as ov  # pylint: disable=import-outside-toplevel
+    core = ov.Core()
+    compiled = {}
+
+    def run(output_names, feeds):
+        key = tuple(sorted((name, value.shape) for name, value in feeds.items()))
+        if key not in compiled:
+            model = core.read_model(onnx_path)
+            model.reshape({name: ov.PartialShape(list(value.shape)) for name, value in feeds.items()})
+            compiled[key] = core.compile_model(model, "CPU", OPENVINO_CONFIG)
+        model = compiled[key]
+        results = model(feeds)
+        return [results[model.output(name)] for name in output_names]
+
+    return run
+
+
+def check_valid(model_proto) -> list:
+    """Problems found by ``onnx.checker`` (full check) and strict shape inference, if any."""
+    import onnx  # pylint: disable=import-outside-toplevel
+    problems = []
+    try:
+        onnx.checker.check_model(model_proto, full_check=True)
+    except Exception as error:  # noqa: BLE001  pylint: disable=broad-except
+        problems.append(f"onnx.checker (full_check): {first_line(error)}")
+    try:
+        onnx.shape_inference.infer_shapes(model_proto, check_type=True, strict_mode=True)
+    except Exception as error:  # noqa: BLE001  pylint: disable=broad-except
+        problems.append(f"strict shape inference: {first_line(error)}")
+    return problems
+
+
 def load_npz(corpus: str, relative: str) -> dict:
     import numpy as np  # pylint: disable=import-outside-toplevel
     with np.load(os.path.join(corpus, relative), allow_pickle=False) as data:
@@ -216,10 +306,9 @@ def feeds_for(entry: dict, arrays: dict) -> dict:
     return {spec["onnx_name"]: arrays[spec["name"]] for spec in entry["inputs"]}
 
 
-def check_onnx(entry: dict, corpus: str, onnx_path: str) -> float:
-    """Check one converted model against the manifest entry; returns the largest |difference|.
-
-    Raises CorpusFailure with every problem found."""
+def check_onnx(entry: dict, corpus: str, onnx_path: str, runtime: str = "onnxruntime") -> float:
+    """Check one converted model against the manifest entry on ``runtime``; returns the largest
+    |difference|. Raises CorpusFailure with every problem found."""
     import numpy as np  # pylint: disable=import-outside-toplevel
     import onnx  # pylint: disable=import-outside-toplevel
 
@@ -241,19 +330,20 @@ def check_onnx(entry: dict, corpus: str, onnx_path: str) -> float:
         problems.append(f"model inputs {graph_inputs}, expected {want_inputs}")
     if graph_outputs != want_outputs:
         problems.append(f"model outputs {graph_outputs}, expected {want_outputs} (in this order)")
+    problems.extend(check_valid(model_proto))
     if problems:
         raise CorpusFailure(f"{onnx_path}: " + "; ".join(problems))
 
-    sess = session(model_proto)
+    run = runner(model_proto, onnx_path, runtime)
     tolerance = entry["tolerance"]
     worst = 0.0
     for number, batch in enumerate(entry["batches"]):
         inputs = load_npz(corpus, batch["inputs"])
         reference = load_npz(corpus, batch["expected"])
         try:
-            got = sess.run(want_outputs, feeds_for(entry, inputs))
+            got = run(want_outputs, feeds_for(entry, inputs))
         except Exception as error:  # noqa: BLE001  pylint: disable=broad-except
-            problems.append(f"batch {number} ({batch['description']}): onnxruntime failed: {first_line(error)}")
+            problems.append(f"batch {number} ({batch['description']}): {runtime} failed: {first_line(error)}")
             continue
         for spec, value in zip(entry["outputs"], got):
             keras_value = reference[spec["name"]]
@@ -271,10 +361,10 @@ def check_onnx(entry: dict, corpus: str, onnx_path: str) -> float:
                 problems.append(f"batch {number} ({batch['description']}), output {spec['name']}: "
                                 f"max |onnx - keras| = {error:.3g} > {tolerance} at index {where}")
     must_fail = entry.get("must_fail")
-    if must_fail:
+    if must_fail and GUARD_ENFORCED[runtime]:
         inputs = load_npz(corpus, must_fail["inputs"])
         try:
-            sess.run(want_outputs, feeds_for(entry, inputs))
+            run(want_outputs, feeds_for(entry, inputs))
         except Exception as error:  # noqa: BLE001  pylint: disable=broad-except
             if must_fail["message"] not in str(error):
                 problems.append(f"the non-post-padded batch failed, but without '{must_fail['message']}': "
@@ -288,8 +378,17 @@ def check_onnx(entry: dict, corpus: str, onnx_path: str) -> float:
 
 
 def first_line(error) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
+    """The telling line of an error: the first, or for OpenVINO's nested 'Exception from <source
+    file>' lines the last, which names the cause."""
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    if lines and lines[0].startswith("Exception from "):
+        lines = [line for line in lines if not line.startswith("Exception from ")][-1:] or lines
+    return (lines or [type(error).__name__])[0]
+
+
+def known_refusal(entry: dict, runtime: str):
+    """(text expected in the runtime's error, why) when ``runtime`` is known to refuse this model."""
+    return KNOWN_REFUSALS.get(runtime, {}).get(entry["name"].split("/")[1])
 
 
 def import_plugin():
@@ -313,6 +412,10 @@ def parse_args(argv=None):
     parser.add_argument("--corpus", default=DEFAULT_CORPUS, help=f"corpus directory (default: {DEFAULT_CORPUS})")
     parser.add_argument("-k", dest="keyword", default="", help="only entries whose name contains this text")
     parser.add_argument("--jobs", type=int, default=2, help="command-line conversions run at once (default: 2)")
+    parser.add_argument("--runtime", choices=RUNTIMES + ("both",), default="onnxruntime",
+                        help="run the converted models on onnxruntime (default), openvino or both")
+    parser.add_argument("--opsets", type=_opsets_arg, default=None,
+                        help="convert at each of these opsets (13-18, or a list: 13,18) instead of the manifest's")
     parser.add_argument("--verbose", action="store_true", help="show TensorFlow's and tf2onnx's own messages")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # one flavour, JSON summary
     args = parser.parse_args(argv)
@@ -320,6 +423,13 @@ def parse_args(argv=None):
         parser.error("--jobs must be >= 1")
     args.corpus = os.path.abspath(args.corpus)
     return args
+
+
+def _opsets_arg(text):
+    try:
+        return parse_opsets(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from error
 
 
 RESULT_PREFIX = "CORPUS-RESULT "
@@ -331,13 +441,41 @@ def worker(args) -> int:
 
     flavour = current_flavour()
     manifest = load_manifest(args.corpus)
-    entries = [e for e in entries_for(manifest, flavour) if args.keyword in e["name"]]
+    entries = [at_opset(e, opset) for e in entries_for(manifest, flavour) if args.keyword in e["name"]
+               for opset in (args.opsets or (None,))]
     paths = PATHS if args.path == "both" else (args.path,)
+    runtimes = RUNTIMES if args.runtime == "both" else (args.runtime,)
+    missing = {runtime: why for runtime in runtimes for ok, why in [runtime_available(runtime)] if not ok}
     results = []  # (name, path, status, detail)
 
     def record(entry, path, status, detail):
         results.append((entry["name"], path, status, detail))
         print(f"{status.upper():>7} {path:<7} {entry['name']}: {detail}", flush=True)
+
+    def check(entry, path, output, seconds):
+        """The converted model on every runtime asked for."""
+        for runtime in runtimes:
+            label = path + ("" if args.opsets is None else f" opset {entry['opset']}") + \
+                ("" if runtime == "onnxruntime" else f" {runtime}")
+            if runtime in missing:
+                record(entry, label, "skipped", missing[runtime])
+                continue
+            refusal = known_refusal(entry, runtime)
+            try:
+                worst = check_onnx(entry, args.corpus, output, runtime)
+            except Exception as error:  # noqa: BLE001  pylint: disable=broad-except
+                if refusal and refusal[0] in str(error):
+                    record(entry, label, "skipped", f"known: {refusal[1]} ({refusal[0]})")
+                    continue
+                record(entry, label, "failed", str(error) if isinstance(error, CorpusFailure)
+                       else f"{type(error).__name__}: {error}")
+            else:
+                if refusal:
+                    record(entry, label, "failed", f"{runtime} now runs it: remove it from KNOWN_REFUSALS")
+                    continue
+                note = "" if GUARD_ENFORCED[runtime] or not entry.get("must_fail") else \
+                    f"; guard not checked ({runtime} does not enforce Reshape sizes)"
+                record(entry, label, "passed", f"max |onnx - keras| = {worst:.2g} ({seconds:.1f}s){note}")
 
     quiet = contextlib.nullcontext if args.verbose else quiet_stderr  # a fresh one each time
     with tempfile.TemporaryDirectory(prefix="mlr-corpus-") as tmp:
@@ -348,19 +486,17 @@ def worker(args) -> int:
                 for name in ("tf2onnx", "tensorflow"):
                     logging.getLogger(name).setLevel(logging.ERROR)
             for entry in entries:
-                output = os.path.join(tmp, entry["name"].replace("/", "__") + ".library.onnx")
+                output = os.path.join(tmp, f"{entry['name'].replace('/', '__')}.{entry['opset']}.library.onnx")
                 start = time.monotonic()
                 try:
                     with quiet():
                         report = convert_library(entry, args.corpus, output)
                     check_report(entry, report)
-                    worst = check_onnx(entry, args.corpus, output)
                 except Exception as error:  # noqa: BLE001  pylint: disable=broad-except
                     record(entry, "library", "failed", str(error) if isinstance(error, CorpusFailure)
                            else f"{type(error).__name__}: {error}")
                 else:
-                    record(entry, "library", "passed",
-                           f"max |onnx - keras| = {worst:.2g} ({time.monotonic() - start:.1f}s)")
+                    check(entry, "library", output, time.monotonic() - start)
         if "cli" in paths and entries:
             available, why = cli_available(env=os.environ)
             if not available:
@@ -368,18 +504,17 @@ def worker(args) -> int:
                     record(entry, "cli", "skipped", f"no command line: {why}")
             else:
                 def convert(entry):
-                    output = os.path.join(tmp, entry["name"].replace("/", "__") + ".cli.onnx")
+                    output = os.path.join(tmp, f"{entry['name'].replace('/', '__')}.{entry['opset']}.cli.onnx")
                     return entry, output, run_cli(entry, args.corpus, output, env=os.environ)
 
                 with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
                     for entry, output, (done, seconds) in pool.map(convert, entries):
                         try:
                             check_cli_result(done, output)
-                            worst = check_onnx(entry, args.corpus, output)
-                        except Exception as error:  # noqa: BLE001  pylint: disable=broad-except
+                        except CorpusFailure as error:
                             record(entry, "cli", "failed", str(error))
                         else:
-                            record(entry, "cli", "passed", f"max |onnx - keras| = {worst:.2g} ({seconds:.1f}s)")
+                            check(entry, "cli", output, seconds)
     print(RESULT_PREFIX + json.dumps({"flavour": flavour, "results": results}), flush=True)
     return 0
 
