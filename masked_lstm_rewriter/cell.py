@@ -18,6 +18,7 @@ Weights are loop inputs of the body, so their values are only known in the main 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Callable, Optional
 
 import numpy as np
@@ -79,9 +80,12 @@ class ConstSum:
 
     def resolve(self, input_value: Callable[[int], Optional[np.ndarray]]) -> Optional[np.ndarray]:
         values = [term.resolve(input_value) for term in self.terms]
-        if any(v is None for v in values) or len({v.shape for v in values}) != 1:
+        if any(v is None for v in values):
             return None
-        return np.sum(values, axis=0).astype(values[0].dtype)
+        try:
+            return functools.reduce(np.add, values)  # a scalar term (a folded constant) broadcasts
+        except ValueError:
+            return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,12 +194,11 @@ def _read_hard_sigmoid_keras3(graph, node):
     if relu6 is None or relu6.type != "Relu6":
         return None
     add = producer(graph, relu6.input[0])
-    if add is None or add.type not in ("Add", "AddV2"):
-        return None
-    found = _scalar_operand(graph, add, lambda _: True)
-    if found is None:
-        return None
-    shift, x = found
+    found = _scalar_operand(graph, add, lambda _: True) if add is not None and add.type in ("Add", "AddV2") \
+        else None
+    # TensorFlow may move the + 3 into the sum it is added to (seen in Keras 3's GRU): the linear
+    # reader then finds it as a bias term, and the activation has no shift of its own
+    shift, x = found if found is not None else (0.0, relu6.input[0])
     return Activation("HardSigmoid", alpha=scale, beta=shift * scale), x
 
 
@@ -291,7 +294,7 @@ class LinearReader:
         if node.get_attr_value("transpose_a", 0) or node.get_attr_value("transpose_b", 0):
             return None
         weight = self.const_ref(node.input[1])
-        source = self._step_source(node.input[0])
+        source = self.step_source(node.input[0])
         if weight is None or source is None:
             return None
         return LinearForm(kernel=weight) if source == "x" else LinearForm(recurrent=weight)
@@ -304,7 +307,7 @@ class LinearReader:
             return None
         return whole.split_columns(parts, list(node.output).index(tensor))
 
-    def _step_source(self, tensor: str) -> Optional[str]:
+    def step_source(self, tensor: str) -> Optional[str]:
         """'x' or 'h' when ``tensor`` is this step's input or previous state.
 
         Inference-time dropout leaves ``t * ones_like(t)`` behind (tf_keras): seen through.
@@ -319,7 +322,7 @@ class LinearReader:
             for pos in (0, 1):
                 other = producer(self.graph, node.input[1 - pos])
                 if other is not None and other.type == "OnesLike":
-                    return self._step_source(node.input[pos])
+                    return self.step_source(node.input[pos])
         return None
 
     def const_ref(self, tensor: str) -> Optional[ConstRef]:
@@ -340,7 +343,11 @@ class LinearReader:
             return whole.then(("split", int(axis), len(node.output), list(node.output).index(tensor)))
         if node.type == "StridedSlice":
             whole, columns = self.const_ref(node.input[0]), self._column_slice(node)
-            return None if whole is None or columns is None else whole.then(("slice", 1) + columns)
+            return None if whole is None or columns is None else whole.then(("slice", -1) + columns)
+        if node.type == "Unpack":  # tf_keras's GRU: bias[0], bias[1] with implementation=1
+            whole, axis, parts = self.const_ref(node.input[0]), node.get_attr_value("axis", 0), len(node.output)
+            index = list(node.output).index(tensor)
+            return None if whole is None else whole.then(("split", axis, parts, index)).then(("squeeze", axis, 0, 0))
         if node.type == "Squeeze":
             whole = self.const_ref(node.input[0])
             axes = node.get_attr_value("squeeze_dims", []) or node.get_attr_value("axis", [])
@@ -348,17 +355,19 @@ class LinearReader:
         return None
 
     def _column_slice(self, node) -> Optional[tuple]:
-        """(begin, end) of ``t[:, a:b]`` on a rank-2 tensor, as Keras writes it (kernel slices of
-        implementation=1, GRU's slices of ``h @ R``); nothing fancier."""
+        """(begin, end) on the last axis of ``t[:, a:b]`` (rank 2) or ``t[a:b]`` (rank 1), as Keras
+        writes them (kernel and bias slices of implementation=1, GRU's slices of ``h @ R``)."""
         ends = [producer(self.graph, skip_identity(self.graph, t)) for t in node.input[1:4]]
         if any(n is None or not n.is_const() for n in ends):
             return None
         begin, end, strides = (n.get_tensor_value(as_list=True) for n in ends)
         masks = {k: node.get_attr_value(k, 0) for k in
                  ("begin_mask", "end_mask", "ellipsis_mask", "new_axis_mask", "shrink_axis_mask")}
-        if (len(begin) != 2 or strides != [1, 1] or not masks["begin_mask"] & 1 or not masks["end_mask"] & 1
+        last = len(begin) - 1
+        whole_leading = all(masks["begin_mask"] & masks["end_mask"] & (1 << d) for d in range(last))
+        if (len(begin) not in (1, 2) or strides != [1] * len(begin) or not whole_leading
                 or masks["ellipsis_mask"] or masks["new_axis_mask"] or masks["shrink_axis_mask"]):
             return None
-        start = 0 if masks["begin_mask"] & 2 else begin[1]
-        stop = None if masks["end_mask"] & 2 else end[1]
+        start = 0 if masks["begin_mask"] & (1 << last) else begin[last]
+        stop = None if masks["end_mask"] & (1 << last) else end[last]
         return start, stop

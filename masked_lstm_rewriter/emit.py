@@ -75,7 +75,7 @@ def emit_group(graph, layers: tuple, mask_tensors: MaskTensors) -> None:
     layer's Keras outputs; finally the loops' consumers are pointed at them."""
     x = layers[0].x
     if mask_tensors.reorder is not None:
-        x = _gather_steps(graph, x, mask_tensors.reorder.gather_input, layers[0].kernel["i"].shape[0])
+        x = _gather_steps(graph, x, mask_tensors.reorder.gather_input, layers[0].input_size)
     outputs = _emit_recurrent_node(graph, layers, x, mask_tensors.lengths)
     replacements = [_keras_outputs(graph, layer, out, mask_tensors) for layer, out in zip(layers, outputs)]
     for layer, replacement in zip(layers, replacements):

@@ -118,6 +118,10 @@ class MaskedRecurrentLayer:
     final_c: Optional[str]
 
     @property
+    def input_size(self) -> int:
+        return next(iter(self.kernel.values())).shape[0]
+
+    @property
     def keras_name(self) -> str:
         return KERAS_NAMES[self.kind]
 
@@ -389,10 +393,11 @@ def _read_gru_candidate(graph, reader, x_item, h_prev, hh_pre):
         matmul = producer(graph, r_part)
         reset_h = _mul_operands(graph, skip_identity(graph, matmul.input[0])) if matmul is not None \
             and matmul.type == "MatMul" else None
-        if reset_h is not None and h_prev in reset_h:
-            r_gate = next(t for t in reset_h if t != h_prev) if reset_h.count(h_prev) == 1 else None
+        sources = [reader.step_source(t) for t in reset_h or ()]
+        if sources.count("h") == 1:
+            r_gate = reset_h[1 - sources.index("h")]
             rh_form = LinearReader(graph, x_item, skip_identity(graph, matmul.input[0])).read(r_part)
-            if r_gate is not None and rh_form is not None and rh_form.recurrent is not None:
+            if rh_form is not None and rh_form.recurrent is not None:
                 return r_gate, LinearForm(x_form.kernel, rh_form.recurrent, x_form.bias), 0
     return None
 
@@ -608,6 +613,10 @@ def _resolve_weights(graph, while_node, kind: str, gates: dict):
     first = GATES[kind][0]
     hidden = recurrent[first].shape[0] if recurrent[first].ndim == 2 else -1
     input_size = kernel[first].shape[0] if kernel[first].ndim == 2 else -1
+    for part in (bias, recurrent_bias):
+        for g, value in part.items():
+            if value.size == 1:  # a folded scalar constant alone (use_bias=False, hard_sigmoid's + 3)
+                part[g] = np.full(hidden, value.reshape(-1)[0], value.dtype)
     for g in GATES[kind]:
         if kernel[g].shape != (input_size, hidden) or recurrent[g].shape != (hidden, hidden) or \
                 any(g in part and part[g].shape != (hidden,) for part in (bias, recurrent_bias)):
