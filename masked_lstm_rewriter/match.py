@@ -25,7 +25,7 @@ import numpy as np
 from onnx import TensorProto
 from tf2onnx.graph_matcher import GraphMatcher, OpTypePattern
 
-from .cell import Activation, ConstRef, LinearForm, LinearReader, producer, read_activation, scalar_value, \
+from .cell import Activation, LinearForm, LinearReader, producer, read_activation, scalar_value, \
     skip_identity
 
 BODY_MATCH_ATTR = "_masked_lstm_rewriter_body"
@@ -377,29 +377,46 @@ def _read_gru_cell(graph, x_item, h_prev, h_new):
 
 def _read_gru_candidate(graph, reader, x_item, h_prev, hh_pre):
     """(r, the candidate's form, linear_before_reset) from ``x W_h + b + r * (h R_h + Rb)`` or
-    ``x W_h + b + (r * h) R_h``; None when it is neither."""
-    add = producer(graph, hh_pre)
-    if add is None or add.type not in ("Add", "AddV2"):
+    ``x W_h + b + (r * h) R_h``; None when it is neither. The sum's terms may come in any
+    grouping (TensorFlow moves hard_sigmoid's ``+ 3`` next to the reset term)."""
+    x_form, rest = None, []
+    for term in _sum_terms(graph, reader, hh_pre):
+        form = reader.read(term)
+        if form is None and reader.const_ref(term) is not None:
+            form = LinearForm(bias=reader.const_ref(term))
+        if form is not None and form.recurrent is None:
+            x_form = form if x_form is None else x_form.add(form)
+            if x_form is None:
+                return None
+        else:
+            rest.append(term)
+    if x_form is None or x_form.kernel is None or len(rest) != 1:
         return None
-    for x_part, r_part in (add.input, add.input[::-1]):
-        x_form = reader.read(x_part)
-        if x_form is None or x_form.kernel is None or x_form.recurrent is not None:
-            continue
-        operands = _mul_operands(graph, r_part) or []
-        for r_gate, rh in (operands, operands[::-1]) if operands else ():
-            rh_form = reader.read(rh)
-            if rh_form is not None and rh_form.kernel is None and rh_form.recurrent is not None:
-                return r_gate, LinearForm(x_form.kernel, rh_form.recurrent, x_form.bias, rh_form.bias), 1
-        matmul = producer(graph, r_part)
-        reset_h = _mul_operands(graph, skip_identity(graph, matmul.input[0])) if matmul is not None \
-            and matmul.type == "MatMul" else None
-        sources = [reader.step_source(t) for t in reset_h or ()]
-        if sources.count("h") == 1:
-            r_gate = reset_h[1 - sources.index("h")]
-            rh_form = LinearReader(graph, x_item, skip_identity(graph, matmul.input[0])).read(r_part)
-            if rh_form is not None and rh_form.recurrent is not None:
-                return r_gate, LinearForm(x_form.kernel, rh_form.recurrent, x_form.bias), 0
+    r_part = rest[0]
+    operands = _mul_operands(graph, r_part) or []
+    for r_gate, rh in (operands, operands[::-1]) if operands else ():
+        rh_form = reader.read(rh)
+        if rh_form is not None and rh_form.kernel is None and rh_form.recurrent is not None:
+            return r_gate, LinearForm(x_form.kernel, rh_form.recurrent, x_form.bias, rh_form.bias), 1
+    matmul = producer(graph, r_part)
+    reset_h = _mul_operands(graph, skip_identity(graph, matmul.input[0])) if matmul is not None \
+        and matmul.type == "MatMul" else None
+    sources = [reader.step_source(t) for t in reset_h or ()]
+    if sources.count("h") == 1:
+        r_gate = reset_h[1 - sources.index("h")]
+        rh_form = LinearReader(graph, x_item, skip_identity(graph, matmul.input[0])).read(r_part)
+        if rh_form is not None and rh_form.kernel is None and rh_form.recurrent is not None:
+            # with linear_before_reset=0, ONNX adds Rb outside the product, as a bias here would be
+            return r_gate, LinearForm(x_form.kernel, rh_form.recurrent, x_form.bias, rh_form.bias), 0
     return None
+
+
+def _sum_terms(graph, reader, tensor) -> list:
+    """The terms of a sum, opening Add ops the linear reader cannot read as a whole."""
+    node = producer(graph, tensor)
+    if reader.read(tensor) is not None or node is None or node.type not in ("Add", "AddV2"):
+        return [tensor]
+    return [term for operand in node.input for term in _sum_terms(graph, reader, operand)]
 
 
 def _read_simple_rnn_cell(graph, x_item, h_prev, h_new):
