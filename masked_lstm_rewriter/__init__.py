@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Native ONNX LSTM ops for masked Keras recurrent layers converted with tf2onnx.
+"""Native ONNX LSTM, GRU and RNN ops for masked Keras recurrent layers converted with tf2onnx.
 
 Three stages: :mod:`.match` (find and describe a masked loop, with :mod:`.cell`),
 :mod:`.masks` and :mod:`.emit` (plan per mask, build the ONNX nodes), :mod:`.plugin` (switch it

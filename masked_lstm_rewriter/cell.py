@@ -5,9 +5,11 @@ Two small readers used by :mod:`masked_lstm_rewriter.match`:
 
 * :func:`read_activation` recognises the activation applied to a tensor and returns it in
   ONNX RNN terms (``Sigmoid``, ``HardSigmoid`` with its alpha/beta, ...).
-* :func:`read_linear` reads a gate's pre-activation ``x @ W + h @ R + b`` into references to
+* :class:`LinearReader` reads a gate's pre-activation ``x @ W + h @ R + b`` into references to
   the body's inputs (plus column slices), whatever way Keras wrote it: one fused kernel then a
-  ``Split``, or one kernel slice per gate (``implementation=1``, used with dropout).
+  ``Split``, ``SplitV`` or column slices of the product (GRU), or one kernel slice per gate
+  (``implementation=1``, used with dropout). Biases added on both sides (GRU's input and
+  recurrent biases) sum up.
 
 Weights are loop inputs of the body, so their values are only known in the main graph: a
 :class:`ConstRef` names the body input and the slicing to apply once the value is known.
@@ -16,6 +18,7 @@ Weights are loop inputs of the body, so their values are only known in the main 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Callable, Optional
 
 import numpy as np
@@ -38,7 +41,7 @@ class ConstRef:
 
     input_index: Optional[int] = None
     value: Optional[np.ndarray] = dataclasses.field(default=None, compare=False)
-    # each step: ("split", axis, parts, index) or ("slice", axis, begin, end)
+    # each step: ("split", axis, parts, index), ("slice", axis, begin, end) or ("squeeze", axis, 0, 0)
     steps: tuple = ()
 
     def then(self, step: tuple) -> "ConstRef":
@@ -51,7 +54,11 @@ class ConstRef:
             return None
         for kind, axis, a, b in self.steps:
             axis = axis % array.ndim
-            if kind == "split":
+            if kind == "squeeze":
+                if array.shape[axis] != 1:
+                    return None
+                array = np.squeeze(array, axis)
+            elif kind == "split":
                 if array.shape[axis] % a:
                     return None
                 array = np.split(array, a, axis=axis)[b]
@@ -63,27 +70,58 @@ class ConstRef:
 
 
 @dataclasses.dataclass(frozen=True)
+class ConstSum:
+    """The sum of constants (a bias added on the input side and on the recurrent side)."""
+
+    terms: tuple
+
+    def then(self, step: tuple) -> "ConstSum":
+        return ConstSum(tuple(term.then(step) for term in self.terms))
+
+    def resolve(self, input_value: Callable[[int], Optional[np.ndarray]]) -> Optional[np.ndarray]:
+        values = [term.resolve(input_value) for term in self.terms]
+        if any(v is None for v in values):
+            return None
+        try:
+            return functools.reduce(np.add, values)  # a scalar term (a folded constant) broadcasts
+        except ValueError:
+            return None
+
+
+@dataclasses.dataclass(frozen=True)
 class LinearForm:
-    """``x @ kernel + h @ recurrent + bias``; any part may be missing (None)."""
+    """``x @ kernel + h @ recurrent + bias``; any part may be missing (None).
+
+    ``recurrent_bias`` is only set by the GRU reader: the bias that ONNX's GRU with
+    ``linear_before_reset=1`` adds inside ``r * (h @ R + Rb)``.
+    """
 
     kernel: Optional[ConstRef] = None
     recurrent: Optional[ConstRef] = None
-    bias: Optional[ConstRef] = None
+    bias: Optional[object] = None    # ConstRef or ConstSum
+    recurrent_bias: Optional[object] = None
 
     def add(self, other: "LinearForm") -> Optional["LinearForm"]:
         merged = {}
-        for field in ("kernel", "recurrent", "bias"):
+        for field in ("kernel", "recurrent"):
             mine, theirs = getattr(self, field), getattr(other, field)
             if mine is not None and theirs is not None:
-                return None  # the same term twice: not a plain LSTM gate
+                return None  # the same term twice: not a plain gate
             merged[field] = mine if mine is not None else theirs
+        biases = [b for b in (self.bias, other.bias) if b is not None]
+        merged["bias"] = biases[0] if len(biases) == 1 else (ConstSum(tuple(biases)) if biases else None)
+        if self.recurrent_bias is not None or other.recurrent_bias is not None:
+            return None
         return LinearForm(**merged)
+
+    def then(self, step: tuple) -> "LinearForm":
+        """The form of the columns one slicing ``step`` on axis -1 keeps."""
+        return LinearForm(*(None if ref is None else ref.then(step)
+                            for ref in (self.kernel, self.recurrent, self.bias, self.recurrent_bias)))
 
     def split_columns(self, parts: int, index: int) -> "LinearForm":
         """The form of column block ``index`` of ``parts`` (what a ``Split`` on axis -1 keeps)."""
-        step = ("split", -1, parts, index)
-        return LinearForm(*(None if ref is None else ref.then(step)
-                            for ref in (self.kernel, self.recurrent, self.bias)))
+        return self.then(("split", -1, parts, index))
 
 
 def producer(graph, tensor: str):
@@ -156,12 +194,11 @@ def _read_hard_sigmoid_keras3(graph, node):
     if relu6 is None or relu6.type != "Relu6":
         return None
     add = producer(graph, relu6.input[0])
-    if add is None or add.type not in ("Add", "AddV2"):
-        return None
-    found = _scalar_operand(graph, add, lambda _: True)
-    if found is None:
-        return None
-    shift, x = found
+    found = _scalar_operand(graph, add, lambda _: True) if add is not None and add.type in ("Add", "AddV2") \
+        else None
+    # TensorFlow may move the + 3 into the sum it is added to (seen in Keras 3's GRU): the linear
+    # reader then finds it as a bias term, and the activation has no shift of its own
+    shift, x = found if found is not None else (0.0, relu6.input[0])
     return Activation("HardSigmoid", alpha=scale, beta=shift * scale), x
 
 
@@ -216,7 +253,30 @@ class LinearReader:
             return self._read_matmul(node)
         if node.type == "Split":
             return self._read_split_output(node, tensor)
+        if node.type == "SplitV":
+            columns = self._splitv_columns(node, tensor)
+            whole = self.read(node.input[0])
+            return None if whole is None or columns is None else whole.then(("slice", -1) + columns)
+        if node.type == "StridedSlice":
+            columns = self._column_slice(node)
+            whole = self.read(node.input[0])
+            return None if whole is None or columns is None else whole.then(("slice", -1) + columns)
         return None
+
+    def _splitv_columns(self, node, tensor: str) -> Optional[tuple]:
+        """(begin, end) of the columns output ``tensor`` of a ``SplitV`` on the last axis keeps.
+
+        tf_keras writes ``split(x, [H, H, -1], axis=-1)``: -1 is taken only as the last size."""
+        sizes = producer(self.graph, skip_identity(self.graph, node.input[1]))
+        axis = scalar_value(self.graph, node.input[2])
+        if sizes is None or not sizes.is_const() or axis not in (1.0, -1.0):
+            return None
+        sizes = sizes.get_tensor_value(as_list=True)
+        index = list(node.output).index(tensor)
+        if any(size < 0 for size in sizes[:-1]) or index >= len(sizes):
+            return None
+        begin = sum(sizes[:index])
+        return begin, (None if sizes[index] < 0 else begin + sizes[index])
 
     def _read_sum(self, node) -> Optional[LinearForm]:
         terms = []
@@ -234,7 +294,7 @@ class LinearReader:
         if node.get_attr_value("transpose_a", 0) or node.get_attr_value("transpose_b", 0):
             return None
         weight = self.const_ref(node.input[1])
-        source = self._step_source(node.input[0])
+        source = self.step_source(node.input[0])
         if weight is None or source is None:
             return None
         return LinearForm(kernel=weight) if source == "x" else LinearForm(recurrent=weight)
@@ -247,23 +307,22 @@ class LinearReader:
             return None
         return whole.split_columns(parts, list(node.output).index(tensor))
 
-    def _step_source(self, tensor: str) -> Optional[str]:
+    def step_source(self, tensor: str) -> Optional[str]:
         """'x' or 'h' when ``tensor`` is this step's input or previous state.
 
         Inference-time dropout leaves ``t * ones_like(t)`` behind (tf_keras): seen through.
         """
         tensor = skip_identity(self.graph, tensor)
+        if tensor == self.x_item:
+            return "x"
+        if tensor == self.h_prev:
+            return "h"
         node = producer(self.graph, tensor)
         if node is not None and node.type == "Mul":
             for pos in (0, 1):
                 other = producer(self.graph, node.input[1 - pos])
                 if other is not None and other.type == "OnesLike":
-                    return self._step_source(node.input[pos])
-            return None
-        if tensor == self.x_item:
-            return "x"
-        if tensor == self.h_prev:
-            return "h"
+                    return self.step_source(node.input[pos])
         return None
 
     def const_ref(self, tensor: str) -> Optional[ConstRef]:
@@ -283,21 +342,32 @@ class LinearReader:
                 return None
             return whole.then(("split", int(axis), len(node.output), list(node.output).index(tensor)))
         if node.type == "StridedSlice":
-            return self._const_column_slice(node)
+            whole, columns = self.const_ref(node.input[0]), self._column_slice(node)
+            return None if whole is None or columns is None else whole.then(("slice", -1) + columns)
+        if node.type == "Unpack":  # tf_keras's GRU: bias[0], bias[1] with implementation=1
+            whole, axis, parts = self.const_ref(node.input[0]), node.get_attr_value("axis", 0), len(node.output)
+            index = list(node.output).index(tensor)
+            return None if whole is None else whole.then(("split", axis, parts, index)).then(("squeeze", axis, 0, 0))
+        if node.type == "Squeeze":
+            whole = self.const_ref(node.input[0])
+            axes = node.get_attr_value("squeeze_dims", []) or node.get_attr_value("axis", [])
+            return None if whole is None or len(axes) != 1 else whole.then(("squeeze", axes[0], 0, 0))
         return None
 
-    def _const_column_slice(self, node) -> Optional[ConstRef]:
-        """``kernel[:, a:b]`` as Keras writes it (implementation=1); nothing fancier."""
-        whole = self.const_ref(node.input[0])
+    def _column_slice(self, node) -> Optional[tuple]:
+        """(begin, end) on the last axis of ``t[:, a:b]`` (rank 2) or ``t[a:b]`` (rank 1), as Keras
+        writes them (kernel and bias slices of implementation=1, GRU's slices of ``h @ R``)."""
         ends = [producer(self.graph, skip_identity(self.graph, t)) for t in node.input[1:4]]
-        if whole is None or any(n is None or not n.is_const() for n in ends):
+        if any(n is None or not n.is_const() for n in ends):
             return None
         begin, end, strides = (n.get_tensor_value(as_list=True) for n in ends)
         masks = {k: node.get_attr_value(k, 0) for k in
                  ("begin_mask", "end_mask", "ellipsis_mask", "new_axis_mask", "shrink_axis_mask")}
-        if (len(begin) != 2 or strides != [1, 1] or not masks["begin_mask"] & 1 or not masks["end_mask"] & 1
+        last = len(begin) - 1
+        whole_leading = all(masks["begin_mask"] & masks["end_mask"] & (1 << d) for d in range(last))
+        if (len(begin) not in (1, 2) or strides != [1] * len(begin) or not whole_leading
                 or masks["ellipsis_mask"] or masks["new_axis_mask"] or masks["shrink_axis_mask"]):
             return None
-        start = 0 if masks["begin_mask"] & 2 else begin[1]
-        stop = None if masks["end_mask"] & 2 else end[1]
-        return whole.then(("slice", 1, start, stop))
+        start = 0 if masks["begin_mask"] & (1 << last) else begin[last]
+        stop = None if masks["end_mask"] & (1 << last) else end[last]
+        return start, stop

@@ -1,11 +1,14 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Stage 2b, emit: turn :class:`~masked_lstm_rewriter.match.MaskedLstm` records into ONNX nodes.
+"""Stage 2b, emit: turn :class:`~masked_lstm_rewriter.match.MaskedRecurrentLayer` records into ONNX nodes.
 
 What each mask needs (lengths, the guard or the reorder) comes from :mod:`.masks`.
 
-:func:`plan_nodes` groups layers into ONNX LSTM nodes: a forward and a reverse layer over the
-same input and mask (a ``Bidirectional`` layer, or any such pair) share one
-``direction="bidirectional"`` node, which computes exactly the two separate directions.
+:func:`plan_nodes` groups layers into ONNX ``LSTM`` / ``GRU`` / ``RNN`` nodes: a forward and a
+reverse layer of the same kind over the same input and mask (a ``Bidirectional`` layer, or any
+such pair) share one ``direction="bidirectional"`` node, which computes exactly the two
+separate directions. Only the weights' layout and the op's attributes depend on the kind
+(:func:`_onnx_weights`); the fix-ups hold for all three ops, which onnxruntime runs alike over
+``sequence_lens`` (zeros past a row's length, the state at its last valid step).
 
 :func:`emit_group` emits one node and, per layer, the fix-ups that make its outputs Keras's at
 every position:
@@ -28,9 +31,10 @@ from tf2onnx import utils
 from tf2onnx.graph_builder import GraphBuilder
 
 from .masks import MaskTensors
-from .match import MaskedLstm
+from .match import MaskedRecurrentLayer
 
-ONNX_GATE_ORDER = ("i", "o", "f", "c")
+# the ONNX ops' order of the gate blocks in W, R and B
+ONNX_GATE_ORDER = {"LSTM": ("i", "o", "f", "c"), "GRU": ("z", "r", "h"), "RNN": ("h",)}
 
 
 def _const(graph, name, value):
@@ -38,13 +42,12 @@ def _const(graph, name, value):
 
 
 def plan_nodes(layers: list) -> list:
-    """Group layers into ONNX LSTM nodes: (forward, reverse) pairs sharing input and mask, else alone."""
+    """Group layers into ONNX nodes: (forward, reverse) pairs of one kind sharing input and mask, else alone."""
     groups, forward = [], [layer for layer in layers if layer.direction == "forward"]
     for layer in layers:
         if layer.direction == "forward":
             continue
-        partner = next((f for f in forward if (f.x_source, f.mask, f.hidden_size)
-                        == (layer.x_source, layer.mask, layer.hidden_size)), None)
+        partner = next((f for f in forward if _node_key(f) == _node_key(layer)), None)
         if partner is None:
             groups.append((layer,))
         else:
@@ -53,23 +56,28 @@ def plan_nodes(layers: list) -> list:
     return [(layer,) for layer in forward] + groups
 
 
+def _node_key(layer):
+    """What two layers must share to be one bidirectional node."""
+    return layer.x_source, layer.mask, layer.kind, layer.hidden_size, layer.linear_before_reset
+
+
 @dataclasses.dataclass(frozen=True)
 class DirectionOutputs:
     """One direction's raw ONNX results, in the model's time order."""
 
     y: str       # [T, B, H]
     h_last: str  # [B, H]
-    c_last: str  # [B, H]
+    c_last: str  # [B, H], LSTM only (else None)
     h_last_step: str  # [1, B, H]: h_last before the squeeze, broadcasts over the time axis
 
 
 def emit_group(graph, layers: tuple, mask_tensors: MaskTensors) -> None:
-    """One ONNX LSTM node for ``layers`` (one layer, or a forward and a reverse one), then each
+    """One ONNX node for ``layers`` (one layer, or a forward and a reverse one), then each
     layer's Keras outputs; finally the loops' consumers are pointed at them."""
     x = layers[0].x
     if mask_tensors.reorder is not None:
-        x = _gather_steps(graph, x, mask_tensors.reorder.gather_input, layers[0].kernel["i"].shape[0])
-    outputs = _emit_lstm_node(graph, layers, x, mask_tensors.lengths)
+        x = _gather_steps(graph, x, mask_tensors.reorder.gather_input, layers[0].input_size)
+    outputs = _emit_recurrent_node(graph, layers, x, mask_tensors.lengths)
     replacements = [_keras_outputs(graph, layer, out, mask_tensors) for layer, out in zip(layers, outputs)]
     for layer, replacement in zip(layers, replacements):
         _rewire(graph, layer, *replacement)
@@ -81,52 +89,61 @@ def _gather_steps(g, tensor: str, flat_index: str, width: int) -> str:
     return g.make_node("Gather", [rows, flat_index], attr={"axis": 0}).output[0]
 
 
-def _emit_lstm_node(g, layers: tuple, x: str, lengths: str) -> list:
+def _emit_recurrent_node(g, layers: tuple, x: str, lengths: str) -> list:
+    """The ONNX LSTM, GRU or RNN node (one row of weights per direction), split per direction."""
     gb = GraphBuilder(g)
-    hidden = layers[0].hidden_size
-    stack = lambda arrays: np.concatenate(arrays, axis=0)  # noqa: E731
-    w = _const(g, "W", stack([_stack_gates(layer.kernel, transpose=True) for layer in layers]))
-    r = _const(g, "R", stack([_stack_gates(layer.recurrent, transpose=True) for layer in layers]))
-    b = ""
-    if any(layer.bias is not None for layer in layers):
-        b = _const(g, "B", stack([_bias(layer) for layer in layers]))
-    initial_h = initial_c = ""  # zeros
+    kind = layers[0].kind
+    weights = [_onnx_weights(layer) for layer in layers]
+    w, r, b = (np.concatenate([per_layer[i] for per_layer in weights], axis=0) for i in range(3))
+    b = _const(g, "B", b) if any(layer.bias is not None or layer.recurrent_bias for layer in layers) else ""
+    states = 2 if kind == "LSTM" else 1
+    initial = [""] * states  # zeros
     if not all(layer.zero_initial_state for layer in layers):
-        initial_h = _stack_states(g, [layer.initial_h for layer in layers])
-        initial_c = _stack_states(g, [layer.initial_c for layer in layers])
+        initial = [_stack_states(g, [layer.initial_h for layer in layers])]
+        if kind == "LSTM":
+            initial.append(_stack_states(g, [layer.initial_c for layer in layers]))
     direction = "bidirectional" if len(layers) == 2 else layers[0].direction
     activations = [a for layer in layers for a in layer.activations]
-    lstm = g.make_node(
-        "LSTM", [x, w, r, b, lengths, initial_h, initial_c], output_count=3,
-        attr={"hidden_size": hidden, "direction": direction, **_activation_attrs(activations)},
-        name=utils.make_name("/".join(layer.layer for layer in layers) + "/masked_lstm"))
+    attr = {"hidden_size": layers[0].hidden_size, "direction": direction, **_activation_attrs(activations)}
+    if kind == "GRU":
+        attr["linear_before_reset"] = layers[0].linear_before_reset
+    node = g.make_node(
+        kind, [x, _const(g, "W", w), _const(g, "R", r), b, lengths] + initial, output_count=1 + states, attr=attr,
+        name=utils.make_name("/".join(layer.layer for layer in layers) + f"/masked_{kind.lower()}"))
     outputs = []
     for index in range(len(layers)):
-        y, h_step, c = (_direction(gb, out, axis, index, len(layers)) for out, axis in zip(lstm.output, (1, 0, 0)))
+        y, h_step, *c = (_direction(gb, out, axis, index, len(layers))
+                         for out, axis in zip(node.output, (1, 0, 0)))
         squeeze = lambda tensor, axis: gb.make_squeeze({"data": tensor, "axes": [axis]})  # noqa: E731
-        outputs.append(DirectionOutputs(y=squeeze(y, 1), h_last=squeeze(h_step, 0), c_last=squeeze(c, 0),
-                                        h_last_step=h_step))
+        outputs.append(DirectionOutputs(y=squeeze(y, 1), h_last=squeeze(h_step, 0),
+                                        c_last=squeeze(c[0], 0) if c else None, h_last_step=h_step))
     return outputs
 
 
+def _onnx_weights(layer: MaskedRecurrentLayer) -> tuple:
+    """One direction's W [1, G*H, I], R [1, G*H, H] and B [1, 2*G*H] in the ONNX op's gate order.
+
+    Keras's bias is ONNX's Wb; Rb is zeros except where the layer has a separate recurrent bias
+    (a GRU with ``reset_after=True``, whose reset gate multiplies ``h @ R + Rb``)."""
+    order = ONNX_GATE_ORDER[layer.kind]
+    zeros = np.zeros(layer.hidden_size, np.float32)
+    w = _stack_gates([layer.kernel[g].T for g in order])
+    r = _stack_gates([layer.recurrent[g].T for g in order])
+    wb = _stack_gates([zeros if layer.bias is None else layer.bias[g] for g in order])
+    rb = _stack_gates([layer.recurrent_bias.get(g, zeros) for g in order])
+    return w, r, np.concatenate([wb, rb], axis=1)
+
+
 def _direction(gb, tensor, axis, index, count):
-    """Direction ``index`` of an LSTM output, the direction axis kept (size 1)."""
+    """Direction ``index`` of an ONNX recurrent op's output, the direction axis kept (size 1)."""
     if count > 1:
         tensor = gb.make_slice({"data": tensor, "starts": [index], "ends": [index + 1], "axes": [axis]})
     return tensor
 
 
-def _stack_gates(arrays: dict, transpose: bool) -> np.ndarray:
-    blocks = [arrays[g].T if transpose else arrays[g] for g in ONNX_GATE_ORDER]
+def _stack_gates(blocks: list) -> np.ndarray:
+    """Gate blocks one after the other along the first axis, with a leading direction axis."""
     return np.concatenate(blocks, axis=0)[np.newaxis].astype(np.float32)
-
-
-def _bias(layer) -> np.ndarray:
-    """ONNX's [1, 8H] bias: Keras's bias as Wb (gate order i, o, f, c) and zeros as Rb."""
-    if layer.bias is None:
-        return np.zeros((1, 8 * layer.hidden_size), np.float32)
-    wb = _stack_gates(layer.bias, transpose=False).reshape(1, 4 * layer.hidden_size)
-    return np.concatenate([wb, np.zeros_like(wb)], axis=1)
 
 
 def _stack_states(g, states: list) -> str:
@@ -146,7 +163,7 @@ def _activation_attrs(activations) -> dict:
     return attrs
 
 
-def _keras_outputs(g, layer: MaskedLstm, out: DirectionOutputs, mask_tensors: MaskTensors):
+def _keras_outputs(g, layer: MaskedRecurrentLayer, out: DirectionOutputs, mask_tensors: MaskTensors):
     """(sequence in Keras's order, sequence in the model's time order, last output, final h, c)."""
     gb = GraphBuilder(g)
     final_h, final_c, carried = _keras_states(g, layer, mask_tensors, out.h_last, out.c_last)
@@ -200,7 +217,7 @@ def _reverse_time(gb, tensor):
                           "steps": [-1]})
 
 
-def _keras_states(g, layer: MaskedLstm, mask_tensors: MaskTensors, h_last, c_last):
+def _keras_states(g, layer: MaskedRecurrentLayer, mask_tensors: MaskTensors, h_last, c_last):
     """(final h, final c, last carried output) as Keras has them, rows with no valid step included.
 
     Keras keeps the initial state for such a row, and its carried output stays at zeros. With a
@@ -210,12 +227,12 @@ def _keras_states(g, layer: MaskedLstm, mask_tensors: MaskTensors, h_last, c_las
         return h_last, c_last, h_last
     has_steps = mask_tensors.has_steps
     final_h = g.make_node("Where", [has_steps, h_last, layer.initial_h]).output[0]
-    final_c = g.make_node("Where", [has_steps, c_last, layer.initial_c]).output[0]
+    final_c = None if c_last is None else g.make_node("Where", [has_steps, c_last, layer.initial_c]).output[0]
     carried = g.make_node("Where", [has_steps, h_last, _zero(g)]).output[0]
     return final_h, final_c, carried
 
 
-def _rewire(g, layer: MaskedLstm, sequence, in_time_order, last_output, final_h, final_c):
+def _rewire(g, layer: MaskedRecurrentLayer, sequence, in_time_order, last_output, final_h, final_c):
     """Point every consumer of the loop at the new tensors, then remove the loop."""
     for stacked in layer.sequence_outputs:
         if in_time_order is not None and layer.writes_sequence:
@@ -223,7 +240,8 @@ def _rewire(g, layer: MaskedLstm, sequence, in_time_order, last_output, final_h,
         g.replace_all_inputs(stacked, sequence)
     g.replace_all_inputs(layer.last_output, last_output)
     g.replace_all_inputs(layer.final_h, final_h)
-    g.replace_all_inputs(layer.final_c, final_c)
+    if layer.final_c is not None:
+        g.replace_all_inputs(layer.final_c, final_c)
     for stacked in layer.sequence_outputs:
         g.remove_node(g.get_node_by_output(stacked).name)
     g.remove_node(layer.while_node.name)

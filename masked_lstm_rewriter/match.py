@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Stage 1, match: find a masked Keras LSTM loop and describe it, or say why not.
+"""Stage 1, match: find a masked Keras LSTM, GRU or SimpleRNN loop and describe it, or say why not.
 
 tf2onnx hands custom rewriters each While body first (as its own graph, still in TensorFlow
 ops), then the main graph, where the While op still stands. So matching has two halves:
@@ -7,7 +7,11 @@ ops), then the main graph, where the While op still stands. So matching has two 
 * :func:`match_body` reads the cell out of a body graph into a :class:`BodyMatch` (which loop
   variable is what, the gate algebra, the activations). It is kept on the body graph.
 * :func:`match_loop` looks at a While op of the main graph whose body matched, checks how the
-  loop is fed and consumed, resolves the weights, and returns one :class:`MaskedLstm`.
+  loop is fed and consumed, resolves the weights, and returns one :class:`MaskedRecurrentLayer`.
+
+The three cell kinds share everything but the step's algebra: each has a small reader
+(:func:`_read_lstm_cell`, :func:`_read_gru_cell`, :func:`_read_simple_rnn_cell`) that returns a
+:class:`CellAlgebra` (gate forms in the kind's Keras gate order, activations in ONNX order).
 
 Either returns a :class:`NoMatch` with a human-readable reason instead.
 """
@@ -21,10 +25,13 @@ import numpy as np
 from onnx import TensorProto
 from tf2onnx.graph_matcher import GraphMatcher, OpTypePattern
 
-from .cell import Activation, ConstRef, LinearReader, producer, read_activation, skip_identity
+from .cell import Activation, LinearForm, LinearReader, producer, read_activation, scalar_value, \
+    skip_identity
 
 BODY_MATCH_ATTR = "_masked_lstm_rewriter_body"
-GATES = ("i", "f", "c", "o")  # Keras's order of the gate blocks in its kernels
+# Keras's order of the gate blocks in its kernels, by ONNX op (the cell kind)
+GATES = {"LSTM": ("i", "f", "c", "o"), "GRU": ("z", "r", "h"), "RNN": ("h",)}
+KERAS_NAMES = {"LSTM": "LSTM", "GRU": "GRU", "RNN": "SimpleRNN"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,6 +45,16 @@ class NoMatch:
 
 
 @dataclasses.dataclass(frozen=True)
+class CellAlgebra:
+    """One step of a cell: its kind (ONNX op), gate forms (Keras gate names), ONNX activations."""
+
+    kind: str                # "LSTM", "GRU" or "RNN"
+    gates: dict              # gate name -> LinearForm
+    activations: tuple       # in the ONNX op's order: LSTM (f, g, h), GRU (f, g), RNN (f,)
+    linear_before_reset: int = 0  # GRU: the reset gate multiplies h @ R + Rb (Keras reset_after=True)
+
+
+@dataclasses.dataclass(frozen=True)
 class BodyMatch:
     """What one While body computes, by loop-variable index (body inputs == While inputs)."""
 
@@ -45,15 +62,24 @@ class BodyMatch:
     x_list_index: int        # TensorList of the time-major input
     mask_list_index: int     # TensorList of the time-major mask ([T, B, 1] bool)
     h_index: int
-    c_index: int
+    c_index: Optional[int]   # LSTM's cell state; None for GRU and SimpleRNN
     output_index: int        # the step's output (the last one, after the loop)
     masked_output_index: int  # what a masked step outputs: output_index (carried) or a loop input
     output_list_index: int   # TensorList the outputs are written to
     writes_sequence: bool    # one list element per step (else a single slot, return_sequences=False)
-    gates: dict              # gate name -> LinearForm
-    recurrent_activation: Activation
-    cell_activation: Activation
-    hidden_activation: Activation
+    cell: CellAlgebra
+
+    @property
+    def kind(self) -> str:
+        return self.cell.kind
+
+    @property
+    def gates(self) -> dict:
+        return self.cell.gates
+
+    @property
+    def recurrent_activation(self) -> Activation:
+        return self.cell.activations[0]
 
     @property
     def output_carried(self) -> bool:
@@ -62,16 +88,19 @@ class BodyMatch:
 
 
 @dataclasses.dataclass
-class MaskedLstm:
-    """One masked Keras LSTM layer, read off tf2onnx's graph: all the emitter needs."""
+class MaskedRecurrentLayer:
+    """One masked Keras LSTM, GRU or SimpleRNN layer, read off tf2onnx's graph: all the emitter needs."""
 
     layer: str
     while_node: object
+    kind: str                # the ONNX op: "LSTM", "GRU" or "RNN"
     hidden_size: int
     kernel: dict             # gate -> [input_size, hidden] array, Keras layout
     recurrent: dict          # gate -> [hidden, hidden]
-    bias: Optional[dict]     # gate -> [hidden], or None
-    activations: tuple       # (recurrent, cell, hidden) Activation, ONNX LSTM order f, g, h
+    bias: Optional[dict]     # gate -> [hidden], or None (the input side's bias, ONNX Wb)
+    recurrent_bias: dict     # gate -> [hidden] for gates with a separate recurrent bias (ONNX Rb)
+    activations: tuple       # Activations in the ONNX op's order (LSTM f, g, h; GRU f, g; RNN f)
+    linear_before_reset: int  # GRU only
     direction: str           # "forward", or "reverse": the loop runs over the time-reversed
                              # input and mask (go_backwards, a Bidirectional's backward half)
     x: str                   # time-major input [T, B, I], float32, in the model's time order
@@ -79,22 +108,33 @@ class MaskedLstm:
     mask: str                # batch-major mask [B, T], bool, in the model's time order
     mask_post_padded: bool   # the mask is post-padded by construction (sequence_mask of lengths)
     h_input: int             # While input holding the initial h [B, H] (read through the node:
-    c_input: int             # rewriting an encoder renames what a decoder starts from)
-    zero_initial_state: bool  # initial h and c are zeros by construction (no initial_state given)
+    c_input: Optional[int]   # rewriting an encoder renames what a decoder starts from); c: LSTM only
+    zero_initial_state: bool  # initial states are zeros by construction (no initial_state given)
     output_carried: bool
     sequence_outputs: list   # tensors holding the stacked outputs, time-major [T or 1, B, H]
     writes_sequence: bool
     last_output: str         # While output: last output
     final_h: str
-    final_c: str
+    final_c: Optional[str]
+
+    @property
+    def input_size(self) -> int:
+        return next(iter(self.kernel.values())).shape[0]
+
+    @property
+    def keras_name(self) -> str:
+        return KERAS_NAMES[self.kind]
 
     @property
     def initial_h(self) -> str:
         return self.while_node.input[self.h_input]
 
     @property
-    def initial_c(self) -> str:
-        return self.while_node.input[self.c_input]
+    def initial_c(self) -> Optional[str]:
+        return None if self.c_input is None else self.while_node.input[self.c_input]
+
+
+MaskedLstm = MaskedRecurrentLayer  # the name before GRU and SimpleRNN
 
 
 # ---------------------------------------------------------------------------------------------
@@ -138,7 +178,7 @@ def _input_index(graph, tensor: str) -> Optional[int]:
 
 
 def match_body(graph) -> Union[BodyMatch, NoMatch]:
-    """Read a masked LSTM step out of a While body graph."""
+    """Read a masked LSTM, GRU or SimpleRNN step out of a While body graph."""
     writes = [n for n in graph.get_nodes() if n.type == "TensorListSetItem"]
     if len(writes) != 1:
         return NoMatch(f"expected one output list write per step, found {len(writes)}")
@@ -162,10 +202,9 @@ def match_body(graph) -> Union[BodyMatch, NoMatch]:
     h_index = next((i for i, m in carried.items() if m.get_op("new").output[0] == h_new
                     and m is not out_sel), None)
     c_candidates = [i for i, m in carried.items() if m.get_op("new").output[0] != h_new]
-    if h_index is None or len(c_candidates) != 1:
-        return NoMatch("could not find the hidden and cell states among the loop variables")
-    c_index = c_candidates[0]
-    c_new = carried[c_index].get_op("new").output[0]
+    if h_index is None or len(c_candidates) > 1:
+        return NoMatch("could not find the recurrent states among the loop variables")
+    c_index = c_candidates[0] if c_candidates else None
 
     output_vars = [i for i in range(len(graph.outputs)) if _loop_output_producer(graph, i) is out_sel.get_op("select")]
     out_old = out_sel.get_op("old")
@@ -195,17 +234,24 @@ def match_body(graph) -> Union[BodyMatch, NoMatch]:
     if not _is_increment(_loop_output_producer(graph, time_index), time.output[0]):
         return NoMatch("the step counter does not advance by one")
 
-    cell = _read_lstm_cell(graph, x_item.output[0], graph.input_names[h_index], graph.input_names[c_index],
-                           c_new, h_new)
+    cell = _read_cell(graph, x_item.output[0], graph.input_names[h_index], h_new,
+                      None if c_index is None else (graph.input_names[c_index],
+                                                    carried[c_index].get_op("new").output[0]))
     if isinstance(cell, NoMatch):
         return cell
-    gates, activations = cell
     return BodyMatch(time_index=time_index, x_list_index=x_list_index, mask_list_index=mask_list_index,
                      h_index=h_index, c_index=c_index, output_index=output_index,
                      masked_output_index=masked_output_index, output_list_index=output_list_index,
-                     writes_sequence=writes_sequence, gates=gates,
-                     recurrent_activation=activations[0], cell_activation=activations[1],
-                     hidden_activation=activations[2])
+                     writes_sequence=writes_sequence, cell=cell)
+
+
+def _read_cell(graph, x_item, h_prev, h_new, cell_state):
+    """The step's algebra: an LSTM when there is a cell state (``(c_prev, c_new)``), else a GRU
+    when ``h_new`` has the GRU's shape, else a SimpleRNN."""
+    if cell_state is not None:
+        return _read_lstm_cell(graph, x_item, h_prev, *cell_state, h_new)
+    gru = _read_gru_cell(graph, x_item, h_prev, h_new)
+    return gru if gru is not None else _read_simple_rnn_cell(graph, x_item, h_prev, h_new)
 
 
 def _is_zero_scalar(graph, tensor):
@@ -274,7 +320,113 @@ def _read_lstm_cell(graph, x_item, h_prev, c_prev, c_new, h_new):
                        "(unsupported activation?)")
     if len({i_act, o_act, recurrent_act}) != 1:
         return NoMatch("the i, f and o gates use different activations")
-    return forms, (recurrent_act, cell_act, hidden_act)
+    return CellAlgebra("LSTM", forms, (recurrent_act, cell_act, hidden_act))
+
+
+def _products(graph, tensor):
+    """The operand pairs of ``tensor = a * b + c * d``, else None."""
+    add = producer(graph, tensor)
+    if add is None or add.type not in ("Add", "AddV2"):
+        return None
+    products = [_mul_operands(graph, t) for t in add.input]
+    return None if None in products else products
+
+
+def _one_minus(graph, tensor) -> Optional[str]:
+    """z when ``tensor`` is ``1 - z``."""
+    sub = producer(graph, tensor)
+    if sub is None or sub.type != "Sub" or scalar_value(graph, sub.input[0]) != 1.0:
+        return None
+    return sub.input[1]
+
+
+def _read_gru_cell(graph, x_item, h_prev, h_new):
+    """Gate forms and activations from ``h_new = z * h_prev + (1 - z) * hh``, or None when the
+    step does not have that shape (then it is no GRU; a NoMatch says why a GRU is not supported).
+
+    ``hh = act(x W_h + b + r * (h R_h + Rb))`` (``reset_after=True``, ONNX ``linear_before_reset=1``)
+    or ``act(x W_h + b + (r * h) R_h)`` (``reset_after=False``)."""
+    products = _products(graph, h_new)
+    keep = [p for p in products or () if h_prev in p]
+    if len(keep) != 1:
+        return None
+    z_gate = next(t for t in keep[0] if t != h_prev)
+    update = products[1 - products.index(keep[0])]
+    found = [(a, b) for a, b in (update, update[::-1]) if _one_minus(graph, a) == z_gate]
+    if not found:
+        return None
+    hh = found[0][1]
+
+    reader = LinearReader(graph, x_item, h_prev)
+    unsupported = NoMatch("a GRU gate is not x @ W + h @ R + b after an activation ONNX GRU supports "
+                          "(unsupported activation?)")
+    recurrent_act, z_pre = read_activation(graph, z_gate)
+    act, hh_pre = read_activation(graph, hh)
+    candidate = _read_gru_candidate(graph, reader, x_item, h_prev, hh_pre)
+    if candidate is None:
+        return unsupported
+    r_gate, h_form, linear_before_reset = candidate
+    r_act, r_pre = read_activation(graph, r_gate)
+    forms = {"z": reader.read(z_pre), "r": reader.read(r_pre), "h": h_form}
+    if any(form is None or form.kernel is None or form.recurrent is None for form in forms.values()):
+        return unsupported
+    if r_act != recurrent_act:
+        return NoMatch("the z and r gates of the GRU use different activations")
+    return CellAlgebra("GRU", forms, (recurrent_act, act), linear_before_reset)
+
+
+def _read_gru_candidate(graph, reader, x_item, h_prev, hh_pre):
+    """(r, the candidate's form, linear_before_reset) from ``x W_h + b + r * (h R_h + Rb)`` or
+    ``x W_h + b + (r * h) R_h``; None when it is neither. The sum's terms may come in any
+    grouping (TensorFlow moves hard_sigmoid's ``+ 3`` next to the reset term)."""
+    x_form, rest = None, []
+    for term in _sum_terms(graph, reader, hh_pre):
+        form = reader.read(term)
+        if form is None and reader.const_ref(term) is not None:
+            form = LinearForm(bias=reader.const_ref(term))
+        if form is not None and form.recurrent is None:
+            x_form = form if x_form is None else x_form.add(form)
+            if x_form is None:
+                return None
+        else:
+            rest.append(term)
+    if x_form is None or x_form.kernel is None or len(rest) != 1:
+        return None
+    r_part = rest[0]
+    operands = _mul_operands(graph, r_part) or []
+    for r_gate, rh in (operands, operands[::-1]) if operands else ():
+        rh_form = reader.read(rh)
+        if rh_form is not None and rh_form.kernel is None and rh_form.recurrent is not None:
+            return r_gate, LinearForm(x_form.kernel, rh_form.recurrent, x_form.bias, rh_form.bias), 1
+    matmul = producer(graph, r_part)
+    reset_h = _mul_operands(graph, skip_identity(graph, matmul.input[0])) if matmul is not None \
+        and matmul.type == "MatMul" else None
+    sources = [reader.step_source(t) for t in reset_h or ()]
+    if sources.count("h") == 1:
+        r_gate = reset_h[1 - sources.index("h")]
+        rh_form = LinearReader(graph, x_item, skip_identity(graph, matmul.input[0])).read(r_part)
+        if rh_form is not None and rh_form.kernel is None and rh_form.recurrent is not None:
+            # with linear_before_reset=0, ONNX adds Rb outside the product, as a bias here would be
+            return r_gate, LinearForm(x_form.kernel, rh_form.recurrent, x_form.bias, rh_form.bias), 0
+    return None
+
+
+def _sum_terms(graph, reader, tensor) -> list:
+    """The terms of a sum, opening Add ops the linear reader cannot read as a whole."""
+    node = producer(graph, tensor)
+    if reader.read(tensor) is not None or node is None or node.type not in ("Add", "AddV2"):
+        return [tensor]
+    return [term for operand in node.input for term in _sum_terms(graph, reader, operand)]
+
+
+def _read_simple_rnn_cell(graph, x_item, h_prev, h_new):
+    """Gate form and activation from ``h_new = act(x W + h R + b)``."""
+    act, pre = read_activation(graph, h_new)
+    form = LinearReader(graph, x_item, h_prev).read(pre)
+    if form is None or form.kernel is None or form.recurrent is None:
+        return NoMatch("the step is neither the LSTM, the GRU nor the SimpleRNN algebra with an activation "
+                       "ONNX supports (unsupported activation?)")
+    return CellAlgebra("RNN", {"h": form}, (act,))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -287,7 +439,7 @@ def layer_name(while_node) -> str:
     return "/".join(parts[1:]) if len(parts) > 1 else (parts[0] if parts else while_node.name)
 
 
-def match_loop(graph, while_node, body: BodyMatch) -> Union[MaskedLstm, NoMatch]:
+def match_loop(graph, while_node, body: BodyMatch) -> Union[MaskedRecurrentLayer, NoMatch]:
     """Check how the While op is fed and consumed, resolve weights, describe the layer."""
     x, x_reversed = _list_source(graph, while_node.input[body.x_list_index])
     if x is None:
@@ -305,10 +457,10 @@ def match_loop(graph, while_node, body: BodyMatch) -> Union[MaskedLstm, NoMatch]
     if not _is_zeros(graph, while_node.input[body.masked_output_index]):
         return NoMatch("the output at masked steps does not start as zeros")
 
-    weights = _resolve_weights(graph, while_node, body.gates)
+    weights = _resolve_weights(graph, while_node, body.kind, body.gates)
     if isinstance(weights, NoMatch):
         return weights
-    kernel, recurrent, bias = weights
+    kernel, recurrent, bias, recurrent_bias = weights
 
     used = _consumed_outputs(graph, while_node)
     roles = {body.output_list_index, body.output_index, body.h_index, body.c_index}
@@ -320,19 +472,21 @@ def match_loop(graph, while_node, body: BodyMatch) -> Union[MaskedLstm, NoMatch]
     if any(n.type != "TensorListStack" for n in stacks):
         return NoMatch("the output list is read other than by TensorListStack")
 
-    return MaskedLstm(
-        layer=layer_name(while_node), while_node=while_node,
-        hidden_size=recurrent["i"].shape[0], kernel=kernel, recurrent=recurrent, bias=bias,
-        activations=(body.recurrent_activation, body.cell_activation, body.hidden_activation),
+    states = [body.h_index] + ([] if body.c_index is None else [body.c_index])
+    return MaskedRecurrentLayer(
+        layer=layer_name(while_node), while_node=while_node, kind=body.kind,
+        hidden_size=recurrent[GATES[body.kind][0]].shape[0], kernel=kernel, recurrent=recurrent, bias=bias,
+        recurrent_bias=recurrent_bias, activations=body.cell.activations,
+        linear_before_reset=body.cell.linear_before_reset,
         direction="reverse" if x_reversed else "forward", x=x, x_source=_batch_major_source(graph, x), mask=mask,
         mask_post_padded=_is_sequence_mask_over_time(graph, mask, x),
         h_input=body.h_index, c_input=body.c_index,
-        zero_initial_state=(_is_zeros(graph, while_node.input[body.h_index])
-                            and _is_zeros(graph, while_node.input[body.c_index])),
+        zero_initial_state=all(_is_zeros(graph, while_node.input[i]) for i in states),
         output_carried=body.output_carried,
         sequence_outputs=[n.output[0] for n in stacks], writes_sequence=body.writes_sequence,
         last_output=while_node.output[body.output_index],
-        final_h=while_node.output[body.h_index], final_c=while_node.output[body.c_index])
+        final_h=while_node.output[body.h_index],
+        final_c=None if body.c_index is None else while_node.output[body.c_index])
 
 
 def _list_source(graph, tensor) -> tuple:
@@ -457,29 +611,33 @@ def _consumed_outputs(graph, while_node) -> list:
     return [i for i, out in enumerate(while_node.output) if graph.find_output_consumers(out)]
 
 
-def _resolve_weights(graph, while_node, gates: dict):
+def _resolve_weights(graph, while_node, kind: str, gates: dict):
+    """(kernel, recurrent, bias or None, recurrent_bias) arrays by gate, or NoMatch."""
     def input_value(index):
         tensor = while_node.input[index]
         return graph.get_tensor_value(tensor, as_list=False) if graph.is_const(tensor) else None
 
-    def resolve(ref: Optional[ConstRef]):
-        return None if ref is None else ref.resolve(input_value)
+    def resolve_all(field):
+        refs = {g: getattr(form, field) for g, form in gates.items() if getattr(form, field) is not None}
+        return {g: ref.resolve(input_value) for g, ref in refs.items()}
 
-    kernel = {g: resolve(form.kernel) for g, form in gates.items()}
-    recurrent = {g: resolve(form.recurrent) for g, form in gates.items()}
-    bias = {g: resolve(form.bias) for g, form in gates.items()}
-    if any(v is None for v in list(kernel.values()) + list(recurrent.values())):
+    kernel, recurrent, bias, recurrent_bias = (resolve_all(field) for field in
+                                               ("kernel", "recurrent", "bias", "recurrent_bias"))
+    if any(v is None for part in (kernel, recurrent, bias, recurrent_bias) for v in part.values()):
         return NoMatch("the weights are not constants")
-    if all(v is None for v in bias.values()):
-        bias = None
-    elif any(v is None for v in bias.values()):
+    if bias and len(bias) != len(gates):
         return NoMatch("only some gates have a bias")
-    hidden = recurrent["i"].shape[0] if recurrent["i"].ndim == 2 else -1
-    input_size = kernel["i"].shape[0] if kernel["i"].ndim == 2 else -1
-    for g in GATES:
+    first = GATES[kind][0]
+    hidden = recurrent[first].shape[0] if recurrent[first].ndim == 2 else -1
+    input_size = kernel[first].shape[0] if kernel[first].ndim == 2 else -1
+    for part in (bias, recurrent_bias):
+        for g, value in part.items():
+            if value.size == 1:  # a folded scalar constant alone (use_bias=False, hard_sigmoid's + 3)
+                part[g] = np.full(hidden, value.reshape(-1)[0], value.dtype)
+    for g in GATES[kind]:
         if kernel[g].shape != (input_size, hidden) or recurrent[g].shape != (hidden, hidden) or \
-                (bias is not None and bias[g].shape != (hidden,)):
-            return NoMatch("the gate weights do not have LSTM shapes")
+                any(g in part and part[g].shape != (hidden,) for part in (bias, recurrent_bias)):
+            return NoMatch(f"the gate weights do not have {KERAS_NAMES[kind]} shapes")
         if any(a.dtype != np.float32 for a in (kernel[g], recurrent[g])):
             return NoMatch("the weights are not float32")
-    return kernel, recurrent, bias
+    return kernel, recurrent, bias or None, recurrent_bias

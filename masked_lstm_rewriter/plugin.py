@@ -32,7 +32,7 @@ def _check_mask_mode(mask_mode: str) -> None:
 
 
 def make_rewriter(mask_mode: str = "post"):
-    """A tf2onnx custom rewriter ``(graph, ops) -> ops`` for masked Keras LSTM loops."""
+    """A tf2onnx custom rewriter ``(graph, ops) -> ops`` for masked Keras LSTM, GRU and SimpleRNN loops."""
     _check_mask_mode(mask_mode)
 
     def rewrite_masked_lstm(graph, ops):
@@ -113,9 +113,10 @@ def _rewrite_loops(graph, loops, mask_mode):
             continue
         direction = "bidirectional" if len(group) == 2 else group[0].direction
         for layer in group:
-            logger.info("masked LSTM layer '%s' (%d units) rewritten into a native ONNX LSTM "
-                        "(direction=%s, mask_mode=%s)", layer.layer, layer.hidden_size, direction, mask_mode)
-            record(layer.layer, True, f"LSTM direction={direction}", mask_mode)
+            logger.info("masked %s layer '%s' (%d units) rewritten into a native ONNX %s "
+                        "(direction=%s, mask_mode=%s)", layer.keras_name, layer.layer, layer.hidden_size,
+                        layer.kind, direction, mask_mode)
+            record(layer.layer, True, f"{layer.kind} direction={direction}", mask_mode)
 
 
 class GraphSnapshot:

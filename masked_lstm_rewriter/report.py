@@ -22,7 +22,7 @@ class LayerReport:
 
     layer: str
     rewritten: bool
-    detail: str   # "LSTM direction=bidirectional" or the reason it stayed a Loop
+    detail: str   # "LSTM direction=bidirectional" (or GRU, RNN) or the reason it stayed a Loop
     mask_mode: str
 
     def __str__(self):

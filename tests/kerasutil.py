@@ -107,10 +107,11 @@ def canonical(onnx_model):
     return nodes, inits
 
 
-def assert_native(onnx_model, lstm=1):
+def assert_native(onnx_model, lstm=1, op="LSTM"):
+    """No Loop left, and ``lstm`` native ``op`` nodes (LSTM, GRU or RNN)."""
     counts = op_counts(onnx_model)
     assert counts["Loop"] == 0, counts
-    assert counts["LSTM"] == lstm, counts
+    assert counts[op] == lstm, counts
 
 
 def post_padded_tokens(lengths, steps, vocab=50, seed=0):

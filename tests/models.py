@@ -59,24 +59,24 @@ def computed_mask_model(layer, seed=0):
     return model, spec, [post_padded_tokens(LENGTHS, STEPS, 50, seed)]
 
 
-def initial_state_model(layer, seed=0):
-    """Embedding-masked input plus initial h and c given as model inputs.
+def initial_state_model(layer, seed=0, states=("h0", "c0")):
+    """Embedding-masked input plus initial states given as model inputs (LSTM: h and c; GRU
+    and SimpleRNN: ``states=("h0",)``; a Bidirectional layer: both halves' states).
 
     Keras 3 drops the Embedding's mask when ``initial_state`` is passed (measured with 3.15), so
     the mask is passed explicitly too."""
     keras.utils.set_random_seed(seed)
     tokens = keras.Input((None,), dtype="int32", name="tokens")
-    h0 = keras.Input((UNITS,), name="h0")
-    c0 = keras.Input((UNITS,), name="c0")
+    state_inputs = [keras.Input((UNITS,), name=name) for name in states]
     x = keras.layers.Embedding(50, FEATURES, mask_zero=True)(tokens)
-    outputs = layer(x, initial_state=[h0, c0], mask=token_mask(tokens))
-    model = randomize_weights(keras.Model([tokens, h0, c0], outputs), seed)
-    spec = (tf.TensorSpec((None, None), tf.int32, name="tokens"),
-            tf.TensorSpec((None, UNITS), tf.float32, name="h0"),
-            tf.TensorSpec((None, UNITS), tf.float32, name="c0"))
+    initial = state_inputs if len(state_inputs) > 1 else state_inputs[0]
+    outputs = layer(x, initial_state=initial, mask=token_mask(tokens))
+    model = randomize_weights(keras.Model([tokens] + state_inputs, outputs), seed)
+    spec = (tf.TensorSpec((None, None), tf.int32, name="tokens"),) + tuple(
+        tf.TensorSpec((None, UNITS), tf.float32, name=name) for name in states)
     rng = np.random.default_rng(seed)
-    states = [rng.normal(size=(len(LENGTHS), UNITS)).astype(np.float32) for _ in range(2)]
-    return model, spec, [post_padded_tokens(LENGTHS, STEPS, 50, seed)] + states
+    values = [rng.normal(size=(len(LENGTHS), UNITS)).astype(np.float32) for _ in states]
+    return model, spec, [post_padded_tokens(LENGTHS, STEPS, 50, seed)] + values
 
 
 def padded_features(lengths, steps, mask_value=0.0, seed=0):

@@ -27,8 +27,8 @@ def test_plain_lstm_body():
     (body,) = body_matches(keras.layers.LSTM(UNITS, return_sequences=True))
     assert isinstance(body, BodyMatch)
     assert body.output_carried and body.writes_sequence
-    assert (body.recurrent_activation, body.cell_activation, body.hidden_activation) == (
-        Activation("Sigmoid"), Activation("Tanh"), Activation("Tanh"))
+    assert body.kind == "LSTM" and body.c_index is not None
+    assert body.cell.activations == (Activation("Sigmoid"), Activation("Tanh"), Activation("Tanh"))
     assert set(body.gates) == {"i", "f", "c", "o"}
     assert all(form.bias is not None for form in body.gates.values())
 
@@ -53,9 +53,33 @@ def test_bidirectional_bodies_output_zeros_at_masked_steps():
     assert all(isinstance(b, BodyMatch) and not b.output_carried for b in bodies)
 
 
-def test_gru_body_is_recognised_as_masked_but_not_matched():
-    (body,) = body_matches(keras.layers.GRU(UNITS, return_sequences=True))
-    assert isinstance(body, NoMatch) and body.reason
+@pytest.mark.parametrize("reset_after", [True, False])
+def test_gru_body(reset_after):
+    """reset_after=True is ONNX's linear_before_reset=1, with the recurrent bias kept apart."""
+    (body,) = body_matches(keras.layers.GRU(UNITS, return_sequences=True, reset_after=reset_after))
+    assert isinstance(body, BodyMatch), body
+    assert body.kind == "GRU" and body.c_index is None
+    assert body.cell.linear_before_reset == int(reset_after)
+    assert body.cell.activations == (Activation("Sigmoid"), Activation("Tanh"))
+    assert set(body.gates) == {"z", "r", "h"}
+    assert all(form.kernel and form.recurrent and form.bias for form in body.gates.values())
+    assert (body.gates["h"].recurrent_bias is not None) == reset_after
+
+
+def test_simple_rnn_body():
+    (body,) = body_matches(keras.layers.SimpleRNN(UNITS, activation="relu"))
+    assert isinstance(body, BodyMatch), body
+    assert body.kind == "RNN" and body.c_index is None and not body.writes_sequence
+    assert body.cell.activations == (Activation("Relu"),)
+    assert set(body.gates) == {"h"}
+
+
+@pytest.mark.parametrize("layer", [lambda: keras.layers.GRU(UNITS, activation="swish"),
+                                   lambda: keras.layers.SimpleRNN(UNITS, activation="swish")],
+                         ids=["gru", "simple_rnn"])
+def test_unsupported_activation_is_a_reason(layer):
+    (body,) = body_matches(layer())
+    assert isinstance(body, NoMatch) and "activation" in body.reason
 
 
 class _Node:

@@ -152,13 +152,14 @@ def test_enable_covers_the_saved_model_command_line_path(tmp_path, monkeypatch):
 
 def test_last_report_lists_rewritten_and_skipped_layers():
     model, spec, _ = embedding_model(keras.layers.Bidirectional(keras.layers.LSTM(UNITS, return_sequences=True)),
-                                     keras.layers.GRU(UNITS))
+                                     keras.layers.GRU(UNITS, return_sequences=True),
+                                     keras.layers.SimpleRNN(UNITS, activation="swish"))
     convert(model, spec, rewriter=mlr.make_rewriter("any"))
     report = mlr.last_report()
-    assert len(report.rewritten) == 2 and all(r.detail == "LSTM direction=bidirectional" for r in report.rewritten)
+    assert sorted(r.detail for r in report.rewritten) == ["GRU direction=forward"] + ["LSTM direction=bidirectional"] * 2
     assert all(r.mask_mode == "any" for r in report.rewritten)
     (skipped,) = report.left_as_loop
-    assert "gru" in skipped.layer and skipped.detail
+    assert "simple_rnn" in skipped.layer and "activation" in skipped.detail
     assert "1 left as Loop" in str(report)
     # the next conversion starts a new report
     plain, plain_spec, _ = masked_model()

@@ -2,14 +2,15 @@
 # SPDX-License-Identifier: Apache-2.0
 """Latency benchmark: stock tf2onnx's Loop vs the plugin vs an unmasked native LSTM (onnxruntime).
 
-Two models, Embedding(1000, 64, mask_zero=True) -> LSTM(128, return_sequences=True) and the
-same with Bidirectional(LSTM), each converted (opset 15) four ways:
+Three models, Embedding(1000, 64, mask_zero=True) -> LSTM(128, return_sequences=True), the
+same with Bidirectional(LSTM), and with GRU(128, return_sequences=True) (--models picks some),
+each converted (opset 15) four ways:
 
   loop       stock tf2onnx: an ONNX Loop
-  post       the plugin, custom_rewriter=[make_rewriter("post")] (native LSTM, guard, fix-ups)
+  post       the plugin, custom_rewriter=[make_rewriter("post")] (native LSTM/GRU, guard, fix-ups)
   any        the plugin, custom_rewriter=[make_rewriter("any")]
-  unmasked   the same weights with mask_zero=False: stock tf2onnx gives a native LSTM over every
-             step (the practical limit)
+  unmasked   the same weights with mask_zero=False: stock tf2onnx gives a native LSTM/GRU over
+             every step (the practical limit)
   no-guard   (headline rows only) the "post" model with the guard's Reshape bypassed, as in
              tools/guard_cost.py
 
@@ -60,8 +61,9 @@ from toolutil import op_counts, quiet_stderr  # tools/ is on sys.path when run a
 TOLERANCE = 1e-5
 OPSET = 15
 VOCAB, EMBED, UNITS = 1000, 64, 128
-MODELS = ("lstm", "bilstm")
-MODEL_NAMES = {"lstm": "LSTM", "bilstm": "Bidirectional"}
+MODELS = ("lstm", "bilstm", "gru")
+MODEL_NAMES = {"lstm": "LSTM", "bilstm": "Bidirectional", "gru": "GRU"}
+NATIVE_OPS = {"lstm": "LSTM", "bilstm": "LSTM", "gru": "GRU"}  # the Keras layer, and the plugin's ONNX op
 VARIANTS = ("loop", "post", "any", "unmasked")
 HEADLINE_VARIANTS = VARIANTS + ("no-guard",)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -333,7 +335,8 @@ def build_pair(keras, model: str):
         keras.utils.set_random_seed(0)
         tokens = keras.Input(shape=(None,), dtype="int32", name="tokens")
         x = keras.layers.Embedding(VOCAB, EMBED, mask_zero=mask_zero, name="embedding")(tokens)
-        layer = keras.layers.LSTM(UNITS, return_sequences=True, name="lstm")
+        op = NATIVE_OPS[model]
+        layer = getattr(keras.layers, op)(UNITS, return_sequences=True, name=op.lower())
         if model == "bilstm":
             layer = keras.layers.Bidirectional(layer, name="bidirectional")
         built.append(keras.Model(tokens, layer(x), name=f"{model}_{'masked' if mask_zero else 'unmasked'}"))
@@ -363,9 +366,10 @@ def convert_all(tf, tf2onnx, mlr, keras_models: dict, repeats: int, quiet: bool)
 def check_structure(protos: dict):
     for (model, variant), proto in protos.items():
         counts = op_counts(proto)
-        if variant in ("post", "any") and (counts["Loop"] or not counts["LSTM"]):
-            fail(f"{model}/{variant}: the plugin's model has {counts['Loop']} Loop and {counts['LSTM']} LSTM ops "
-                 "(expected no Loop, at least one LSTM)")
+        op = NATIVE_OPS[model]
+        if variant in ("post", "any") and (counts["Loop"] or not counts[op]):
+            fail(f"{model}/{variant}: the plugin's model has {counts['Loop']} Loop and {counts[op]} {op} ops "
+                 f"(expected no Loop, at least one {op})")
         if variant == "loop" and not counts["Loop"]:
             fail(f"{model}/loop: stock tf2onnx gave no Loop (is the plugin enabled through TF2ONNX_MASKED_LSTM?)")
 
@@ -482,7 +486,7 @@ def evaluate_targets(ratio_rows: list, settings: dict, report: Report):
         head = [r for r in ratio_rows if r["set"] == "headline" and r["model"] == model]
         if not head:
             continue
-        tag = "" if model == "lstm" else "[Bidirectional] "
+        tag = "" if model == "lstm" else f"[{MODEL_NAMES[model]}] "
         for batch, goal in ((1, 5.0), (32, 1.7)):
             row = find(head, batch=batch, fill=1.0)
             if row:
@@ -600,7 +604,7 @@ def main(argv=None) -> int:
     conversion_rows = []
     report(f"conversion (tf2onnx.convert.from_keras, median of {settings['conversions']}, interleaved) and ONNX size:")
     report(f"  {'model':<13} {'variant':<9} {'median s':>8} {'min s':>6} {'bytes':>9} {'nodes':>5} "
-           f"{'+subgraphs':>10} {'LSTM':>4} {'Loop':>4}")
+           f"{'+subgraphs':>10} {'RNN ops':>7} {'Loop':>4}")
     for (model, variant), proto in protos.items():
         counts = op_counts(proto)
         values = sorted(seconds[(model, variant)])
@@ -608,11 +612,11 @@ def main(argv=None) -> int:
                    median_s=round(float(np.median(values)), 4), min_s=round(values[0], 4),
                    max_s=round(values[-1], 4), onnx_bytes=len(proto.SerializeToString()),
                    nodes=len(proto.graph.node), nodes_with_subgraphs=sum(counts.values()),
-                   lstm_ops=counts["LSTM"], loop_ops=counts["Loop"])
+                   native_ops=counts[NATIVE_OPS[model]], loop_ops=counts["Loop"])
         conversion_rows.append(row)
         report(f"  {MODEL_NAMES[model]:<13} {variant:<9} {row['median_s']:>8.3f} {row['min_s']:>6.3f} "
                f"{row['onnx_bytes']:>9} {row['nodes']:>5} {row['nodes_with_subgraphs']:>10} "
-               f"{row['lstm_ops']:>4} {row['loop_ops']:>4}")
+               f"{row['native_ops']:>7} {row['loop_ops']:>4}")
     report()
 
     # shapes and numerics

@@ -23,8 +23,9 @@ import math
 import os
 
 MODEL_TITLES = {"lstm": "Embedding(1000, 64, mask_zero=True) -> LSTM(128, return_sequences=True)",
-                "bilstm": "Embedding(1000, 64, mask_zero=True) -> Bidirectional(LSTM(128, return_sequences=True))"}
-FILE_NAMES = {"lstm": "benchmark.png", "bilstm": "benchmark_bidirectional.png"}
+                "bilstm": "Embedding(1000, 64, mask_zero=True) -> Bidirectional(LSTM(128, return_sequences=True))",
+                "gru": "Embedding(1000, 64, mask_zero=True) -> GRU(128, return_sequences=True)"}
+FILE_NAMES = {"lstm": "benchmark.png", "bilstm": "benchmark_bidirectional.png", "gru": "benchmark_gru.png"}
 COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b")
 
 
