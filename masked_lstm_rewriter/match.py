@@ -25,7 +25,8 @@ import numpy as np
 from onnx import TensorProto
 from tf2onnx.graph_matcher import GraphMatcher, OpTypePattern
 
-from .cell import Activation, LinearForm, LinearReader, producer, read_activation, scalar_value, \
+from .cell import REFUSED_ACTIVATION_REASONS, Activation, LinearForm, LinearReader, producer, read_activation, \
+    scalar_value, \
     skip_identity
 
 BODY_MATCH_ATTR = "_masked_lstm_rewriter_body"
@@ -179,6 +180,9 @@ def _input_index(graph, tensor: str) -> Optional[int]:
 
 def match_body(graph) -> Union[BodyMatch, NoMatch]:
     """Read a masked LSTM, GRU or SimpleRNN step out of a While body graph."""
+    refused = next((REFUSED_ACTIVATION_REASONS[n.type] for n in graph.get_nodes() if n.type in REFUSED_ACTIVATION_REASONS), None)
+    if refused is not None:
+        return NoMatch(refused)
     writes = [n for n in graph.get_nodes() if n.type == "TensorListSetItem"]
     if len(writes) != 1:
         return NoMatch(f"expected one output list write per step, found {len(writes)}")

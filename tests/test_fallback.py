@@ -24,7 +24,11 @@ def warnings_for(caplog):
     lambda: keras.layers.LSTM(UNITS, return_sequences=True, dtype="float64"),
     lambda: keras.layers.LSTM(UNITS, return_sequences=True, activation="swish"),
     lambda: keras.layers.LSTM(UNITS, return_sequences=True, recurrent_activation="selu"),
-], ids=["gru swish", "gru softmax", "simple_rnn swish", "gru float64", "float64", "swish", "selu"])
+    lambda: keras.layers.LSTM(UNITS, return_sequences=True, recurrent_activation="softplus"),
+    lambda: keras.layers.GRU(UNITS, return_sequences=True, activation="softplus"),
+    lambda: keras.layers.SimpleRNN(UNITS, return_sequences=True, activation="softplus"),
+], ids=["gru swish", "gru softmax", "simple_rnn swish", "gru float64", "float64", "swish", "selu",
+        "lstm softplus", "gru softplus", "simple_rnn softplus"])
 def test_unsupported_layer_stays_a_loop_and_is_logged(caplog, layer):
     model, spec, inputs = embedding_model(layer())
     with caplog.at_level(logging.INFO, logger="masked_lstm_rewriter"):
