@@ -1,9 +1,12 @@
 # SPDX-License-Identifier: Apache-2.0
-"""docs/fallback-reasons.md lists every reason the rewriter can give for leaving a layer a Loop.
+"""README.md ("Why a layer stays a Loop") lists every reason the rewriter can give for leaving a
+layer a Loop.
 
-The reasons are read from the package's source: the first argument of every ``NoMatch(...)``, and
-every string assigned to a name ``reason`` or ``*_REASON``. An f-string is matched by its constant
-start (its stable prefix); a reason must contain at least a few words of fixed text.
+The reasons are read from the package's source: the first argument of every ``NoMatch(...)``,
+every string assigned to a name ``reason`` or ``*_REASON``, and the values of a dict assigned to
+a name ``*_REASONS`` (a ``NoMatch`` of a name or a subscript takes its text from there). An
+f-string is matched by its constant start (its stable prefix); a reason must contain at least a
+few words of fixed text.
 """
 
 import ast
@@ -12,7 +15,7 @@ import os
 import re
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DOC = os.path.join(ROOT, "docs", "fallback-reasons.md")
+DOC = os.path.join(ROOT, "README.md")
 MIN_PREFIX = 12  # characters of fixed text a reason must start with
 
 
@@ -37,11 +40,14 @@ def reasons_in_source():
             tree = ast.parse(handle.read(), path)
         for node in ast.walk(tree):
             if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "NoMatch" and node.args:
-                found.append((path, node.lineno, stable_text(node.args[0])))
+                if not isinstance(node.args[0], (ast.Name, ast.Subscript)):  # those: a *_REASONS dict
+                    found.append((path, node.lineno, stable_text(node.args[0])))
             elif isinstance(node, ast.Assign):
                 names = [t.id for t in node.targets if isinstance(t, ast.Name)]
                 if any(name == "reason" or name.endswith("_REASON") for name in names):
                     found.append((path, node.lineno, stable_text(node.value)))
+                elif any(name.endswith("_REASONS") for name in names) and isinstance(node.value, ast.Dict):
+                    found.extend((path, node.lineno, stable_text(value)) for value in node.value.values)
     return found
 
 
@@ -60,5 +66,5 @@ def test_every_reason_is_documented():
         if reason is None or len(reason.strip()) < MIN_PREFIX:
             problems.append(f"{where}: a reason must start with fixed text (found {reason!r})")
         elif normalise(reason) not in doc:
-            problems.append(f"{where}: {reason!r} is not in docs/fallback-reasons.md")
+            problems.append(f"{where}: {reason!r} is not in README.md")
     assert not problems, "\n".join(problems)
