@@ -47,6 +47,7 @@ def run_worker(args) -> dict:
 
     totals = collections.Counter()
     loops = collections.Counter()
+    known_bugs = collections.Counter()
     batch_kinds = collections.Counter()
     failures = []
     worst = [0.0]
@@ -65,6 +66,7 @@ def run_worker(args) -> dict:
         except Exception as error:  # pylint: disable=broad-except  (a crash is a finding, keep going)
             totals["crashes"] += 1
             failures.append(f"case = {case!r}\nbatches = {tuple(batches)!r}\n  crashed: {error!r}")
+            print("FAILING:\n" + failures[-1], file=sys.stderr, flush=True)
             return
         totals["model/batch cases"] += len(batches)
         totals["comparisons"] += result.comparisons
@@ -79,16 +81,18 @@ def run_worker(args) -> dict:
         totals["guard fired"] += result.guard_fired
         totals["guard missed"] += len(result.guard_missed)
         loops.update(result.loops)
+        known_bugs.update(result.known_bugs)
         worst[0] = max(worst[0], result.worst)
         if not result.ok:
             failures.append(fuzzgen.describe(case, batches, result))
+            print("FAILING:\n" + failures[-1], file=sys.stderr, flush=True)
         if totals["cases"] % 25 == 0:
             print(f"  {fuzzgen.FLAVOUR}: {totals['cases']} cases, {len(failures)} failing, "
                   f"{time.monotonic() - start:.0f}s", file=sys.stderr, flush=True)
 
     fuzz()  # pylint: disable=no-value-for-parameter
     return {"flavour": fuzzgen.FLAVOUR, "totals": dict(totals), "worst": worst[0], "worst_ill": worst_ill[0],
-            "loops": dict(loops), "batch_kinds": dict(batch_kinds), "failures": failures, "seconds": time.monotonic() - start}
+            "loops": dict(loops), "known_bugs": dict(known_bugs), "batch_kinds": dict(batch_kinds), "failures": failures, "seconds": time.monotonic() - start}
 
 
 # --- the parent: one worker process per flavour -----------------------------------------------
@@ -124,6 +128,9 @@ def print_summary(result) -> bool:
     print("  batch kinds: " + ", ".join(f"{k} {n}" for k, n in sorted(result["batch_kinds"].items())))
     loops = result["loops"]
     print("  layers left as Loop: " + ("none" if not loops else "; ".join(f"{r} (x{n})" for r, n in loops.items())))
+    known = result.get("known_bugs", {})
+    print("  known bugs hit (comparisons, not counted as mismatches): "
+          + ("none" if not known else "; ".join(f"{b} (x{n})" for b, n in known.items())))
     for failure in result["failures"]:
         print("  FAILING:\n    " + failure.replace("\n", "\n    "))
     return not (t["mismatches"] or t["crashes"] or t["guard missed"] or loops or result["failures"])
