@@ -182,7 +182,7 @@ def build_model(case: ModelCase, weights_from=None):
         if case.mask_source == "computed" or case.initial_state:
             mask = token_mask(tokens)
     else:
-        features, features_spec = _input("features", (None, FEATURES), "float32")
+        features, features_spec = _input("features", (None, FEATURES), keras.backend.floatx())
         inputs, spec, x = [features], [features_spec], features
         if case.mask_source == "masking":
             x = keras.layers.Masking(mask_value=case.mask_value)(features)
@@ -191,7 +191,8 @@ def build_model(case: ModelCase, weights_from=None):
             mask, mask_spec = _input("mask", (None,), "bool")
             inputs.append(mask)
             spec.append(mask_spec)
-    states = [_input(f"state{i}", (case.layers[0].units,), "float32") for i in range(initial_state_count(case))]
+    states = [_input(f"state{i}", (case.layers[0].units,), keras.backend.floatx())
+              for i in range(initial_state_count(case))]
     inputs += [s for s, _ in states]
     spec += [s for _, s in states]
     explicit_everywhere = case.mask_source in ("explicit", "computed")

@@ -38,6 +38,22 @@ def test_ill_conditioned_model_passes_by_the_float64_referee():
     assert result.ok, fuzzgen.describe(case, batches, result)
 
 
+def test_float64_referee_with_initial_state():
+    """Found by the fuzzer (tf_keras, seed 1): an ill-conditioned model with initial_state; the
+    float64 referee model took float32 state inputs, which tf_keras refuses to multiply with float64."""
+    case = ModelCase(layers=(
+        LayerCase(units=5, recurrent_activation="elu", use_bias=False),
+        LayerCase(units=4, direction="go_backwards", activation="relu", recurrent_activation="linear",
+                  use_bias=False),
+        LayerCase(units=6, direction="go_backwards", activation="elu", recurrent_activation="softsign",
+                  use_bias=False)),
+        return_state=True, mask_source="masking", initial_state=True, seed=500)
+    batches = (BatchCase(rows=6, steps=15, kind="post", seed=30302),
+               BatchCase(rows=6, steps=20, kind="random", seed=32439))
+    result = fuzzgen.check_case(case, batches)
+    assert result.ok, fuzzgen.describe(case, batches, result)
+
+
 @pytest.mark.xfail(strict=True, reason=SOFTPLUS_OVERFLOW)
 def test_fuzz_case_softplus_overflow():
     """Found by the fuzzer (seed 1): the third layer's gates reach ~1e6; the cell state comes
