@@ -1,0 +1,446 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Differential fuzzing against Keras: random masked models x random batches with masks of every kind.
+
+A case is a pure description (frozen dataclasses: :class:`ModelCase` of :class:`LayerCase` s,
+and :class:`BatchCase` s); :func:`model_cases` and :func:`batch_cases` are its hypothesis
+strategies; :func:`build_model` makes the Keras model and :func:`batch_inputs` the batch.
+:func:`check_case` converts the model once per mask mode and compares onnxruntime with Keras on
+every batch, at every position (within ATOL; relative above 1, see :func:`scaled_difference`; or,
+for ill-conditioned models, see :class:`Float64Referee`): ``"any"`` always, ``"post"`` on post-padded batches; on other
+batches ``"post"`` must fail with the guard's message, never return numbers. It returns what it
+saw (a :class:`CaseResult`) rather than raising, so that ``tools/fuzz.py`` can count;
+``tests/test_fuzz.py`` asserts on it.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+from typing import Optional
+
+import numpy as np
+import tensorflow as tf
+from hypothesis import strategies as st
+
+from kerasutil import ATOL, FLAVOUR, convert, keras, keras_outputs, op_counts, randomize_weights, session
+from models import FEATURES, token_mask
+
+import masked_lstm_rewriter as mlr
+
+
+@dataclasses.dataclass(frozen=True)
+class RecurrentKind:
+    """A Keras recurrent layer class and how many state tensors it carries."""
+
+    name: str
+    states: int
+
+    def layer(self, units, **options):
+        return getattr(keras.layers, self.name)(units, **options)
+
+
+# Every recurrent kind the builder knows. Adding GRU or SimpleRNN is one line here
+# (RecurrentKind("GRU", states=1)) and, once the rewriter supports it, its name in SAMPLED_KINDS.
+KINDS = {"LSTM": RecurrentKind("LSTM", states=2)}
+SAMPLED_KINDS = ("LSTM",)
+
+# README "Support" table: the activations the rewriter supports (either slot).
+ACTIVATIONS = ("sigmoid", "tanh", "relu", "hard_sigmoid", "softsign", "softplus", "elu", "linear")
+DIRECTIONS = ("forward", "go_backwards", "bidirectional")
+MERGE_MODES = ("concat", "sum", "mul", "ave", None)
+MASK_SOURCES = ("embedding", "masking", "explicit", "computed")
+MASK_VALUES = (0.0, -1.0, 2.5)
+BATCH_KINDS = ("post", "pre", "holes", "both ends", "mixed", "random")
+ROW_KINDS = ("post", "pre", "holes", "both ends", "empty", "full")
+MODES = ("any", "post")
+VOCAB = 20
+MAX_ROWS, MAX_STEPS = 16, 20
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerCase:
+    """One recurrent layer of the stack."""
+
+    kind: str = "LSTM"
+    units: int = 3
+    direction: str = "forward"          # forward | go_backwards | bidirectional
+    merge_mode: Optional[str] = "concat"  # Bidirectional only; None gives two outputs
+    activation: str = "tanh"
+    recurrent_activation: str = "sigmoid"
+    use_bias: bool = True
+
+    @property
+    def onnx_layers(self) -> int:
+        """Masked recurrent layers in tf2onnx's graph (a Bidirectional has two)."""
+        return 2 if self.direction == "bidirectional" else 1
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelCase:
+    """A stack of 1-3 masked recurrent layers; the options below apply to the last (outputs) or
+    the first (initial_state) layer, the middle ones return sequences."""
+
+    layers: tuple = (LayerCase(),)
+    return_sequences: bool = True
+    return_state: bool = False
+    mask_source: str = "embedding"     # embedding | masking | explicit | computed
+    mask_value: float = 0.0            # for "masking"
+    initial_state: bool = False        # states given to the first layer as model inputs
+    seed: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchCase:
+    rows: int = 4
+    steps: int = 6
+    kind: str = "mixed"                # see BATCH_KINDS
+    seed: int = 0
+
+
+# --- strategies --------------------------------------------------------------------------------
+
+@st.composite
+def layer_cases(draw, last=True, kinds=SAMPLED_KINDS):
+    direction = draw(st.sampled_from(DIRECTIONS))
+    merge_modes = MERGE_MODES if last else MERGE_MODES[:-1]  # a middle layer needs one output
+    return LayerCase(
+        kind=draw(st.sampled_from(kinds)),
+        units=draw(st.integers(1, 6)),
+        direction=direction,
+        merge_mode=draw(st.sampled_from(merge_modes)) if direction == "bidirectional" else "concat",
+        activation=draw(st.sampled_from(ACTIVATIONS)),
+        recurrent_activation=draw(st.sampled_from(ACTIVATIONS)),
+        use_bias=draw(st.booleans()))
+
+
+@st.composite
+def model_cases(draw, kinds=SAMPLED_KINDS):
+    depth = draw(st.integers(1, 3))
+    layers = tuple(draw(layer_cases(last=i == depth - 1, kinds=kinds)) for i in range(depth))
+    source = draw(st.sampled_from(MASK_SOURCES))
+    return ModelCase(
+        layers=layers,
+        return_sequences=draw(st.booleans()),
+        return_state=draw(st.booleans()),
+        mask_source=source,
+        mask_value=draw(st.sampled_from(MASK_VALUES)) if source == "masking" else 0.0,
+        initial_state=draw(st.booleans()),
+        seed=draw(st.integers(0, 2**16)))
+
+
+@st.composite
+def batch_cases(draw, kind=None):
+    return BatchCase(rows=draw(st.integers(1, MAX_ROWS)), steps=draw(st.integers(1, MAX_STEPS)),
+                     kind=kind or draw(st.sampled_from(BATCH_KINDS)), seed=draw(st.integers(0, 2**16)))
+
+
+def batch_lists(size=4):
+    """``size`` batches: the first post-padded (so "post" is compared on every model), the rest any kind."""
+    return st.tuples(batch_cases(kind="post"), *[batch_cases() for _ in range(size - 1)])
+
+
+# --- the Keras model ---------------------------------------------------------------------------
+
+def _input(name, shape, dtype):
+    return keras.Input(shape, dtype=dtype, name=name), tf.TensorSpec((None,) + shape, dtype, name=name)
+
+
+def _any_not_equal(x, value):
+    """The Masking layer's mask computed in the graph (to pass it explicitly with initial_state)."""
+    if FLAVOUR == "keras3":
+        return keras.ops.any(keras.ops.not_equal(x, value), axis=-1)
+    return tf.reduce_any(tf.not_equal(x, value), axis=-1)
+
+
+def _keras_layer(layer: LayerCase, return_sequences, return_state):
+    kind = KINDS[layer.kind]
+    options = dict(return_sequences=return_sequences, return_state=return_state, activation=layer.activation,
+                   recurrent_activation=layer.recurrent_activation, use_bias=layer.use_bias)
+    if layer.direction == "bidirectional":
+        return keras.layers.Bidirectional(kind.layer(layer.units, **options), merge_mode=layer.merge_mode)
+    return kind.layer(layer.units, go_backwards=layer.direction == "go_backwards", **options)
+
+
+def initial_state_count(case: ModelCase) -> int:
+    first = case.layers[0]
+    return KINDS[first.kind].states * first.onnx_layers if case.initial_state else 0
+
+
+def build_model(case: ModelCase, weights_from=None):
+    """(Keras model, input signature) for ``case``, with random non-zero weights (or, cast to
+    floatx, those of the model ``weights_from``).
+
+    Keras 3 drops an implicit mask when ``initial_state=`` is given (README, Limits), so the first
+    layer then gets its mask explicitly (for Embedding/Masking: computed from the input in the graph)."""
+    keras.utils.set_random_seed(case.seed)
+    inputs, spec, mask = [], [], None
+    if case.mask_source in ("embedding", "computed"):
+        tokens, token_spec = _input("tokens", (None,), "int32")
+        inputs, spec = [tokens], [token_spec]
+        x = keras.layers.Embedding(VOCAB, FEATURES, mask_zero=case.mask_source == "embedding")(tokens)
+        if case.mask_source == "computed" or case.initial_state:
+            mask = token_mask(tokens)
+    else:
+        features, features_spec = _input("features", (None, FEATURES), keras.backend.floatx())
+        inputs, spec, x = [features], [features_spec], features
+        if case.mask_source == "masking":
+            x = keras.layers.Masking(mask_value=case.mask_value)(features)
+            mask = _any_not_equal(features, case.mask_value) if case.initial_state else None
+        else:
+            mask, mask_spec = _input("mask", (None,), "bool")
+            inputs.append(mask)
+            spec.append(mask_spec)
+    states = [_input(f"state{i}", (case.layers[0].units,), keras.backend.floatx())
+              for i in range(initial_state_count(case))]
+    inputs += [s for s, _ in states]
+    spec += [s for _, s in states]
+    explicit_everywhere = case.mask_source in ("explicit", "computed")
+    for i, layer in enumerate(case.layers):
+        last = i == len(case.layers) - 1
+        keras_layer = _keras_layer(layer, case.return_sequences if last else True, case.return_state and last)
+        kwargs = {}
+        if mask is not None and (i == 0 or explicit_everywhere):
+            kwargs["mask"] = mask
+        if i == 0 and states:
+            kwargs["initial_state"] = [s for s, _ in states]
+        x = keras_layer(x, **kwargs)
+    model = keras.Model(inputs, x)
+    if weights_from is None:
+        randomize_weights(model, seed=case.seed)
+    else:
+        model.set_weights([w.astype(keras.backend.floatx()) for w in weights_from.get_weights()])
+    return model, tuple(spec)
+
+
+@contextlib.contextmanager
+def floatx(dtype):
+    """Layers built meanwhile compute in ``dtype`` (Keras 3 also needs its dtype policy set)."""
+    saved = keras.backend.floatx()
+    keras.backend.set_floatx(dtype)
+    if FLAVOUR == "keras3":
+        keras.config.set_dtype_policy(dtype)
+    try:
+        yield
+    finally:
+        keras.backend.set_floatx(saved)
+        if FLAVOUR == "keras3":
+            keras.config.set_dtype_policy(saved)
+
+
+class Float64Referee:
+    """The same Keras model in float64, built on first use. Some random models amplify float32
+    rounding far beyond 1e-5 (unbounded gates, such as ``recurrent_activation="linear"``, over
+    stacked layers and 20 steps): there, how far Keras's own float32 result is from the exact one
+    bounds what the converted model may differ by."""
+
+    FACTOR = 10  # the converted model may be this many times further from exact than Keras is
+
+    def __init__(self, case: ModelCase, model):
+        self.case, self.model32, self.model64 = case, model, None
+
+    def accepts(self, inputs, expected, got) -> tuple:
+        """(ok, Keras float32's error, the converted model's error), both vs Keras in float64."""
+        with floatx("float64"):
+            if self.model64 is None:
+                self.model64, _ = build_model(self.case, weights_from=self.model32)
+            exact = keras_outputs(self.model64, [x.astype(np.float64) if x.dtype == np.float32 else x
+                                                 for x in inputs])
+        keras_error, onnx_error = scaled_difference(exact, expected), scaled_difference(exact, got)
+        return onnx_error <= self.FACTOR * keras_error, keras_error, onnx_error
+
+
+# --- the batch ---------------------------------------------------------------------------------
+
+def _row(kind, steps, rng):
+    row = np.zeros(steps, bool)
+    length = int(rng.integers(0, steps + 1))
+    if kind == "post":
+        row[:length] = True
+    elif kind == "pre":
+        row[steps - length:] = True
+    elif kind == "full":
+        row[:] = True
+    elif kind == "holes":
+        row[:] = rng.random(steps) < 0.6
+        if steps >= 3:  # at least one hole: valid, padded, valid
+            first, hole, last = sorted(rng.choice(steps, 3, replace=False))
+            row[[first, last]], row[hole] = True, False
+    elif kind == "both ends" and steps >= 3:
+        start = int(rng.integers(1, steps - 1))
+        row[start:int(rng.integers(start + 1, steps))] = True
+    elif kind == "both ends":
+        row[steps - 1:] = steps > 1  # too short for both ends: pre-padded
+    return row
+
+
+def batch_mask(batch: BatchCase) -> np.ndarray:
+    """[rows, steps] bool mask of the batch's kind; "mixed" draws each row's kind, "random" each bit."""
+    rng = np.random.default_rng(batch.seed)
+    if batch.kind == "random":
+        return rng.random((batch.rows, batch.steps)) < 0.5
+    if batch.kind == "mixed":
+        kinds = rng.choice(ROW_KINDS, batch.rows)
+    elif batch.kind in ("post", "pre"):  # with empty and full rows now and then
+        kinds = rng.choice([batch.kind] * 4 + ["empty", "full"], batch.rows)
+    else:
+        kinds = [batch.kind] * batch.rows
+    return np.array([_row(kind, batch.steps, rng) for kind in kinds], bool).reshape(batch.rows, batch.steps)
+
+
+def is_post_padded(mask: np.ndarray) -> bool:
+    """No padded step is followed by a valid one in any row."""
+    return not np.any(mask[:, 1:] & ~mask[:, :-1])
+
+
+def batch_inputs(case: ModelCase, batch: BatchCase):
+    """(inputs in the signature's order, the mask they carry)."""
+    mask = batch_mask(batch)
+    rng = np.random.default_rng(batch.seed + 1)
+    shape = (batch.rows, batch.steps)
+    if case.mask_source in ("embedding", "computed"):
+        inputs = [(rng.integers(1, VOCAB, size=shape) * mask).astype(np.int32)]
+    else:
+        features = rng.normal(size=shape + (FEATURES,)).astype(np.float32)
+        if case.mask_source == "masking":
+            inputs = [np.where(mask[..., None], features, np.float32(case.mask_value)).astype(np.float32)]
+        else:  # the padded steps keep their random features: only the mask may hide them
+            inputs = [features, mask]
+    units = case.layers[0].units
+    inputs += [rng.normal(size=(batch.rows, units)).astype(np.float32) for _ in range(initial_state_count(case))]
+    return inputs, mask
+
+
+# --- the check ---------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class CaseResult:
+    """What one model case did on its batches, in both modes."""
+
+    comparisons: int = 0        # model/batch/mode comparisons with Keras
+    passed: int = 0
+    ill_conditioned: list = dataclasses.field(default_factory=list)  # passed by the referee:
+    #   (mode, |diff| vs Keras, Keras float32 vs float64, ONNX vs float64)
+    non_finite: int = 0         # comparisons skipped: Keras's own output overflowed (inf or nan)
+    mismatches: list = dataclasses.field(default_factory=list)   # (mode, batch, |diff| or reason)
+    non_post: int = 0           # batches whose mask is not post-padded
+    guard_fired: int = 0        # ... on which "post" failed with the guard's message
+    guard_missed: list = dataclasses.field(default_factory=list)  # (batch, what happened instead)
+    worst: float = 0.0          # largest scaled_difference from Keras seen (referee or not)
+    loops: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # reason -> layers
+    known_bugs: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # bug -> comparisons
+
+    @property
+    def ok(self) -> bool:
+        return not self.mismatches and not self.guard_missed and not self.loops
+
+
+def scaled_difference(expected, got) -> float:
+    """Largest |expected - got| / max(1, |expected|) over every output and position: the absolute
+    difference where Keras's values are at most 1, relative above (random activations such as
+    ``linear`` or ``softplus`` let values grow far beyond 1, where float32 cannot hold 1e-5
+    absolute); inf when the outputs' number or shapes differ."""
+    if len(expected) != len(got):
+        return float("inf")
+    worst = 0.0
+    for e, g in zip(expected, got):
+        if e.shape != g.shape:
+            return float("inf")
+        scaled = np.abs(e - g) / np.maximum(1.0, np.abs(e))
+        if np.isnan(scaled).any():  # NaN where Keras has a number (or the reverse): never a pass
+            return float("inf")
+        worst = max([worst] + ([float(np.max(scaled))] if scaled.size else []))
+    return worst
+
+
+def all_finite(outputs) -> bool:
+    return all(np.all(np.isfinite(o)) for o in outputs)
+
+
+def convert_and_report(model, spec, mode, case: ModelCase, result: CaseResult):
+    """The ONNX model in ``mode``; a layer left as a Loop is recorded (every sampled case is supported)."""
+    onnx_model = convert(model, spec, rewriter=mlr.make_rewriter(mode))
+    report = mlr.last_report()
+    for layer in report.left_as_loop:
+        result.loops[f"{mode}: {layer.detail}"] += 1
+    expected = sum(layer.onnx_layers for layer in case.layers)
+    if len(report.rewritten) != expected or op_counts(onnx_model)["Loop"]:
+        result.loops[f"{mode}: {len(report.rewritten)} of {expected} layers rewritten, "
+                     f"{op_counts(onnx_model)['Loop']} Loop(s)"] += 1
+    return onnx_model
+
+
+def _run(sess, spec, inputs):
+    return sess.run(None, {s.name: np.asarray(x) for s, x in zip(spec, inputs)})
+
+
+def known_bug(case: ModelCase) -> Optional[str]:
+    """The known bug a failed comparison is put down to, if any. Each has a
+    strict xfail in tests/test_fuzz_regressions.py; delete its entry here with the fix. Broad on
+    purpose: the overflow can come out finite but wrong (a later layer squashes the inf), so
+    any mismatch of a model with softplus counts, and hides other bugs of such models until then."""
+    if any("softplus" in (layer.activation, layer.recurrent_activation) for layer in case.layers):
+        return "softplus overflow: onnxruntime's LSTM computes log(1 + exp(x)), inf for x > 88"
+    return None
+
+
+def _compare(result, mode, batch, expected, got, referee, inputs):
+    """One comparison: within ATOL, or (ill-conditioned models) as close to exact as Keras itself."""
+    result.comparisons += 1
+    if not all_finite(expected):  # overflowed in Keras: the order of float32 operations decides where
+        result.non_finite += 1
+        return
+    diff = scaled_difference(expected, got)
+    if diff <= ATOL:
+        result.worst = max(result.worst, diff)
+        result.passed += 1
+        return
+    ok, keras_error, onnx_error = referee.accepts(inputs, expected, got)
+    bug = None if ok else known_bug(referee.case)
+    if bug:
+        result.known_bugs[bug] += 1
+        return
+    result.worst = max(result.worst, diff)
+    if ok:
+        result.passed += 1
+        result.ill_conditioned.append((mode, diff, keras_error, onnx_error))
+    else:
+        result.mismatches.append((mode, batch, diff))
+
+
+def check_case(case: ModelCase, batches) -> CaseResult:
+    """Build ``case``, convert it in both modes once, and check it on every batch."""
+    keras.backend.clear_session()
+    result = CaseResult()
+    model, spec = build_model(case)
+    referee = Float64Referee(case, model)
+    sessions = {mode: session(convert_and_report(model, spec, mode, case, result)) for mode in MODES}
+    for batch in batches:
+        inputs, mask = batch_inputs(case, batch)
+        expected = keras_outputs(model, inputs)
+        _compare(result, "any", batch, expected, _run(sessions["any"], spec, inputs), referee, inputs)
+        if is_post_padded(mask):
+            _compare(result, "post", batch, expected, _run(sessions["post"], spec, inputs), referee, inputs)
+            continue
+        result.non_post += 1
+        try:
+            got = _run(sessions["post"], spec, inputs)
+        except Exception as error:  # pylint: disable=broad-except  (onnxruntime's own exception types)
+            if mlr.GUARD_MESSAGE in str(error):
+                result.guard_fired += 1
+            else:
+                result.guard_missed.append((batch, f"failed without the guard's message: {error}"))
+            continue
+        diff = scaled_difference(expected, got)
+        result.guard_missed.append((batch, f"returned numbers (max |diff| {diff:.3g})"))
+    return result
+
+
+def describe(case: ModelCase, batches, result: CaseResult) -> str:
+    """A failure report that can be pasted into tests/test_fuzz_regressions.py."""
+    lines = [f"case = {case!r}", f"batches = {tuple(batches)!r}"]
+    lines += [f"  mismatch ({mode}) on {batch!r}: max |diff| {diff:.3g}" for mode, batch, diff in result.mismatches]
+    lines += [f"  guard missed on {batch!r}: {what}" for batch, what in result.guard_missed]
+    lines += [f"  left as Loop: {reason} (x{count})" for reason, count in result.loops.items()]
+    lines += [f"  known bug: {bug} (x{count})" for bug, count in result.known_bugs.items()]
+    return "\n".join(lines)

@@ -1,0 +1,101 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Differential fuzzing (tests/fuzzgen.py): random masked models x random batches, both mask modes.
+
+CI runs a fixed sample (hypothesis derandomized, no example database): FUZZ_MODELS model cases
+of FUZZ_BATCHES batches each, so at least 200 model/batch cases per Keras flavour. Set
+MLR_FUZZ_EXAMPLES=N for N model cases; ``tools/fuzz.py`` runs thousands and counts.
+"""
+
+import os
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+import fuzzgen
+import kerasutil
+
+FUZZ_BATCHES = 4
+FUZZ_MODELS = int(os.environ.get("MLR_FUZZ_EXAMPLES", "50"))  # x FUZZ_BATCHES = 200 model/batch cases
+CI_SETTINGS = settings(max_examples=FUZZ_MODELS, deadline=None, derandomize=True, database=None,
+                       suppress_health_check=list(HealthCheck))
+
+
+def assert_case_ok(case, batches):
+    result = fuzzgen.check_case(case, batches)
+    if result.comparisons > result.non_finite and not result.ill_conditioned:  # the suite's max |diff| line
+        kerasutil.MAX_ERRORS.append(result.worst)                                # stays an absolute, ATOL-checked one
+    assert result.ok, fuzzgen.describe(case, batches, result)
+    return result
+
+
+@CI_SETTINGS
+@given(case=fuzzgen.model_cases(), batches=fuzzgen.batch_lists(FUZZ_BATCHES))
+def test_random_models_match_keras_in_both_modes(case, batches):
+    """No Loop left; "any" equals Keras on every batch, "post" on post-padded ones, and fails
+    with the guard's message on every other batch."""
+    assert_case_ok(case, batches)
+
+
+# --- the generator itself (no conversion: fast) -------------------------------------------------
+
+@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@given(batch=fuzzgen.batch_cases())
+def test_batch_masks_have_their_kind(batch):
+    mask = fuzzgen.batch_mask(batch)
+    assert mask.shape == (batch.rows, batch.steps) and mask.dtype == bool
+    if batch.kind == "post":
+        assert fuzzgen.is_post_padded(mask)
+    if batch.kind in ("holes", "both ends") and batch.steps >= 3:
+        assert not fuzzgen.is_post_padded(mask)
+
+
+def test_every_kind_of_row_is_generated():
+    """Over a few mixed batches: post-padded, pre-padded, holed, both-ends, empty and full rows."""
+    rows = np.concatenate([fuzzgen.batch_mask(fuzzgen.BatchCase(16, 8, "mixed", seed)) for seed in range(5)])
+    rises = rows[:, 1:] & ~rows[:, :-1]
+    assert (~rows.any(1)).any() and rows.all(1).any()
+    assert (rows.any(1) & ~rises.any(1) & ~rows.all(1)).any()   # post-padded, not full
+    assert (~rows[:, 0] & rows[:, -1]).any()                       # pre-padded or holes at the start
+    assert (rises.any(1) & rows[:, 0]).any()                       # a hole
+    assert (~rows[:, 0] & ~rows[:, -1] & rows.any(1)).any()       # padding at both ends
+
+
+@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@given(case=fuzzgen.model_cases())
+def test_model_cases_are_in_the_supported_space(case):
+    assert 1 <= len(case.layers) <= 3
+    assert all(layer.kind in fuzzgen.SAMPLED_KINDS for layer in case.layers)
+    assert all(layer.merge_mode is not None for layer in case.layers[:-1]), "a middle layer needs one output"
+    assert all(layer.activation in fuzzgen.ACTIVATIONS and layer.recurrent_activation in fuzzgen.ACTIVATIONS
+               for layer in case.layers)
+
+
+@pytest.mark.parametrize("source", fuzzgen.MASK_SOURCES)
+@pytest.mark.parametrize("initial_state", [False, True])
+def test_inputs_carry_the_batch_mask(source, initial_state):
+    """What the model sees as padding is exactly the generated mask, for every mask source."""
+    case = fuzzgen.ModelCase(mask_source=source, mask_value=2.5, initial_state=initial_state)
+    batch = fuzzgen.BatchCase(5, 7, "random", 3)
+    inputs, mask = fuzzgen.batch_inputs(case, batch)
+    if source in ("embedding", "computed"):
+        np.testing.assert_array_equal(inputs[0] != 0, mask)
+    elif source == "masking":
+        np.testing.assert_array_equal((inputs[0] != 2.5).any(-1), mask)
+    else:
+        np.testing.assert_array_equal(inputs[1], mask)
+    assert len(inputs) == 1 + (source == "explicit") + (2 if initial_state else 0)
+
+
+def test_scaled_difference_is_absolute_below_one_and_relative_above():
+    expected = [np.array([0.5, 100.0], np.float32)]
+    assert fuzzgen.scaled_difference(expected, [np.array([0.5 + 2e-6, 100.001], np.float32)]) == pytest.approx(
+        1e-5, rel=0.05)
+    assert fuzzgen.scaled_difference(expected, [np.zeros(3, np.float32)]) == float("inf")
+    assert fuzzgen.scaled_difference(expected, expected + expected) == float("inf")
+    assert fuzzgen.scaled_difference(expected, [np.array([np.nan, 100.0], np.float32)]) == float("inf")
+
+
+def test_the_fuzz_sample_is_large_enough():
+    """The brief's floor: at least 200 model/batch cases per flavour in CI."""
+    assert FUZZ_MODELS * FUZZ_BATCHES >= 200 or "MLR_FUZZ_EXAMPLES" in os.environ

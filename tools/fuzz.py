@@ -1,0 +1,152 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""Differential fuzzing on demand: N random masked Keras models, each on several random batches,
+converted in both mask modes and compared with Keras at every position (see tests/fuzzgen.py).
+
+Each Keras flavour runs in its own process (TensorFlow picks its Keras once, at import). Prints,
+per flavour: cases, model/batch comparisons, passed, mismatches, how often the "post" guard
+fired on batches that are not post-padded, the worst |keras - onnx|, and the layers left as a
+Loop and why; then every failing case as a pasteable ``ModelCase``/``BatchCase`` (keep it in
+tests/test_fuzz_regressions.py: the pytest fuzz test shrinks it). Exits non-zero on any
+mismatch, missed guard, Loop left or crash.
+
+    .venv/bin/python tools/fuzz.py --cases 1000 [--keras keras3] [--seed 0] [--batches 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import subprocess
+import sys
+import time
+
+from run_tests import FLAVOURS, ROOT, flavour_env
+
+RESULT_MARK = "FUZZ-RESULT "
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cases", type=int, default=300, help="model cases per flavour (default 300)")
+    parser.add_argument("--batches", type=int, default=4, help="batches per model case (default 4)")
+    parser.add_argument("--keras", choices=FLAVOURS, action="append", help="only this flavour (repeatable)")
+    parser.add_argument("--seed", type=int, default=0, help="hypothesis seed (default 0)")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+# --- the worker: one flavour, in this process ---------------------------------------------------
+
+def run_worker(args) -> dict:
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    import fuzzgen  # pylint: disable=import-outside-toplevel  (after the flavour is chosen)
+    from hypothesis import HealthCheck, Phase, given, seed, settings  # pylint: disable=import-outside-toplevel
+
+    totals = collections.Counter()
+    loops = collections.Counter()
+    known_bugs = collections.Counter()
+    batch_kinds = collections.Counter()
+    failures = []
+    worst = [0.0]
+    worst_ill = [0.0]  # largest (ONNX vs float64) / (Keras float32 vs float64) among ill-conditioned passes
+    start = time.monotonic()
+
+    @seed(args.seed)
+    @settings(max_examples=args.cases, deadline=None, database=None, phases=[Phase.generate],
+              suppress_health_check=list(HealthCheck))
+    @given(case=fuzzgen.model_cases(), batches=fuzzgen.batch_lists(args.batches))
+    def fuzz(case, batches):
+        totals["cases"] += 1
+        batch_kinds.update(batch.kind for batch in batches)
+        try:
+            result = fuzzgen.check_case(case, batches)
+        except Exception as error:  # pylint: disable=broad-except  (a crash is a finding, keep going)
+            totals["crashes"] += 1
+            failures.append(f"case = {case!r}\nbatches = {tuple(batches)!r}\n  crashed: {error!r}")
+            print("FAILING:\n" + failures[-1], file=sys.stderr, flush=True)
+            return
+        totals["model/batch cases"] += len(batches)
+        totals["comparisons"] += result.comparisons
+        totals["passed"] += result.passed
+        totals["non-finite"] += result.non_finite
+        totals["ill-conditioned"] += len(result.ill_conditioned)
+        if result.ill_conditioned:
+            worst_ill[0] = max([worst_ill[0]] + [onnx / max(keras, 1e-30)
+                                                 for _, _, keras, onnx in result.ill_conditioned])
+        totals["mismatches"] += len(result.mismatches)
+        totals["non-post batches"] += result.non_post
+        totals["guard fired"] += result.guard_fired
+        totals["guard missed"] += len(result.guard_missed)
+        loops.update(result.loops)
+        known_bugs.update(result.known_bugs)
+        worst[0] = max(worst[0], result.worst)
+        if not result.ok:
+            failures.append(fuzzgen.describe(case, batches, result))
+            print("FAILING:\n" + failures[-1], file=sys.stderr, flush=True)
+        if totals["cases"] % 25 == 0:
+            print(f"  {fuzzgen.FLAVOUR}: {totals['cases']} cases, {len(failures)} failing, "
+                  f"{time.monotonic() - start:.0f}s", file=sys.stderr, flush=True)
+
+    fuzz()  # pylint: disable=no-value-for-parameter
+    return {"flavour": fuzzgen.FLAVOUR, "totals": dict(totals), "worst": worst[0], "worst_ill": worst_ill[0],
+            "loops": dict(loops), "known_bugs": dict(known_bugs), "batch_kinds": dict(batch_kinds), "failures": failures, "seconds": time.monotonic() - start}
+
+
+# --- the parent: one worker process per flavour -----------------------------------------------
+
+def run_flavour(flavour, args) -> dict:
+    command = [sys.executable, os.path.abspath(__file__), "--worker", "--cases", str(args.cases),
+               "--batches", str(args.batches), "--seed", str(args.seed)]
+    env = flavour_env(flavour)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, env.get("PYTHONPATH")]))
+    print(f"=== {flavour}: {args.cases} cases x {args.batches} batches, seed {args.seed}", flush=True)
+    done = subprocess.run(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True, check=False)
+    for line in done.stdout.splitlines():
+        if line.startswith(RESULT_MARK):
+            return json.loads(line[len(RESULT_MARK):])
+    return {"flavour": flavour, "totals": {"crashes": 1}, "worst": 0.0, "loops": {}, "batch_kinds": {},
+            "failures": [f"the worker exited with code {done.returncode} and no result"], "seconds": 0.0}
+
+
+def print_summary(result) -> bool:
+    """Prints one flavour's counts; True when nothing failed."""
+    t = collections.Counter(result["totals"])
+    guard = f"{t['guard fired']}/{t['non-post batches']}" + (
+        f" ({100 * t['guard fired'] / t['non-post batches']:.0f}%)" if t["non-post batches"] else "")
+    print(f"{result['flavour']}: {t['cases']} cases, {t['model/batch cases']} model/batch cases, "
+          f"{t['comparisons']} comparisons with Keras (both modes) in {result['seconds']:.0f}s")
+    print(f"  passed {t['passed']}, mismatches {t['mismatches']}, crashes {t['crashes']}, "
+          f"not compared (Keras's output overflowed) {t['non-finite']}")
+    print(f"  worst |keras - onnx| / max(1, |keras|): {result['worst']:.3g} (limit 1e-05; "
+          f"{t['ill-conditioned']} ill-conditioned comparisons above it passed as no more than "
+          f"{result.get('worst_ill', 0.0):.2g}x as far from float64 Keras as float32 Keras is, limit 10x)")
+    print(f"  \"post\" on non-post-padded batches: guard fired {guard}, "
+          f"returned numbers or another error {t['guard missed']}")
+    print("  batch kinds: " + ", ".join(f"{k} {n}" for k, n in sorted(result["batch_kinds"].items())))
+    loops = result["loops"]
+    print("  layers left as Loop: " + ("none" if not loops else "; ".join(f"{r} (x{n})" for r, n in loops.items())))
+    known = result.get("known_bugs", {})
+    print("  known bugs hit (comparisons, not counted as mismatches): "
+          + ("none" if not known else "; ".join(f"{b} (x{n})" for b, n in known.items())))
+    for failure in result["failures"]:
+        print("  FAILING:\n    " + failure.replace("\n", "\n    "))
+    return not (t["mismatches"] or t["crashes"] or t["guard missed"] or loops or result["failures"])
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.worker:
+        print(RESULT_MARK + json.dumps(run_worker(args)), flush=True)
+        return 0
+    results = [run_flavour(f, args) for f in FLAVOURS if f in (args.keras or FLAVOURS)]
+    print()
+    ok = [print_summary(result) for result in results]
+    print("fuzz: " + ("OK" if all(ok) else "FAILED"))
+    return 0 if all(ok) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
