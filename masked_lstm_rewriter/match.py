@@ -629,8 +629,6 @@ def _resolve_weights(graph, while_node, kind: str, gates: dict):
                                                ("kernel", "recurrent", "bias", "recurrent_bias"))
     if any(v is None for part in (kernel, recurrent, bias, recurrent_bias) for v in part.values()):
         return NoMatch("the weights are not constants")
-    if bias and len(bias) != len(gates):
-        return NoMatch("only some gates have a bias")
     first = GATES[kind][0]
     hidden = recurrent[first].shape[0] if recurrent[first].ndim == 2 else -1
     input_size = kernel[first].shape[0] if kernel[first].ndim == 2 else -1
@@ -638,6 +636,9 @@ def _resolve_weights(graph, while_node, kind: str, gates: dict):
         for g, value in part.items():
             if value.size == 1:  # a folded scalar constant alone (use_bias=False, hard_sigmoid's + 3)
                 part[g] = np.full(hidden, value.reshape(-1)[0], value.dtype)
+    if bias:  # a gate with no bias term adds zero: Keras 3 folds hard_sigmoid's + 3 into the z and r
+        # sums of a GRU with use_bias=False, but not into its candidate's (found by the fuzzer)
+        bias = {g: bias[g] if g in bias else np.zeros(hidden, np.float32) for g in GATES[kind]}
     for g in GATES[kind]:
         if kernel[g].shape != (input_size, hidden) or recurrent[g].shape != (hidden, hidden) or \
                 any(g in part and part[g].shape != (hidden,) for part in (bias, recurrent_bias)):

@@ -1,9 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """Cases the differential fuzzer (tests/fuzzgen.py, tools/fuzz.py) found, kept as regular tests.
 
-Each is the case as the fuzzer printed it, plus, where it shows a bug, the smallest model that
-shows it. Known bugs are strict xfails: fixing the bug turns them into failures, so that the xfail
-(and fuzzgen.known_bug's entry) is removed with the fix.
+Each is the case as the fuzzer printed it, plus, where it showed a bug, the smallest model that
+shows it, kept after the fix.
 """
 
 import numpy as np
@@ -12,13 +11,13 @@ import tensorflow as tf
 
 import fuzzgen
 from fuzzgen import BatchCase, LayerCase, ModelCase
-from kerasutil import assert_matches_keras, convert, keras, mask_from_lengths
+from kerasutil import assert_matches_keras, convert, keras, mask_from_lengths, op_counts
 
 import masked_lstm_rewriter as mlr
 
-SOFTPLUS_OVERFLOW = ("known bug: the rewriter maps Keras's softplus to the LSTM op's Softplus activation, "
-                     "which onnxruntime computes as log(1 + exp(x)): inf for x > 88, where Keras gives x "
-                     "(stock tf2onnx's Loop uses the Softplus op and is right)")
+# Fixed bug: the rewriter mapped Keras's softplus to the recurrent op's Softplus activation, which
+# onnxruntime computes as log(1 + exp(x)): inf for x > 88, where Keras gives x. Such layers now
+# stay Loops (whose stand-alone Softplus op is right): fuzzgen checks that they do, for that reason.
 
 
 def test_ill_conditioned_model_passes_by_the_float64_referee():
@@ -54,10 +53,9 @@ def test_float64_referee_with_initial_state():
     assert result.ok, fuzzgen.describe(case, batches, result)
 
 
-@pytest.mark.xfail(strict=True, reason=SOFTPLUS_OVERFLOW)
 def test_fuzz_case_softplus_overflow():
     """Found by the fuzzer (seed 1): the third layer's gates reach ~1e6; the cell state comes
-    back -inf for a row where Keras gives -90.7."""
+    back -inf for a row where Keras gives -90.7 (fixed: the softplus layers stay Loops)."""
     case = ModelCase(layers=(
         LayerCase(units=5, direction="go_backwards", activation="relu", recurrent_activation="softplus"),
         LayerCase(units=2, direction="go_backwards", activation="linear", recurrent_activation="linear"),
@@ -66,10 +64,9 @@ def test_fuzz_case_softplus_overflow():
         seed=15661)
     batches = (BatchCase(rows=16, steps=4, kind="post", seed=291),)
     result = fuzzgen.check_case(case, batches)
-    assert not result.known_bugs and result.ok, fuzzgen.describe(case, batches, result)
+    assert result.ok, fuzzgen.describe(case, batches, result)
 
 
-@pytest.mark.xfail(strict=True, reason=SOFTPLUS_OVERFLOW)
 def test_fuzz_case_softplus_overflow_comes_out_finite_but_wrong():
     """Found by the fuzzer (seed 1): the middle layer's softplus overflows to inf in the ONNX
     LSTM (Keras: values up to 9e15) and the last layer's softsign and hard_sigmoid squash it:
@@ -82,14 +79,14 @@ def test_fuzz_case_softplus_overflow_comes_out_finite_but_wrong():
         return_sequences=False, return_state=True, mask_source="embedding", seed=8712)
     batches = (BatchCase(rows=4, steps=11, kind="post", seed=187),)
     result = fuzzgen.check_case(case, batches)
-    assert not result.known_bugs and result.ok, fuzzgen.describe(case, batches, result)
+    assert result.ok, fuzzgen.describe(case, batches, result)
 
 
-@pytest.mark.xfail(strict=True, reason=SOFTPLUS_OVERFLOW)
 @pytest.mark.parametrize("mode", mlr.MASK_MODES)
 @pytest.mark.parametrize("slot", ["activation", "recurrent_activation"])
 def test_softplus_of_a_large_value(slot, mode):
-    """One unit, weights 1: the gates see the input itself; a step of 100 gives inf, not ~100."""
+    """One unit, weights 1: the gates see the input itself; a step of 100 gave inf, not ~100.
+    Now the layer stays a Loop, for that reason, and matches Keras."""
     keras.utils.set_random_seed(0)
     x_in = keras.Input((None, 1), name="x")
     m_in = keras.Input((None,), dtype="bool", name="mask")
@@ -98,5 +95,20 @@ def test_softplus_of_a_large_value(slot, mode):
     model.set_weights([np.ones((1, 4), np.float32), np.zeros((1, 4), np.float32), np.zeros(4, np.float32)])
     spec = (tf.TensorSpec((None, None, 1), tf.float32, name="x"), tf.TensorSpec((None, None), tf.bool, name="mask"))
     x = np.array([[[50.0], [100.0], [0.0]], [[1.0], [2.0], [0.0]], [[0.0], [0.0], [0.0]]], np.float32)
-    assert_matches_keras(model, convert(model, spec, rewriter=mlr.make_rewriter(mode)), spec,
-                         [x, mask_from_lengths([2, 3, 0], 3)])
+    onnx_model = convert(model, spec, rewriter=mlr.make_rewriter(mode))
+    assert op_counts(onnx_model)["Loop"] == 1 and "softplus" in mlr.last_report().left_as_loop[0].detail
+    assert_matches_keras(model, onnx_model, spec, [x, mask_from_lengths([2, 3, 0], 3)])
+
+
+def test_gru_without_bias_with_hard_sigmoid_gates():
+    """Found by the fuzzer (Keras 3, GRU sampled): with use_bias=False, TensorFlow folds
+    hard_sigmoid's + 3 into the z and r gates' sums but the candidate has no bias term at all;
+    the layer stayed a Loop ("only some gates have a bias"). A missing bias is a zero bias."""
+    case = ModelCase(layers=(
+        LayerCase(kind="GRU", units=5, activation="sigmoid", recurrent_activation="hard_sigmoid", use_bias=False,
+                  reset_after=False),
+        LayerCase(kind="GRU", units=4, activation="tanh", recurrent_activation="hard_sigmoid", use_bias=False)),
+        return_sequences=True, return_state=True, mask_source="embedding", initial_state=True, seed=64011)
+    batches = (BatchCase(rows=2, steps=12, kind="post", seed=0), BatchCase(rows=8, steps=8, kind="mixed", seed=0))
+    result = fuzzgen.check_case(case, batches)
+    assert result.ok, fuzzgen.describe(case, batches, result)
