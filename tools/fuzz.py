@@ -47,7 +47,6 @@ def run_worker(args) -> dict:
 
     totals = collections.Counter()
     loops = collections.Counter()
-    known_bugs = collections.Counter()
     batch_kinds = collections.Counter()
     failures = []
     worst = [0.0]
@@ -81,7 +80,6 @@ def run_worker(args) -> dict:
         totals["guard fired"] += result.guard_fired
         totals["guard missed"] += len(result.guard_missed)
         loops.update(result.loops)
-        known_bugs.update(result.known_bugs)
         worst[0] = max(worst[0], result.worst)
         if not result.ok:
             failures.append(fuzzgen.describe(case, batches, result))
@@ -92,7 +90,7 @@ def run_worker(args) -> dict:
 
     fuzz()  # pylint: disable=no-value-for-parameter
     return {"flavour": fuzzgen.FLAVOUR, "totals": dict(totals), "worst": worst[0], "worst_ill": worst_ill[0],
-            "loops": dict(loops), "known_bugs": dict(known_bugs), "batch_kinds": dict(batch_kinds), "failures": failures, "seconds": time.monotonic() - start}
+            "loops": dict(loops), "batch_kinds": dict(batch_kinds), "failures": failures, "seconds": time.monotonic() - start}
 
 
 # --- the parent: one worker process per flavour -----------------------------------------------
@@ -128,9 +126,6 @@ def print_summary(result) -> bool:
     print("  batch kinds: " + ", ".join(f"{k} {n}" for k, n in sorted(result["batch_kinds"].items())))
     loops = result["loops"]
     print("  layers left as Loop: " + ("none" if not loops else "; ".join(f"{r} (x{n})" for r, n in loops.items())))
-    known = result.get("known_bugs", {})
-    print("  known bugs hit (comparisons, not counted as mismatches): "
-          + ("none" if not known else "; ".join(f"{b} (x{n})" for b, n in known.items())))
     for failure in result["failures"]:
         print("  FAILING:\n    " + failure.replace("\n", "\n    "))
     return not (t["mismatches"] or t["crashes"] or t["guard missed"] or loops or result["failures"])
