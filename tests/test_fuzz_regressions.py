@@ -112,3 +112,15 @@ def test_gru_without_bias_with_hard_sigmoid_gates():
     batches = (BatchCase(rows=2, steps=12, kind="post", seed=0), BatchCase(rows=8, steps=8, kind="mixed", seed=0))
     result = fuzzgen.check_case(case, batches)
     assert result.ok, fuzzgen.describe(case, batches, result)
+
+
+def test_every_layer_refused_means_no_guard_and_exact_numbers():
+    """Found by the fuzzer (seed 7): with every layer refused (softplus), "post" is stock
+    tf2onnx's Loops, which have no guard and are exact for a pre-padded batch too."""
+    case = ModelCase(layers=(
+        LayerCase(kind="SimpleRNN", units=1, direction="go_backwards", activation="softplus", use_bias=False),
+        LayerCase(kind="SimpleRNN", units=1, direction="go_backwards", activation="softplus", use_bias=False)),
+        return_sequences=True, mask_source="embedding", seed=1)
+    batches = (BatchCase(rows=15, steps=7, kind="post", seed=1), BatchCase(rows=15, steps=7, kind="pre", seed=94))
+    result = fuzzgen.check_case(case, batches)
+    assert result.ok and result.non_post == 0 and result.comparisons == 4, fuzzgen.describe(case, batches, result)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -42,6 +43,7 @@ def parse_args(argv=None):
 
 def run_worker(args) -> dict:
     sys.path.insert(0, os.path.join(ROOT, "tests"))
+    logging.getLogger("masked_lstm_rewriter").setLevel(logging.ERROR)  # last_report() has the reasons
     import fuzzgen  # pylint: disable=import-outside-toplevel  (after the flavour is chosen)
     from hypothesis import HealthCheck, Phase, given, seed, settings  # pylint: disable=import-outside-toplevel
 
