@@ -25,9 +25,8 @@ import numpy as np
 from onnx import TensorProto
 from tf2onnx.graph_matcher import GraphMatcher, OpTypePattern
 
-from .cell import REFUSED_ACTIVATION_REASONS, Activation, LinearForm, LinearReader, producer, read_activation, \
-    scalar_value, \
-    skip_identity
+from .cell import (REFUSED_ACTIVATION_REASONS, Activation, LinearForm, LinearReader, producer, read_activation,
+                   scalar_value, skip_identity)
 
 BODY_MATCH_ATTR = "_masked_lstm_rewriter_body"
 # Keras's order of the gate blocks in its kernels, by ONNX op (the cell kind)
@@ -135,9 +134,6 @@ class MaskedRecurrentLayer:
         return None if self.c_input is None else self.while_node.input[self.c_input]
 
 
-MaskedLstm = MaskedRecurrentLayer  # the name before GRU and SimpleRNN
-
-
 # ---------------------------------------------------------------------------------------------
 # body
 
@@ -180,7 +176,8 @@ def _input_index(graph, tensor: str) -> Optional[int]:
 
 def match_body(graph) -> Union[BodyMatch, NoMatch]:
     """Read a masked LSTM, GRU or SimpleRNN step out of a While body graph."""
-    refused = next((REFUSED_ACTIVATION_REASONS[n.type] for n in graph.get_nodes() if n.type in REFUSED_ACTIVATION_REASONS), None)
+    refused = next((REFUSED_ACTIVATION_REASONS[n.type] for n in graph.get_nodes()
+                    if n.type in REFUSED_ACTIVATION_REASONS), None)
     if refused is not None:
         return NoMatch(refused)
     writes = [n for n in graph.get_nodes() if n.type == "TensorListSetItem"]
