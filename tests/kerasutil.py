@@ -15,6 +15,8 @@ import tensorflow as tf
 import tf2onnx
 
 import masked_lstm_rewriter as mlr
+import runtimes
+import signatures
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))
 from toolutil import op_counts  # noqa: E402,F401  (one op counter for tests and tools)
@@ -62,16 +64,15 @@ def keras_outputs(model, inputs):
     return [np.asarray(o) for o in out]
 
 
-def onnx_outputs(onnx_model, spec, inputs):
-    sess = session(onnx_model)
+def onnx_outputs(onnx_model, spec, inputs, runtime="onnxruntime"):
     feeds = {s.name: np.asarray(x) for s, x in zip(spec, inputs)}
-    return sess.run(None, feeds)
+    return runtimes.RUNNERS[runtime](onnx_model, feeds)
 
 
-def max_error(model, onnx_model, spec, inputs):
-    """Largest absolute difference between Keras and onnxruntime over every output and position."""
+def max_error(model, onnx_model, spec, inputs, runtime="onnxruntime"):
+    """Largest absolute difference between Keras and ``runtime`` over every output and position."""
     expected = keras_outputs(model, inputs)
-    got = onnx_outputs(onnx_model, spec, inputs)
+    got = onnx_outputs(onnx_model, spec, inputs, runtime)
     assert len(expected) == len(got)
     worst = 0.0
     for e, g in zip(expected, got):
@@ -83,11 +84,33 @@ def max_error(model, onnx_model, spec, inputs):
 MAX_ERRORS = []  # every comparison's error, reported at the end of the run (conftest)
 
 
-def assert_matches_keras(model, onnx_model, spec, inputs):
-    error = max_error(model, onnx_model, spec, inputs)
+def assert_matches_keras(model, onnx_model, spec, inputs, runtime="onnxruntime"):
+    error = max_error(model, onnx_model, spec, inputs, runtime)
     MAX_ERRORS.append(error)
-    assert error <= ATOL, f"max |keras - onnx| = {error}"
+    assert error <= ATOL, f"max |keras - onnx| = {error} on {runtime}"
     return error
+
+
+def check_conversion(model, spec, inputs, rewriter="default", ops=None, opset=15):
+    """Converts ``model`` with its declared ``spec`` and with the sampled static signature forms
+    (:mod:`signatures`), and checks each conversion on every runtime (:mod:`runtimes`) against
+    Keras on ``inputs``, at every position. ``ops``: the expected native op counts
+    (``{"LSTM": 2}``), checked with no Loop left. Returns the model converted with ``spec``."""
+    converted = None
+    for form in signatures.forms_for():
+        form_spec, batches = signatures.signature(spec, inputs, form)
+        onnx_model = convert(model, form_spec, rewriter=rewriter, opset=opset)
+        for op, count in (ops or {}).items():
+            assert_native(onnx_model, lstm=count, op=op)
+        for runtime in runtimes.runtimes():
+            for batch in batches:
+                try:
+                    assert_matches_keras(model, onnx_model, form_spec, batch, runtime)
+                except AssertionError as error:
+                    raise AssertionError(f"signature {form!r} ({[s.shape for s in form_spec]}): {error}") from error
+        if converted is None:
+            converted = onnx_model
+    return converted
 
 
 def canonical(onnx_model):

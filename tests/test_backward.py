@@ -5,7 +5,7 @@ import numpy as np
 import onnx
 import pytest
 
-from kerasutil import (assert_matches_keras, assert_native, convert, keras, onnx_outputs, post_padded_tokens,
+from kerasutil import (assert_matches_keras, assert_native, check_conversion, convert, keras, onnx_outputs, post_padded_tokens,
                        randomize_weights, token_spec)
 from models import UNITS, embedding_model, explicit_mask_model, initial_state_model, masking_model, token_mask
 
@@ -29,10 +29,8 @@ def time_reversals(onnx_model):
 
 
 def check(model, spec, inputs, directions):
-    onnx_model = convert(model, spec)
-    assert_native(onnx_model, lstm=len(directions))
+    onnx_model = check_conversion(model, spec, inputs, ops={"LSTM": len(directions)})
     assert lstm_directions(onnx_model) == sorted(directions)
-    assert_matches_keras(model, onnx_model, spec, inputs)
     return onnx_model
 
 

@@ -11,7 +11,7 @@ import onnx
 import pytest
 import tensorflow as tf
 
-from kerasutil import (assert_matches_keras, assert_native, convert, keras, onnx_outputs, post_padded_tokens,
+from kerasutil import (assert_matches_keras, assert_native, check_conversion, convert, keras, onnx_outputs, post_padded_tokens,
                        randomize_weights, token_spec)
 from models import (FEATURES, UNITS, computed_mask_model, embedding_model, explicit_mask_model,
                     initial_state_model, masking_model, token_mask)
@@ -48,10 +48,8 @@ def directions(onnx_model, op):
 
 def check(cell, model, spec, inputs, expected=("forward",), rewriter="default"):
     """Converts, checks the native nodes and their directions, and compares with Keras."""
-    onnx_model = convert(model, spec, rewriter=rewriter)
-    assert_native(onnx_model, lstm=len(expected), op=cell.op)
+    onnx_model = check_conversion(model, spec, inputs, rewriter=rewriter, ops={cell.op: len(expected)})
     assert directions(onnx_model, cell.op) == sorted(expected)
-    assert_matches_keras(model, onnx_model, spec, inputs)
     return onnx_model
 
 

@@ -4,7 +4,7 @@
 import numpy as np
 import pytest
 
-from kerasutil import (assert_matches_keras, assert_native, convert, keras, randomize_weights, token_spec,
+from kerasutil import (assert_matches_keras, assert_native, check_conversion, convert, keras, randomize_weights, token_spec,
                        post_padded_tokens)
 from models import (UNITS, computed_mask_model, embedding_model, explicit_mask_model, initial_state_model,
                     masking_model, token_mask)
@@ -17,10 +17,7 @@ def lstm(**options):
 
 
 def check(model, spec, inputs, lstm_count=1, opset=15):
-    onnx_model = convert(model, spec, opset=opset)
-    assert_native(onnx_model, lstm=lstm_count)
-    assert_matches_keras(model, onnx_model, spec, inputs)
-    return onnx_model
+    return check_conversion(model, spec, inputs, ops={"LSTM": lstm_count}, opset=opset)
 
 
 @pytest.mark.parametrize("return_sequences", [True, False])
