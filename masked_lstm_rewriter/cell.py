@@ -9,7 +9,10 @@ Two small readers used by :mod:`masked_lstm_rewriter.match`:
   the body's inputs (plus column slices), whatever way Keras wrote it: one fused kernel then a
   ``Split``, ``SplitV`` or column slices of the product (GRU), or one kernel slice per gate
   (``implementation=1``, used with dropout). Biases added on both sides (GRU's input and
-  recurrent biases) sum up.
+  recurrent biases) sum up. A sum may be written as ``Add``/``AddV2``/``BiasAdd`` of two terms or as
+  one ``Gemm`` (``alpha * A @ B + beta * C``, which tf2onnx fuses ``MatMul`` + ``Add`` into when the
+  batch size is static); with a static batch of 1, a term may also have its batch axis squeezed
+  away (``Squeeze`` of a [1, N] product, broadcast back by the sum).
 
 Weights are loop inputs of the body, so their values are only known in the main graph: a
 :class:`ConstRef` names the body input and the slicing to apply once the value is known.
@@ -41,7 +44,8 @@ class ConstRef:
 
     input_index: Optional[int] = None
     value: Optional[np.ndarray] = dataclasses.field(default=None, compare=False)
-    # each step: ("split", axis, parts, index), ("slice", axis, begin, end) or ("squeeze", axis, 0, 0)
+    # each step: ("split", axis, parts, index), ("slice", axis, begin, end), ("squeeze", axis, 0, 0),
+    # ("transpose", 0, 0, 0) (a matrix stored transposed) or ("scale", 0, factor, 0) (Gemm's alpha, beta)
     steps: tuple = ()
 
     def then(self, step: tuple) -> "ConstRef":
@@ -53,8 +57,17 @@ class ConstRef:
         if array is None:
             return None
         for kind, axis, a, b in self.steps:
+            if kind == "scale":
+                array = (array * a).astype(array.dtype)
+                continue
+            if array.ndim == 0:
+                continue  # a scalar term broadcasts: every column block of it is itself
             axis = axis % array.ndim
-            if kind == "squeeze":
+            if kind == "transpose":
+                if array.ndim != 2:
+                    return None
+                array = array.T
+            elif kind == "squeeze":
                 if array.shape[axis] != 1:
                     return None
                 array = np.squeeze(array, axis)
@@ -122,6 +135,28 @@ class LinearForm:
     def split_columns(self, parts: int, index: int) -> "LinearForm":
         """The form of column block ``index`` of ``parts`` (what a ``Split`` on axis -1 keeps)."""
         return self.then(("split", -1, parts, index))
+
+    def scaled(self, factor: float) -> "LinearForm":
+        """The form of ``factor`` times this one (Gemm's alpha and beta; 1 changes nothing)."""
+        return self if factor == 1.0 else self.then(("scale", 0, factor, 0))
+
+
+# ops that add terms (a MatMul is a sum of one product)
+SUM_OPS = ("Add", "AddV2", "BiasAdd", "MatMul", "Gemm")
+
+
+@dataclasses.dataclass(frozen=True)
+class Product:
+    """``a @ b``, one addend of a sum: a ``MatMul``, or the product part of a ``Gemm``.
+
+    ``a`` is the left operand as the product uses it (a transposed operand already seen through
+    its ``Transpose``), ``b`` the right operand as stored, ``trans_b`` whether the product uses it
+    transposed."""
+
+    a: str
+    b: str
+    trans_b: bool = False
+    node: object = dataclasses.field(default=None, compare=False)  # the MatMul or Gemm
 
 
 def producer(graph, tensor: str):
@@ -237,12 +272,14 @@ class LinearReader:
     """Reads gate pre-activations of one body graph, given its step input and previous state.
 
     ``x_item`` is the tensor holding this step's input, ``h_prev`` the previous hidden state.
+    When a read fails, ``unread`` is the node the reader stopped at (what it did not understand).
     """
 
     def __init__(self, graph, x_item: str, h_prev: str):
         self.graph = graph
         self.x_item = x_item
         self.h_prev = h_prev
+        self.unread = None
         self._input_index = {name: i for i, name in enumerate(graph.input_names)}
 
     def read(self, tensor: str) -> Optional[LinearForm]:
@@ -252,23 +289,121 @@ class LinearReader:
             return None
         if node.type == "Identity":
             return self.read(node.input[0])
+        if node.type in SUM_OPS:
+            return self._read_sum(node)
+        if node.type == "Squeeze":
+            return self._read_batch_squeeze(node)
+        if node.type == "Split":
+            return self._read_split_output(node, tensor)
+        if node.type in ("SplitV", "StridedSlice"):
+            whole = self.read(node.input[0])
+            if whole is None:
+                return None
+            columns = self._splitv_columns(node, tensor) if node.type == "SplitV" else self._column_slice(node)
+            return self._stop(node) if columns is None else whole.then(("slice", -1) + columns)
+        return self._stop(node)
+
+    def _stop(self, node) -> None:
+        """Give up at ``node``: remember it as what was not understood."""
+        self.unread = node
+        return None
+
+    def addends(self, node) -> Optional[list]:
+        """The terms a sum op adds, as (factor, tensor or :class:`Product`), or None.
+
+        ``Add``, ``AddV2``, ``BiasAdd``: its two inputs; ``MatMul``: itself, one product;
+        ``Gemm(A, B, C)``: ``alpha * A' @ B'`` and ``beta * C`` (with its transA / transB)."""
+        if node is None or node.type not in SUM_OPS:
+            return None
         if node.type in ("Add", "AddV2", "BiasAdd"):
             if node.type == "BiasAdd" and node.get_attr_value("data_format", b"NHWC") != b"NHWC":
                 return None
-            return self._read_sum(node)
-        if node.type == "MatMul":
-            return self._read_matmul(node)
-        if node.type == "Split":
-            return self._read_split_output(node, tensor)
-        if node.type == "SplitV":
-            columns = self._splitv_columns(node, tensor)
-            whole = self.read(node.input[0])
-            return None if whole is None or columns is None else whole.then(("slice", -1) + columns)
-        if node.type == "StridedSlice":
-            columns = self._column_slice(node)
-            whole = self.read(node.input[0])
-            return None if whole is None or columns is None else whole.then(("slice", -1) + columns)
-        return None
+            return [(1.0, tensor) for tensor in node.input]
+        gemm = node.type == "Gemm"
+        transposed = [node.get_attr_value(name, 0) for name in
+                      (("transA", "transB") if gemm else ("transpose_a", "transpose_b"))]
+        left = node.input[0] if not transposed[0] else self._transposed_matrix(node.input[0])
+        if left is None:
+            return None
+        terms = [(float(node.get_attr_value("alpha", 1.0)) if gemm else 1.0,
+                  Product(left, node.input[1], bool(transposed[1]), node))]
+        if gemm and len(node.input) > 2 and node.input[2]:
+            terms.append((float(node.get_attr_value("beta", 1.0)), node.input[2]))
+        return terms
+
+    def read_term(self, term: tuple) -> Optional[LinearForm]:
+        """The form of one ``(factor, tensor or Product)`` addend; a constant is a bias."""
+        factor, item = term
+        if isinstance(item, Product):
+            form = self._read_product(item)
+        else:
+            unread = self.unread
+            form = self.read(item)
+            if form is None:
+                bias = self.const_ref(item)
+                if bias is not None:
+                    form, self.unread = LinearForm(bias=bias), unread  # not a failure after all
+        return None if form is None else form.scaled(factor)
+
+    def sum_terms(self, tensor: str, factor: float = 1.0) -> list:
+        """The addends of ``tensor`` as (factor, tensor or Product), opening the sums (``Add``,
+        ``Gemm``, ...) the reader cannot read as a whole; anything else is one term."""
+        node, unread = producer(self.graph, tensor), self.unread
+        terms = self.addends(node) if self.read(tensor) is None else None
+        self.unread = unread  # a term that does not read is read again, and fails again, by the caller
+        if terms is None:
+            return [(factor, tensor)]
+        found = []
+        for term_factor, item in terms:
+            if isinstance(item, Product):
+                found.append((factor * term_factor, item))
+            else:
+                found.extend(self.sum_terms(item, factor * term_factor))
+        return found
+
+    def _read_sum(self, node) -> Optional[LinearForm]:
+        terms = self.addends(node)
+        if terms is None:
+            return self._stop(node)
+        total = None
+        for term in terms:
+            form = self.read_term(term)
+            if form is None:
+                return None
+            total = form if total is None else total.add(form)
+            if total is None:
+                return self._stop(node)  # the same term twice: not a plain gate
+        return total
+
+    def _read_product(self, product: Product) -> Optional[LinearForm]:
+        weight = self.const_ref(product.b)
+        if weight is None:
+            return self._stop(producer(self.graph, skip_identity(self.graph, product.b)) or product.node)
+        source = self.step_source(product.a)
+        if source is None:
+            return self._stop(producer(self.graph, skip_identity(self.graph, product.a)) or product.node)
+        if product.trans_b:
+            weight = weight.then(("transpose", 0, 0, 0))
+        return LinearForm(kernel=weight) if source == "x" else LinearForm(recurrent=weight)
+
+    def _transposed_matrix(self, tensor: str) -> Optional[str]:
+        """t when ``tensor`` is ``Transpose(t, [1, 0])`` (a product's operand used transposed)."""
+        node = producer(self.graph, skip_identity(self.graph, tensor))
+        if node is None or node.type != "Transpose" or len(node.input) < 2:
+            return None
+        perm = producer(self.graph, skip_identity(self.graph, node.input[1]))
+        if perm is None or not perm.is_const() or perm.get_tensor_value(as_list=True) != [1, 0]:
+            return None
+        return node.input[0]
+
+    def _read_batch_squeeze(self, node) -> Optional[LinearForm]:
+        """With a static batch of 1, TensorFlow squeezes a [1, N] term (all its unit axes, or
+        axis 0) and the sum broadcasts it back: row by row, the same form."""
+        axes = node.get_attr_value("squeeze_dims", []) or node.get_attr_value("axis", [])
+        shape = self.graph.get_shape(node.input[0])
+        if shape is None or len(shape) != 2 or shape[0] != 1 or list(axes) not in ([], [0], [-2]):
+            return self._stop(node)
+        return self.read(node.input[0])
 
     def _splitv_columns(self, node, tensor: str) -> Optional[tuple]:
         """(begin, end) of the columns output ``tensor`` of a ``SplitV`` on the last axis keeps.
@@ -285,39 +420,20 @@ class LinearReader:
         begin = sum(sizes[:index])
         return begin, (None if sizes[index] < 0 else begin + sizes[index])
 
-    def _read_sum(self, node) -> Optional[LinearForm]:
-        terms = []
-        for operand in node.input:
-            form = self.read(operand)
-            if form is None:
-                bias = self.const_ref(operand)
-                form = None if bias is None else LinearForm(bias=bias)
-            if form is None:
-                return None
-            terms.append(form)
-        return terms[0].add(terms[1])
-
-    def _read_matmul(self, node) -> Optional[LinearForm]:
-        if node.get_attr_value("transpose_a", 0) or node.get_attr_value("transpose_b", 0):
-            return None
-        weight = self.const_ref(node.input[1])
-        source = self.step_source(node.input[0])
-        if weight is None or source is None:
-            return None
-        return LinearForm(kernel=weight) if source == "x" else LinearForm(recurrent=weight)
-
     def _read_split_output(self, node, tensor: str) -> Optional[LinearForm]:
         axis = scalar_value(self.graph, node.input[0])
-        parts = len(node.output)
         whole = self.read(node.input[1])
-        if whole is None or axis not in (1.0, -1.0):
+        if whole is None:
             return None
-        return whole.split_columns(parts, list(node.output).index(tensor))
+        if axis not in (1.0, -1.0):
+            return self._stop(node)
+        return whole.split_columns(len(node.output), list(node.output).index(tensor))
 
     def step_source(self, tensor: str) -> Optional[str]:
         """'x' or 'h' when ``tensor`` is this step's input or previous state.
 
-        Inference-time dropout leaves ``t * ones_like(t)`` behind (tf_keras): seen through.
+        Inference-time dropout leaves ``t * ones_like(t)`` behind (tf_keras), a constant of ones
+        when the shape is static: seen through.
         """
         tensor = skip_identity(self.graph, tensor)
         if tensor == self.x_item:
@@ -327,10 +443,14 @@ class LinearReader:
         node = producer(self.graph, tensor)
         if node is not None and node.type == "Mul":
             for pos in (0, 1):
-                other = producer(self.graph, node.input[1 - pos])
-                if other is not None and other.type == "OnesLike":
+                if self._is_ones(node.input[1 - pos]):
                     return self.step_source(node.input[pos])
         return None
+
+    def _is_ones(self, tensor: str) -> bool:
+        node = producer(self.graph, skip_identity(self.graph, tensor))
+        return node is not None and (node.type == "OnesLike" or
+                                     (node.is_const() and np.all(node.get_tensor_value(as_list=False) == 1)))
 
     def const_ref(self, tensor: str) -> Optional[ConstRef]:
         """A reference to a constant: a body input (a captured weight), a Const, or a slice of one."""

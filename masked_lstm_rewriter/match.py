@@ -25,8 +25,8 @@ import numpy as np
 from onnx import TensorProto
 from tf2onnx.graph_matcher import GraphMatcher, OpTypePattern
 
-from .cell import (REFUSED_ACTIVATION_REASONS, Activation, LinearForm, LinearReader, producer, read_activation,
-                   scalar_value, skip_identity)
+from .cell import (REFUSED_ACTIVATION_REASONS, SUM_OPS, Activation, LinearForm, LinearReader, Product, producer,
+                   read_activation, scalar_value, skip_identity)
 
 BODY_MATCH_ATTR = "_masked_lstm_rewriter_body"
 # Keras's order of the gate blocks in its kernels, by ONNX op (the cell kind)
@@ -302,26 +302,64 @@ def _read_lstm_cell(graph, x_item, h_prev, c_prev, c_new, h_new):
         return NoMatch("the hidden state is not o * act(c) with an activation ONNX LSTM supports")
 
     reader = LinearReader(graph, x_item, h_prev)
-
-    def gate(tensor):
-        act, pre = read_activation(graph, tensor)
-        form = reader.read(pre)
-        return act, form
-
-    recurrent_act, f_form = gate(f_gate)
-    o_act, o_form = gate(o_gate)
+    gates = _read_gates(graph, reader, (f_gate, o_gate) + tuple(i_or_g), "LSTM")
+    if isinstance(gates, NoMatch):
+        return gates
+    (recurrent_act, f_form), (o_act, o_form), (a_act, a_form), (b_act, b_form) = gates
     # i and g multiply each other: i is the one with the recurrent activation
-    (a_act, a_form), (b_act, b_form) = gate(i_or_g[0]), gate(i_or_g[1])
     if a_act != recurrent_act and b_act == recurrent_act:
         (a_act, a_form), (b_act, b_form) = (b_act, b_form), (a_act, a_form)
     i_act, i_form, cell_act, g_form = a_act, a_form, b_act, b_form
     forms = {"i": i_form, "f": f_form, "c": g_form, "o": o_form}
-    if any(form is None or form.kernel is None or form.recurrent is None for form in forms.values()):
-        return NoMatch("a gate is not x @ W + h @ R + b after an activation ONNX LSTM supports "
-                       "(unsupported activation?)")
     if len({i_act, o_act, recurrent_act}) != 1:
         return NoMatch("the i, f and o gates use different activations")
     return CellAlgebra("LSTM", forms, (recurrent_act, cell_act, hidden_act))
+
+
+def _read_gate(graph, reader, tensor, onnx_op, read_pre=None):
+    """(activation, form) of a gate ``tensor = act(x @ W + h @ R + b)``, or a NoMatch that says
+    which part was not understood: the activation (an op that is no activation ONNX ``onnx_op``
+    supports, applied to a gate's form), or the pre-activation (the op the reader stopped at, or
+    a missing term). ``read_pre`` reads the pre-activation (default: ``reader.read``)."""
+    read_pre = read_pre or reader.read
+    act, pre = read_activation(graph, tensor)
+    reader.unread = None
+    form = read_pre(pre)
+    if form is not None and form.kernel is not None and form.recurrent is not None:
+        return act, form
+    if form is not None:
+        reason = f"a gate's pre-activation has no {'x @ W' if form.kernel is None else 'h @ R'} term"
+        return NoMatch(reason)
+    unread, top = reader.unread, producer(graph, pre)
+    if pre == tensor and top is not None and _applied_to_a_gate(graph, top, read_pre):
+        reason = f"a gate's activation is not one ONNX {onnx_op} supports (it is computed by {top.type})"
+    else:
+        unread = unread or top
+        op = "a loop input" if unread is None or unread.is_graph_input() else unread.type
+        reason = f"a gate's pre-activation is computed by {op}, which the matcher does not read"
+    return NoMatch(reason)
+
+
+def _read_gates(graph, reader, tensors, onnx_op):
+    """Each gate's (activation, form), or the first gate's NoMatch."""
+    reads = [_read_gate(graph, reader, tensor, onnx_op) for tensor in tensors]
+    return next((read for read in reads if isinstance(read, NoMatch)), reads)
+
+
+def _applied_to_a_gate(graph, node, read_pre, depth=3) -> bool:
+    """Is ``node`` an op the linear reader does not know, computed from a complete gate form (an
+    activation the matcher does not support, such as swish's ``x * sigmoid(x)``)?"""
+    if node.type in SUM_OPS + ("Identity", "Squeeze", "Split", "SplitV", "StridedSlice"):
+        return False
+    frontier = list(node.input)
+    for _ in range(depth):
+        for tensor in frontier:
+            form = read_pre(tensor)
+            if form is not None and form.kernel is not None and form.recurrent is not None:
+                return True
+        frontier = [t for tensor in frontier if producer(graph, tensor) is not None
+                    for t in producer(graph, tensor).input]
+    return False
 
 
 def _products(graph, tensor):
@@ -359,32 +397,36 @@ def _read_gru_cell(graph, x_item, h_prev, h_new):
     hh = found[0][1]
 
     reader = LinearReader(graph, x_item, h_prev)
-    unsupported = NoMatch("a GRU gate is not x @ W + h @ R + b after an activation ONNX GRU supports "
-                          "(unsupported activation?)")
-    recurrent_act, z_pre = read_activation(graph, z_gate)
-    act, hh_pre = read_activation(graph, hh)
-    candidate = _read_gru_candidate(graph, reader, x_item, h_prev, hh_pre)
-    if candidate is None:
-        return unsupported
-    r_gate, h_form, linear_before_reset = candidate
-    r_act, r_pre = read_activation(graph, r_gate)
-    forms = {"z": reader.read(z_pre), "r": reader.read(r_pre), "h": h_form}
-    if any(form is None or form.kernel is None or form.recurrent is None for form in forms.values()):
-        return unsupported
+    candidate = {}
+
+    def read_candidate(tensor):
+        found = _read_gru_candidate(graph, reader, x_item, h_prev, tensor)
+        if found is None:
+            return None
+        candidate["r"], form, candidate["linear_before_reset"] = found
+        return form
+    read = _read_gate(graph, reader, hh, "GRU", read_candidate)
+    if isinstance(read, NoMatch):
+        return read
+    act, h_form = read
+    reads = _read_gates(graph, reader, (z_gate, candidate["r"]), "GRU")
+    if isinstance(reads, NoMatch):
+        return reads
+    (recurrent_act, z_form), (r_act, r_form) = reads
     if r_act != recurrent_act:
         return NoMatch("the z and r gates of the GRU use different activations")
-    return CellAlgebra("GRU", forms, (recurrent_act, act), linear_before_reset)
+    return CellAlgebra("GRU", {"z": z_form, "r": r_form, "h": h_form}, (recurrent_act, act),
+                       candidate["linear_before_reset"])
 
 
 def _read_gru_candidate(graph, reader, x_item, h_prev, hh_pre):
     """(r, the candidate's form, linear_before_reset) from ``x W_h + b + r * (h R_h + Rb)`` or
     ``x W_h + b + (r * h) R_h``; None when it is neither. The sum's terms may come in any
-    grouping (TensorFlow moves hard_sigmoid's ``+ 3`` next to the reset term)."""
+    grouping (TensorFlow moves hard_sigmoid's ``+ 3`` next to the reset term, tf2onnx fuses a
+    product and the term added to it into a Gemm)."""
     x_form, rest = None, []
-    for term in _sum_terms(graph, reader, hh_pre):
-        form = reader.read(term)
-        if form is None and reader.const_ref(term) is not None:
-            form = LinearForm(bias=reader.const_ref(term))
+    for term in reader.sum_terms(hh_pre):
+        form = reader.read_term(term)
         if form is not None and form.recurrent is None:
             x_form = form if x_form is None else x_form.add(form)
             if x_form is None:
@@ -393,40 +435,32 @@ def _read_gru_candidate(graph, reader, x_item, h_prev, hh_pre):
             rest.append(term)
     if x_form is None or x_form.kernel is None or len(rest) != 1:
         return None
-    r_part = rest[0]
-    operands = _mul_operands(graph, r_part) or []
-    for r_gate, rh in (operands, operands[::-1]) if operands else ():
-        rh_form = reader.read(rh)
-        if rh_form is not None and rh_form.kernel is None and rh_form.recurrent is not None:
-            return r_gate, LinearForm(x_form.kernel, rh_form.recurrent, x_form.bias, rh_form.bias), 1
-    matmul = producer(graph, r_part)
-    reset_h = _mul_operands(graph, skip_identity(graph, matmul.input[0])) if matmul is not None \
-        and matmul.type == "MatMul" else None
+    factor, r_part = rest[0]
+    if not isinstance(r_part, Product):  # r * (h R_h + Rb)
+        operands = _mul_operands(graph, r_part) or []
+        for r_gate, rh in (operands, operands[::-1]) if operands else ():
+            rh_form = reader.read(rh)
+            if rh_form is not None and rh_form.kernel is None and rh_form.recurrent is not None:
+                rh_form = rh_form.scaled(factor)
+                return r_gate, LinearForm(x_form.kernel, rh_form.recurrent, x_form.bias, rh_form.bias), 1
+        return None
+    reset_h = _mul_operands(graph, skip_identity(graph, r_part.a))  # (r * h) R_h
     sources = [reader.step_source(t) for t in reset_h or ()]
     if sources.count("h") == 1:
         r_gate = reset_h[1 - sources.index("h")]
-        rh_form = LinearReader(graph, x_item, skip_identity(graph, matmul.input[0])).read(r_part)
+        rh_form = LinearReader(graph, x_item, skip_identity(graph, r_part.a)).read_term((factor, r_part))
         if rh_form is not None and rh_form.kernel is None and rh_form.recurrent is not None:
             # with linear_before_reset=0, ONNX adds Rb outside the product, as a bias here would be
             return r_gate, LinearForm(x_form.kernel, rh_form.recurrent, x_form.bias, rh_form.bias), 0
     return None
 
 
-def _sum_terms(graph, reader, tensor) -> list:
-    """The terms of a sum, opening Add ops the linear reader cannot read as a whole."""
-    node = producer(graph, tensor)
-    if reader.read(tensor) is not None or node is None or node.type not in ("Add", "AddV2"):
-        return [tensor]
-    return [term for operand in node.input for term in _sum_terms(graph, reader, operand)]
-
-
 def _read_simple_rnn_cell(graph, x_item, h_prev, h_new):
     """Gate form and activation from ``h_new = act(x W + h R + b)``."""
-    act, pre = read_activation(graph, h_new)
-    form = LinearReader(graph, x_item, h_prev).read(pre)
-    if form is None or form.kernel is None or form.recurrent is None:
-        return NoMatch("the step is neither the LSTM, the GRU nor the SimpleRNN algebra with an activation "
-                       "ONNX supports (unsupported activation?)")
+    read = _read_gate(graph, LinearReader(graph, x_item, h_prev), h_new, "RNN")
+    if isinstance(read, NoMatch):
+        return read
+    act, form = read
     return CellAlgebra("RNN", {"h": form}, (act,))
 
 

@@ -4,6 +4,7 @@
 import logging
 
 import pytest
+import tensorflow as tf
 
 from kerasutil import assert_matches_keras, convert, keras, op_counts
 from models import UNITS, embedding_model
@@ -39,3 +40,70 @@ def test_unsupported_layer_stays_a_loop_and_is_logged(caplog, layer):
     assert len(warnings) == 1 and "left as a Loop" in warnings[0], warnings
     assert mlr.last_report().left_as_loop[0].detail in warnings[0]
     assert_matches_keras(model, onnx_model, spec, inputs)
+
+
+# --- reasons say which part was not understood ---------------------------------------------------
+
+class _LstmLikeCell(keras.layers.Layer):
+    """The LSTM step written out by hand, with a peephole on the input gate (``i = sigmoid(... + c * p)``)
+    or without the recurrent product: custom cells the matcher must refuse, saying why."""
+
+    def __init__(self, units, variant, **kwargs):
+        super().__init__(**kwargs)
+        self.units, self.variant = units, variant
+        self.state_size = [units, units]
+        self.output_size = units
+
+    def build(self, input_shape):
+        self.kernel = self.add_weight(shape=(input_shape[-1], 4 * self.units), name="kernel")
+        self.recurrent_kernel = self.add_weight(shape=(self.units, 4 * self.units), name="recurrent_kernel")
+        self.bias = self.add_weight(shape=(4 * self.units,), name="bias")
+        self.peephole = self.add_weight(shape=(self.units,), name="peephole")
+        self.built = True
+
+    def call(self, inputs, states):  # pylint: disable=arguments-differ
+        h, c = states[0], states[1]
+        z = tf.matmul(inputs, self.kernel) + self.bias
+        if self.variant != "no recurrent term":
+            z = z + tf.matmul(h, self.recurrent_kernel)
+        i, f, g, o = tf.split(z, 4, axis=-1)
+        if self.variant == "peephole":
+            i = i + c * self.peephole
+        c = tf.sigmoid(f) * c + tf.sigmoid(i) * tf.tanh(g)
+        h = tf.sigmoid(o) * tf.tanh(c)
+        return h, [h, c]
+
+
+def left_as_loop_reason(layer):
+    model, spec, inputs = embedding_model(layer)
+    onnx_model = convert(model, spec)
+    assert op_counts(onnx_model)["Loop"] == 1
+    assert_matches_keras(model, onnx_model, spec, inputs)
+    (left,) = mlr.last_report().left_as_loop
+    return left.detail
+
+
+@pytest.mark.parametrize("layer, reason", [
+    (lambda: keras.layers.LSTM(UNITS, return_sequences=True, recurrent_activation="swish"),
+     "a gate's activation is not one ONNX LSTM supports (it is computed by Mul)"),
+    (lambda: keras.layers.LSTM(UNITS, return_sequences=True, recurrent_activation="selu"),
+     "a gate's activation is not one ONNX LSTM supports (it is computed by Selu)"),
+    (lambda: keras.layers.GRU(UNITS, return_sequences=True, activation="swish"),
+     "a gate's activation is not one ONNX GRU supports (it is computed by Mul)"),
+    (lambda: keras.layers.GRU(UNITS, return_sequences=True, reset_after=False, recurrent_activation="selu"),
+     "a gate's activation is not one ONNX GRU supports (it is computed by Selu)"),
+    (lambda: keras.layers.SimpleRNN(UNITS, return_sequences=True, activation="selu"),
+     "a gate's activation is not one ONNX RNN supports (it is computed by Selu)"),
+    (lambda: keras.layers.RNN(_LstmLikeCell(UNITS, "peephole"), return_sequences=True),
+     "a gate's pre-activation is computed by Mul, which the matcher does not read"),
+    (lambda: keras.layers.RNN(_LstmLikeCell(UNITS, "no recurrent term"), return_sequences=True),
+     "a gate's pre-activation has no h @ R term"),
+], ids=["lstm swish", "lstm selu", "gru swish", "gru reset_after=False selu", "simple_rnn selu", "peephole",
+        "no recurrent term"])
+def test_the_reason_names_what_was_not_understood(layer, reason):
+    """Activations are blamed only when they are the unsupported part; otherwise the op the matcher
+    could not read is named."""
+    detail = left_as_loop_reason(layer())
+    assert detail == reason
+    if "pre-activation" in reason:
+        assert "activation ONNX" not in detail and "unsupported activation" not in detail
