@@ -165,7 +165,8 @@ def test_gemm_trans_b_and_a_transposed_left_operand():
 
 def test_gemm_without_c():
     graph = body_graph()
-    assert_reads_as_evaluated(graph, graph.make_node("AddV2", [gemm(graph, "x", "W"), matmul(graph, "h", "R")]).output[0])
+    total = graph.make_node("AddV2", [gemm(graph, "x", "W"), matmul(graph, "h", "R")]).output[0]
+    assert_reads_as_evaluated(graph, total)
 
 
 @pytest.mark.parametrize("axes", [[], [0]], ids=["all unit axes", "axis 0"])

@@ -15,16 +15,21 @@ from kerasutil import keras, op_counts, session
 from models import UNITS, embedding_model
 
 
-@pytest.fixture(scope="module")
-def saved_model(tmp_path_factory):
-    """A SavedModel of an Embedding-masked Bidirectional LSTM, and Keras's outputs on a batch."""
-    model, spec, inputs = embedding_model(keras.layers.Bidirectional(keras.layers.LSTM(UNITS, return_sequences=True)))
+def save_model(model, spec, path):
+    """``model`` as a SavedModel at ``path`` whose serving signature is ``spec`` (one input)."""
     function = tf.function(lambda tokens: model(tokens, training=False), input_signature=spec)
     module = tf.Module()
     module.model = model
     module.serve = function
-    path = tmp_path_factory.mktemp("cli") / "saved"
     tf.saved_model.save(module, str(path), signatures={"serving_default": function})
+    return path
+
+
+@pytest.fixture(scope="module")
+def saved_model(tmp_path_factory):
+    """A SavedModel of an Embedding-masked Bidirectional LSTM, and Keras's outputs on a batch."""
+    model, spec, inputs = embedding_model(keras.layers.Bidirectional(keras.layers.LSTM(UNITS, return_sequences=True)))
+    path = save_model(model, spec, tmp_path_factory.mktemp("cli") / "saved")
     return path, inputs[0], np.asarray(model(inputs[0]))
 
 
