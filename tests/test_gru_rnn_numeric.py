@@ -180,11 +180,7 @@ def test_lstm_gru_and_simple_rnn_stacked(mode):
     layers = [keras.layers.Bidirectional(keras.layers.GRU(UNITS, return_sequences=True), merge_mode="sum"),
               keras.layers.LSTM(UNITS, return_sequences=True, go_backwards=True),
               keras.layers.SimpleRNN(UNITS, return_sequences=True, return_state=True)]
-    model, spec, inputs = embedding_model(*layers)
-    onnx_model = convert(model, spec, rewriter=mlr.make_rewriter(mode))
-    for op in ("GRU", "LSTM", "RNN"):
-        assert_native(onnx_model, op=op)
-    assert_matches_keras(model, onnx_model, spec, inputs)
+    check_conversion(*embedding_model(*layers), rewriter=mlr.make_rewriter(mode), ops={"GRU": 1, "LSTM": 1, "RNN": 1})
 
 
 def test_nmt_encoder_decoder():
@@ -202,9 +198,7 @@ def test_nmt_encoder_decoder():
     model = randomize_weights(keras.Model([source, target], decoded))
     spec = (token_spec("source"), token_spec("target"))
     inputs = [post_padded_tokens([5, 0, 2, 5], 5, 30, seed=1), post_padded_tokens([4, 3, 0, 1], 4, 30, seed=2)]
-    onnx_model = convert(model, spec)
-    assert_native(onnx_model, lstm=2, op="GRU")
-    assert_matches_keras(model, onnx_model, spec, inputs)
+    check_conversion(model, spec, inputs, ops={"GRU": 2})
 
 
 # --- masks: the guard, and mask_mode="any" ----------------------------------------------------

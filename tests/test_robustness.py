@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from kerasutil import (FLAVOUR, assert_matches_keras, assert_native, convert, keras,
+from kerasutil import (FLAVOUR, assert_matches_keras, assert_native, check_conversion, convert, keras,
                        keras_outputs, mask_from_lengths, onnx_outputs, op_counts, post_padded_tokens,
                        randomize_weights, token_spec)
 from models import FEATURES, UNITS, embedding_model
@@ -65,9 +65,7 @@ def test_masked_lstm_inside_a_subclassed_model(mode):
     tokens = post_padded_tokens([7, 3, 0, 1, 6], 7)
     model(tokens)  # builds the layers
     randomize_weights(model)
-    onnx_model = convert(model, (token_spec(),), rewriter=mlr.make_rewriter(mode))
-    assert_native(onnx_model)
-    assert_matches_keras(model, onnx_model, (token_spec(),), [tokens])
+    check_conversion(model, (token_spec(),), [tokens], rewriter=mlr.make_rewriter(mode), ops={"LSTM": 1})
 
 
 def test_two_independent_masks():
@@ -80,11 +78,9 @@ def test_two_independent_masks():
     model = randomize_weights(keras.Model([words, chars], [keras.layers.Concatenate()([a, b[0]]), b[2]]))
     spec = (token_spec("words"), token_spec("chars"))
     inputs = [post_padded_tokens([7, 3, 0, 1, 6], 7, seed=1), post_padded_tokens([0, 9, 9, 2, 5], 9, vocab=30, seed=2)]
-    onnx_model = convert(model, spec)
-    assert_native(onnx_model, lstm=2)
+    onnx_model = check_conversion(model, spec, inputs, ops={"LSTM": 2})
     guards = [n for n in onnx_model.graph.node if n.name.startswith(mlr.GUARD_MESSAGE)]
     assert len(guards) == 2
-    assert_matches_keras(model, onnx_model, spec, inputs)
     # a pre-padded row in either input is refused
     for index in range(2):
         bad = [x.copy() for x in inputs]
@@ -104,10 +100,7 @@ def test_a_mask_consumed_by_other_layers_too():
     pooled = keras.layers.GlobalAveragePooling1D()(embedded)
     summary = keras.layers.GlobalAveragePooling1D()(sequence)
     model = randomize_weights(keras.Model(tokens, [sequence, keras.layers.Concatenate()([pooled, summary])]))
-    inputs = [post_padded_tokens([7, 3, 1, 6, 2], 7)]
-    onnx_model = convert(model, (token_spec(),))
-    assert_native(onnx_model)
-    assert_matches_keras(model, onnx_model, (token_spec(),), inputs)
+    check_conversion(model, (token_spec(),), [post_padded_tokens([7, 3, 1, 6, 2], 7)], ops={"LSTM": 1})
 
 
 def test_very_long_sequences():
@@ -150,6 +143,4 @@ def test_explicit_masks_of_two_inputs_of_different_lengths():
     mask2[0, 1] = False  # a hole
     inputs = [rng.normal(size=(5, 6, FEATURES)).astype(np.float32), mask_from_lengths([6, 3, 0, 1, 5], 6)[:, ::-1].copy(),
               rng.normal(size=(5, 4, FEATURES)).astype(np.float32), mask2]
-    onnx_model = convert(model, spec, rewriter=mlr.make_rewriter("any"))
-    assert_native(onnx_model, lstm=2)
-    assert_matches_keras(model, onnx_model, spec, inputs)
+    check_conversion(model, spec, inputs, rewriter=mlr.make_rewriter("any"), ops={"LSTM": 2})
