@@ -2,10 +2,12 @@
 """Differential fuzzing (tests/fuzzgen.py): random masked models x random batches, both mask modes.
 
 CI runs a fixed sample (hypothesis derandomized, no example database): FUZZ_MODELS model cases
-of FUZZ_BATCHES batches each, so at least 200 model/batch cases per Keras flavour. Set
+of FUZZ_BATCHES batches each, so at least 200 model/batch cases per Keras flavour; each case
+draws the signature its model is converted with (half dynamic, half a static form). Set
 MLR_FUZZ_EXAMPLES=N for N model cases; ``tools/fuzz.py`` runs thousands and counts.
 """
 
+import collections
 import os
 
 import numpy as np
@@ -14,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 
 import fuzzgen
 import kerasutil
+import signatures
 
 FUZZ_BATCHES = 4
 FUZZ_MODELS = int(os.environ.get("MLR_FUZZ_EXAMPLES", "50"))  # x FUZZ_BATCHES = 200 model/batch cases
@@ -64,6 +67,7 @@ def test_every_kind_of_row_is_generated():
 @settings(max_examples=200, deadline=None, derandomize=True, database=None)
 @given(case=fuzzgen.model_cases())
 def test_model_cases_are_in_the_supported_space(case):
+    assert case.signature == fuzzgen.signature_for(case) and case.signature in signatures.FORMS
     assert 1 <= len(case.layers) <= 3
     assert all(layer.kind in fuzzgen.SAMPLED_KINDS for layer in case.layers)
     assert all(layer.merge_mode is not None for layer in case.layers[:-1]), "a middle layer needs one output"
@@ -85,6 +89,34 @@ def test_inputs_carry_the_batch_mask(source, initial_state):
     else:
         np.testing.assert_array_equal(inputs[1], mask)
     assert len(inputs) == 1 + (source == "explicit") + (2 if initial_state else 0)
+
+
+def test_the_ci_sample_converts_with_every_signature_form():
+    """The derandomized sample test_random_models_match_keras_in_both_modes runs: about half its
+    models dynamic, every static form among the others."""
+    forms = collections.Counter()
+
+    @CI_SETTINGS
+    @given(case=fuzzgen.model_cases(), batches=fuzzgen.batch_lists(FUZZ_BATCHES))
+    def sample(case, batches):  # pylint: disable=unused-argument
+        forms[case.signature] += 1
+    sample()  # pylint: disable=no-value-for-parameter
+    assert set(forms) == set(signatures.FORMS), forms
+    assert 0.3 <= forms["dynamic"] / sum(forms.values()) <= 0.7, forms
+
+
+@pytest.mark.parametrize("form", signatures.FORMS)
+def test_batches_fit_the_signature(form):
+    """A static batch size or number of steps is the first batch's for all; batch-1 forms feed rows."""
+    case = fuzzgen.ModelCase(signature=form)
+    batches = [fuzzgen.BatchCase(5, 7, "post", 1), fuzzgen.BatchCase(3, 2, "holes", 2)]
+    fitted = fuzzgen.fit_batches(case, batches)
+    batch_axis, time_axis = signatures.FORMS[form]
+    assert fitted[0] == batches[0]
+    assert fitted[1].rows == (5 if batch_axis == "rows" else 3)
+    assert fitted[1].steps == (7 if time_axis == "steps" else 2)
+    assert (fitted[1].kind, fitted[1].seed) == ("holes", 2)
+    assert fuzzgen.feeds(case, 3) == ([slice(0, 1), slice(1, 2), slice(2, 3)] if batch_axis == 1 else [slice(None)])
 
 
 def test_scaled_difference_is_absolute_below_one_and_relative_above():

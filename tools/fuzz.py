@@ -5,8 +5,9 @@ converted in both mask modes and compared with Keras at every position (see test
 
 Each Keras flavour runs in its own process (TensorFlow picks its Keras once, at import). Prints,
 per flavour: cases, model/batch comparisons, passed, mismatches, how often the "post" guard
-fired on batches that are not post-padded, the worst |keras - onnx|, and the layers left as a
-Loop and why; then every failing case as a pasteable ``ModelCase``/``BatchCase`` (keep it in
+fired on batches that are not post-padded, the worst |keras - onnx|, the signature forms the
+models were converted with (half dynamic, half static), and the layers left as a Loop and why;
+then every failing case as a pasteable ``ModelCase``/``BatchCase`` (keep it in
 tests/test_fuzz_regressions.py: the pytest fuzz test shrinks it). Exits non-zero on any
 mismatch, missed guard, Loop left or crash.
 
@@ -50,6 +51,7 @@ def run_worker(args) -> dict:
     totals = collections.Counter()
     loops = collections.Counter()
     batch_kinds = collections.Counter()
+    forms = collections.Counter()  # signature forms converted with
     failures = []
     worst = [0.0]
     worst_ill = [0.0]  # largest (ONNX vs float64) / (Keras float32 vs float64) among ill-conditioned passes
@@ -62,6 +64,7 @@ def run_worker(args) -> dict:
     def fuzz(case, batches):
         totals["cases"] += 1
         batch_kinds.update(batch.kind for batch in batches)
+        forms[case.signature] += 1
         try:
             result = fuzzgen.check_case(case, batches)
         except Exception as error:  # pylint: disable=broad-except  (a crash is a finding, keep going)
@@ -92,7 +95,8 @@ def run_worker(args) -> dict:
 
     fuzz()  # pylint: disable=no-value-for-parameter
     return {"flavour": fuzzgen.FLAVOUR, "totals": dict(totals), "worst": worst[0], "worst_ill": worst_ill[0],
-            "loops": dict(loops), "batch_kinds": dict(batch_kinds), "failures": failures, "seconds": time.monotonic() - start}
+            "loops": dict(loops), "batch_kinds": dict(batch_kinds), "signatures": dict(forms), "failures": failures,
+            "seconds": time.monotonic() - start}
 
 
 # --- the parent: one worker process per flavour -----------------------------------------------
@@ -126,6 +130,7 @@ def print_summary(result) -> bool:
     print(f"  \"post\" on non-post-padded batches: guard fired {guard}, "
           f"returned numbers or another error {t['guard missed']}")
     print("  batch kinds: " + ", ".join(f"{k} {n}" for k, n in sorted(result["batch_kinds"].items())))
+    print("  signatures: " + ", ".join(f"{k} {n}" for k, n in sorted(result.get("signatures", {}).items())))
     loops = result["loops"]
     print("  layers left as Loop: " + ("none" if not loops else "; ".join(f"{r} (x{n})" for r, n in loops.items())))
     for failure in result["failures"]:
