@@ -141,8 +141,9 @@ class LinearForm:
         return self if factor == 1.0 else self.then(("scale", 0, factor, 0))
 
 
-# ops that add terms (a MatMul is a sum of one product)
+# ops that add terms (a MatMul is a sum of one product), and every op the linear reader reads
 SUM_OPS = ("Add", "AddV2", "BiasAdd", "MatMul", "Gemm")
+READ_OPS = SUM_OPS + ("Identity", "Squeeze", "Split", "SplitV", "StridedSlice")
 
 
 @dataclasses.dataclass(frozen=True)

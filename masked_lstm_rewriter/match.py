@@ -25,7 +25,7 @@ import numpy as np
 from onnx import TensorProto
 from tf2onnx.graph_matcher import GraphMatcher, OpTypePattern
 
-from .cell import (REFUSED_ACTIVATION_REASONS, SUM_OPS, Activation, LinearForm, LinearReader, Product, producer,
+from .cell import (READ_OPS, REFUSED_ACTIVATION_REASONS, Activation, LinearForm, LinearReader, Product, producer,
                    read_activation, scalar_value, skip_identity)
 
 BODY_MATCH_ATTR = "_masked_lstm_rewriter_body"
@@ -349,7 +349,7 @@ def _read_gates(graph, reader, tensors, onnx_op):
 def _applied_to_a_gate(graph, node, read_pre, depth=3) -> bool:
     """Is ``node`` an op the linear reader does not know, computed from a complete gate form (an
     activation the matcher does not support, such as swish's ``x * sigmoid(x)``)?"""
-    if node.type in SUM_OPS + ("Identity", "Squeeze", "Split", "SplitV", "StridedSlice"):
+    if node.type in READ_OPS:
         return False
     frontier = list(node.input)
     for _ in range(depth):
