@@ -103,7 +103,7 @@ class MaskedRecurrentLayer:
     linear_before_reset: int  # GRU only
     direction: str           # "forward", or "reverse": the loop runs over the time-reversed
                              # input and mask (go_backwards, a Bidirectional's backward half)
-    x: str                   # time-major input [T, B, I], float32, in the model's time order
+    x_reader: object         # the node reading x (TensorListFromTensor, or go_backwards's ReverseV2)
     x_source: str            # the batch-major tensor x is transposed from (to pair directions)
     mask: str                # batch-major mask [B, T], bool, in the model's time order
     mask_post_padded: bool   # the mask is post-padded by construction (sequence_mask of lengths)
@@ -124,6 +124,13 @@ class MaskedRecurrentLayer:
     @property
     def keras_name(self) -> str:
         return KERAS_NAMES[self.kind]
+
+    @property
+    def x(self) -> str:
+        """The time-major input [T, B, I], float32, in the model's time order, read through the node
+        that reads it: with static shapes TensorFlow can drop the transposes between two stacked
+        layers (T = B = 1), and rewriting the lower one then renames what the upper one reads."""
+        return self.x_reader.input[0]
 
     @property
     def initial_h(self) -> str:
@@ -476,7 +483,8 @@ def layer_name(while_node) -> str:
 
 def match_loop(graph, while_node, body: BodyMatch) -> Union[MaskedRecurrentLayer, NoMatch]:
     """Check how the While op is fed and consumed, resolve weights, describe the layer."""
-    x, x_reversed = _list_source(graph, while_node.input[body.x_list_index])
+    x_list = while_node.input[body.x_list_index]
+    x, x_reversed = _list_source(graph, x_list)
     if x is None:
         return NoMatch("the input list is not built from a tensor")
     if graph.get_dtype(x) != TensorProto.FLOAT:
@@ -485,8 +493,9 @@ def match_loop(graph, while_node, body: BodyMatch) -> Union[MaskedRecurrentLayer
     mask = _batch_major_mask(graph, mask_tm)
     if isinstance(mask, NoMatch):
         return mask
-    if x_reversed != mask_reversed:
+    if x_reversed != mask_reversed and (graph.get_shape(x) or [-1])[0] != 1:
         return NoMatch("only one of the input and the mask is reversed in time")
+    # over one step (static), reversing is the identity, and TensorFlow drops one ReverseV2 or both
     if not _is_zero_scalar(graph, while_node.input[body.time_index]):
         return NoMatch("the loop does not start at step 0")
     if not _is_zeros(graph, while_node.input[body.masked_output_index]):
@@ -513,7 +522,9 @@ def match_loop(graph, while_node, body: BodyMatch) -> Union[MaskedRecurrentLayer
         hidden_size=recurrent[GATES[body.kind][0]].shape[0], kernel=kernel, recurrent=recurrent, bias=bias,
         recurrent_bias=recurrent_bias, activations=body.cell.activations,
         linear_before_reset=body.cell.linear_before_reset,
-        direction="reverse" if x_reversed else "forward", x=x, x_source=_batch_major_source(graph, x), mask=mask,
+        direction="reverse" if x_reversed or mask_reversed else "forward",
+        x_reader=_list_reader(graph, x_list, x_reversed),
+        x_source=_batch_major_source(graph, x), mask=mask,
         mask_post_padded=_is_sequence_mask_over_time(graph, mask, x),
         h_input=body.h_index, c_input=body.c_index,
         zero_initial_state=all(_is_zeros(graph, while_node.input[i]) for i in states),
@@ -533,6 +544,12 @@ def _list_source(graph, tensor) -> tuple:
     if source is not None and source.type == "ReverseV2" and _const_value(graph, source.input[1]) in (0, [0]):
         return source.input[0], True
     return node.input[0], False
+
+
+def _list_reader(graph, tensor, reversed_in_time):
+    """The node that reads the tensor a TensorList ``tensor`` is made of (see :func:`_list_source`)."""
+    node = producer(graph, tensor)
+    return producer(graph, node.input[0]) if reversed_in_time else node
 
 
 def _const_value(graph, tensor):

@@ -79,6 +79,24 @@ def test_static_signature_in_any_mode(shape):
         assert_matches_keras(model, onnx_model, spec, rows)
 
 
+@pytest.mark.parametrize("mode", ["post", "any"])
+@pytest.mark.parametrize("shape", [(1, 1), (3, 1), (None, 1)], ids=str)
+def test_stacked_layers_over_one_step(shape, mode):
+    """Found by the fuzzer: over one static step, reversing in time and swapping the time and batch
+    axes of [1, 1, H] are the identity and TensorFlow drops those ops: a backward layer may keep the
+    ReverseV2 of its mask but not of its input, and with a batch of 1 a layer reads the stacked
+    outputs of the layer below directly (rewriting that one renamed them under the upper one)."""
+    model, _, _ = embedding_model(keras.layers.LSTM(UNITS, return_sequences=True),
+                                  keras.layers.GRU(UNITS, return_sequences=True, go_backwards=True),
+                                  keras.layers.Bidirectional(keras.layers.SimpleRNN(UNITS, return_sequences=True)),
+                                  keras.layers.LSTM(UNITS, return_state=True))
+    spec = (tf.TensorSpec(shape, tf.int32, name="tokens"),)
+    onnx_model = convert(model, spec, rewriter=mlr.make_rewriter(mode))
+    check_native(onnx_model, {"LSTM": 2, "GRU": 1, "RNN": 1})
+    for rows in rows_for(spec, [np.array([[7], [0], [5]], np.int32)]):  # one step: full or empty rows
+        assert_matches_keras(model, onnx_model, spec, rows)
+
+
 def test_static_batch_one_guard_still_rejects_a_pre_padded_row():
     model, spec, _ = embedding_model(keras.layers.LSTM(UNITS, return_sequences=True))
     spec = (tf.TensorSpec((1, 6), tf.int32, name="tokens"),)
