@@ -143,3 +143,16 @@ def test_batch_one_signature_on_an_ill_conditioned_model():
     result = fuzzgen.check_case(case, batches)
     assert result.ok, fuzzgen.describe(case, batches, result)
     assert result.comparisons > 2 * len(batches), "row by row"
+
+
+def test_stacked_layers_fully_static_one_row_one_step():
+    """Found by the fuzzer (Keras 3 CI sample, signature "static"): over 1 row x 1 step TensorFlow
+    drops the transposes between the layers, the upper layer read the lower one's stacked outputs
+    directly, and the conversion crashed once the lower one was rewritten (fixed: the layer's
+    input is read through the node that reads it). tests/test_static_shapes.py has the general case."""
+    layer = LayerCase(units=1, activation="sigmoid", recurrent_activation="sigmoid", use_bias=False)
+    case = ModelCase(layers=(layer, layer), return_sequences=False, mask_source="embedding", seed=0,
+                     signature="static")
+    batches = (BatchCase(rows=1, steps=1, kind="post", seed=0),) * 2
+    result = fuzzgen.check_case(case, batches)
+    assert result.ok, fuzzgen.describe(case, batches, result)
