@@ -14,6 +14,7 @@ import onnx
 import pytest
 import tensorflow as tf
 
+import signatures
 from kerasutil import (FLAVOUR, assert_matches_keras, assert_native, convert, keras, op_counts, post_padded_tokens,
                        randomize_weights, session)
 from models import FEATURES, UNITS, embedding_model, token_mask
@@ -47,54 +48,54 @@ def check_native(onnx_model, ops):
         assert_native(onnx_model, lstm=count, op=op)
 
 
-def rows_for(spec, inputs):
-    """The batches a model with ``spec`` takes: the whole batch, or (batch 1) row by row."""
-    if spec[0].shape[0] == 1:
-        return [[x[row:row + 1] for x in inputs] for row in range(len(inputs[0]))]
-    return [inputs]
+# over the 8 x 50 batch, the signature forms (tests/signatures.py) people deploy with:
+# (1, None), (1, 50) and (8, 50)
+DEPLOYED = ("batch 1", "static batch 1", "static")
 
 
-@pytest.mark.parametrize("shape", [(1, None), (1, STEPS), (len(LENGTHS), STEPS)], ids=str)
-@pytest.mark.parametrize("layer", LAYERS)
-def test_static_signature_rewrites(layer, shape):
-    build, ops = LAYERS[layer]
-    layers = build()
-    model, _, _ = embedding_model(*(layers if isinstance(layers, list) else [layers]))
-    spec = (tf.TensorSpec(shape, tf.int32, name="tokens"),)
-    onnx_model = convert(model, spec)
+def convert_and_check(model, spec, inputs, form, ops, rewriter="default"):
+    """Converts with signature ``form`` of ``spec``; native ``ops`` and no Loop; Keras's numbers
+    on ``inputs`` (row by row for a batch-1 form). Returns the converted model and its spec."""
+    form_spec, batches = signatures.signature(spec, inputs, form)
+    onnx_model = convert(model, form_spec, rewriter=rewriter)
     check_native(onnx_model, ops)
     assert not mlr.last_report().left_as_loop
-    for rows in rows_for(spec, [post_padded_tokens(LENGTHS, STEPS, seed=3)]):
-        assert_matches_keras(model, onnx_model, spec, rows)
+    for rows in batches:
+        assert_matches_keras(model, onnx_model, form_spec, rows)
+    return onnx_model, form_spec
 
 
-@pytest.mark.parametrize("shape", [(1, None), (1, 6), (len(KINDS), 6)], ids=str)
-def test_static_signature_in_any_mode(shape):
+@pytest.mark.parametrize("form", DEPLOYED)
+@pytest.mark.parametrize("layer", LAYERS)
+def test_static_signature_rewrites(layer, form):
+    build, ops = LAYERS[layer]
+    layers = build()
+    model, spec, _ = embedding_model(*(layers if isinstance(layers, list) else [layers]))
+    onnx_model, form_spec = convert_and_check(model, spec, [post_padded_tokens(LENGTHS, STEPS, seed=3)], form, ops)
+    assert [d.dim_value for d in onnx_model.graph.input[0].type.tensor_type.shape.dim] == \
+        [d or 0 for d in form_spec[0].shape]
+
+
+@pytest.mark.parametrize("form", DEPLOYED)
+def test_static_signature_in_any_mode(form):
     """mask_mode="any" with every kind of row (pre-padded, holes, both ends, empty, full)."""
-    model, dynamic = mask_input_model("stacked")
-    spec = tuple(tf.TensorSpec(shape + tuple(s.shape[2:]), s.dtype, name=s.name) for s in dynamic)
-    onnx_model = convert(model, spec, rewriter=ANY)
-    assert_native(onnx_model, lstm=2)
-    for rows in rows_for(spec, batch(np.array(list(KINDS.values()), bool))):
-        assert_matches_keras(model, onnx_model, spec, rows)
+    model, spec = mask_input_model("stacked")
+    convert_and_check(model, spec, batch(np.array(list(KINDS.values()), bool)), form, {"LSTM": 2}, rewriter=ANY)
 
 
 @pytest.mark.parametrize("mode", ["post", "any"])
-@pytest.mark.parametrize("shape", [(1, 1), (3, 1), (None, 1)], ids=str)
-def test_stacked_layers_over_one_step(shape, mode):
+@pytest.mark.parametrize("form", ["static batch 1", "static", "static time"])
+def test_stacked_layers_over_one_step(form, mode):
     """Found by the fuzzer: over one static step, reversing in time and swapping the time and batch
     axes of [1, 1, H] are the identity and TensorFlow drops those ops: a backward layer may keep the
     ReverseV2 of its mask but not of its input, and with a batch of 1 a layer reads the stacked
     outputs of the layer below directly (rewriting that one renamed them under the upper one)."""
-    model, _, _ = embedding_model(keras.layers.LSTM(UNITS, return_sequences=True),
-                                  keras.layers.GRU(UNITS, return_sequences=True, go_backwards=True),
-                                  keras.layers.Bidirectional(keras.layers.SimpleRNN(UNITS, return_sequences=True)),
-                                  keras.layers.LSTM(UNITS, return_state=True))
-    spec = (tf.TensorSpec(shape, tf.int32, name="tokens"),)
-    onnx_model = convert(model, spec, rewriter=mlr.make_rewriter(mode))
-    check_native(onnx_model, {"LSTM": 2, "GRU": 1, "RNN": 1})
-    for rows in rows_for(spec, [np.array([[7], [0], [5]], np.int32)]):  # one step: full or empty rows
-        assert_matches_keras(model, onnx_model, spec, rows)
+    model, spec, _ = embedding_model(keras.layers.LSTM(UNITS, return_sequences=True),
+                                     keras.layers.GRU(UNITS, return_sequences=True, go_backwards=True),
+                                     keras.layers.Bidirectional(keras.layers.SimpleRNN(UNITS, return_sequences=True)),
+                                     keras.layers.LSTM(UNITS, return_state=True))
+    tokens = np.array([[7], [0], [5]], np.int32)  # one step: rows are full or empty
+    convert_and_check(model, spec, [tokens], form, {"LSTM": 2, "GRU": 1, "RNN": 1}, rewriter=mlr.make_rewriter(mode))
 
 
 def test_static_batch_one_guard_still_rejects_a_pre_padded_row():
