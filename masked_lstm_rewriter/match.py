@@ -25,8 +25,8 @@ import numpy as np
 from onnx import TensorProto
 from tf2onnx.graph_matcher import GraphMatcher, OpTypePattern
 
-from .cell import (REFUSED_ACTIVATION_REASONS, Activation, LinearForm, LinearReader, producer, read_activation,
-                   scalar_value, skip_identity)
+from .cell import (REFUSED_ACTIVATION_REASONS, Activation, LinearForm, LinearReader, passes_through, producer,
+                   read_activation, scalar_value, skip_identity)
 
 BODY_MATCH_ATTR = "_masked_lstm_rewriter_body"
 # Keras's order of the gate blocks in its kernels, by ONNX op (the cell kind)
@@ -164,11 +164,6 @@ def _loop_output_producer(graph, index: int):
     return producer(graph, skip_identity(graph, graph.outputs[index]))
 
 
-def _passes_through(graph, index: int) -> bool:
-    """Is loop variable ``index`` loop-invariant (the body returns its input unchanged)?"""
-    return index < len(graph.outputs) and skip_identity(graph, graph.outputs[index]) == graph.input_names[index]
-
-
 def _input_index(graph, tensor: str) -> Optional[int]:
     names = graph.input_names
     return names.index(tensor) if tensor in names else None
@@ -213,7 +208,7 @@ def match_body(graph) -> Union[BodyMatch, NoMatch]:
     if len(output_vars) != 1 or masked_output_index is None:
         return NoMatch("the step output is not a loop variable selected from a loop input")
     output_index = output_vars[0]
-    if masked_output_index != output_index and not _passes_through(graph, masked_output_index):
+    if masked_output_index != output_index and not passes_through(graph, masked_output_index):
         return NoMatch("the output at masked steps is computed in an unrecognised way")
 
     x_items = [n for n in graph.get_nodes() if n.type == "TensorListGetItem"
