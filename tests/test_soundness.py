@@ -8,10 +8,16 @@ numbers: now every one is refused (stays a Loop, with its reason) or exact.
 4. NaN at a valid step: a documented onnxruntime limit, pinned here.
 """
 
+import numpy as np
 import pytest
+import tensorflow as tf
 
 import fuzz_adversarial as fa
 from fuzz_adversarial import AdversarialCase
+from kerasutil import assert_matches_keras, convert, keras, onnx_outputs, op_counts, randomize_weights
+from models import FEATURES, UNITS, computed_mask_model, embedding_model, explicit_mask_model, masking_model
+
+import masked_lstm_rewriter as mlr
 
 
 def check(case, verdict=None):
@@ -39,5 +45,70 @@ def test_a_state_reaching_a_gate_is_not_a_weight(case):
     zeros, which the weight resolution took for a bias (the GRUs were rewritten: errors up to 0.08;
     today tf2onnx fuses the others' x W + h R into a Gemm, which the reader does not read yet)."""
     check(case, "refused")
+
+
+# --- 3. a [1, T] mask ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("mode", mlr.MASK_MODES)
+@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+def test_a_mask_of_one_row_is_broadcast_over_the_batch(kind, mode):
+    """Keras's where broadcasts a [1, T] mask over the batch (was: batch 1 in "any", onnxruntime's
+    own sequence_lens error in "post")."""
+    check(AdversarialCase(kind=kind, mask_source="explicit [1, T]", mode=mode), "exact")
+
+
+@pytest.mark.parametrize("mode", mlr.MASK_MODES)
+def test_a_mask_input_declared_with_any_batch_may_have_one_row(mode):
+    """A mask model input declared [None, T] can be fed [1, T]: the same as a [B, T] mask of
+    identical rows."""
+    model, spec, (features, mask) = explicit_mask_model(keras.layers.LSTM(UNITS, return_sequences=True))
+    onnx_model = convert(model, spec, rewriter=mlr.make_rewriter(mode))
+    assert op_counts(onnx_model)["LSTM"] == 1
+    for row in (0, 1, 2):  # full, post-padded, empty
+        one_row = mask[row:row + 1]
+        assert_matches_keras(model, onnx_model, spec, [features, one_row])
+        np.testing.assert_allclose(onnx_outputs(onnx_model, spec, [features, one_row])[0],
+                                   onnx_outputs(onnx_model, spec, [features, np.repeat(one_row, 5, 0)])[0])
+
+
+@pytest.mark.parametrize("mode", mlr.MASK_MODES)
+def test_a_pre_padded_row_broadcast_fails_with_the_guard_or_is_exact(mode):
+    model, spec, (features, _) = explicit_mask_model(keras.layers.GRU(UNITS, return_sequences=True))
+    onnx_model = convert(model, spec, rewriter=mlr.make_rewriter(mode))
+    pre_padded = np.array([[False, False, True, True, True, True, True]])
+    if mode == "any":
+        assert_matches_keras(model, onnx_model, spec, [features, pre_padded])
+    else:
+        with pytest.raises(Exception, match="mask is not post-padded"):
+            onnx_outputs(onnx_model, spec, [features, pre_padded])
+
+
+@pytest.mark.parametrize("build", [
+    lambda layer: embedding_model(layer), lambda layer: masking_model(layer), lambda layer: computed_mask_model(layer),
+], ids=["embedding", "masking", "computed from the tokens"])
+def test_a_mask_computed_from_the_input_costs_no_broadcast(build):
+    """The mask and the input provably share the batch: no node is added for the broadcast."""
+    model, spec, inputs = build(keras.layers.LSTM(UNITS, return_sequences=True))
+    onnx_model = convert(model, spec)
+    assert op_counts(onnx_model)["LSTM"] == 1 and op_counts(onnx_model)["Expand"] == 0
+    assert_matches_keras(model, onnx_model, spec, inputs)
+
+
+def test_stacked_layers_with_a_mask_input_share_one_broadcast():
+    """The second layer reads the first one's output: the same batch, so one broadcast serves both."""
+    keras.utils.set_random_seed(0)
+    x_in = keras.Input((None, FEATURES), name="features")
+    m_in = keras.Input((None,), dtype="bool", name="mask")
+    hidden = keras.layers.LSTM(UNITS, return_sequences=True)(x_in, mask=m_in)
+    out = keras.layers.GRU(UNITS, return_sequences=True)(hidden, mask=m_in)
+    model = randomize_weights(keras.Model([x_in, m_in], out))
+    spec = (tf.TensorSpec((None, None, FEATURES), tf.float32, name="features"),
+            tf.TensorSpec((None, None), tf.bool, name="mask"))
+    onnx_model = convert(model, spec)
+    counts = op_counts(onnx_model)
+    assert (counts["LSTM"], counts["GRU"], counts["Expand"]) == (1, 1, 1), counts
+    features = np.random.default_rng(0).normal(size=(4, 6, FEATURES)).astype(np.float32)
+    for mask in (np.array([[True] * 4 + [False] * 2]), np.arange(6)[None, :] < np.array([[6], [3], [0], [1]])):
+        assert_matches_keras(model, onnx_model, spec, [features, mask])
 
 
