@@ -21,6 +21,7 @@ from .emit import emit_group, plan_nodes
 from .masks import MASK_MODES, MaskPlanner, broadcast_mask
 from .report import finish_conversion, record
 from .match import BODY_MATCH_ATTR, NoMatch, is_masked_recurrent_body, layer_name, match_body, match_loop
+from .trip import COND_MATCH_ATTR, is_loop_condition, read_condition
 
 logger = logging.getLogger("masked_lstm_rewriter")
 
@@ -39,6 +40,8 @@ def make_rewriter(mask_mode: str = "post"):
     def rewrite_masked_lstm(graph, ops):
         if is_masked_recurrent_body(graph):
             setattr(graph, BODY_MATCH_ATTR, _match_body_safely(graph))
+        elif not _is_main_graph(graph) and is_loop_condition(graph):
+            setattr(graph, COND_MATCH_ATTR, _read_condition_safely(graph))
         loops = [op for op in ops if op.type in ("While", "StatelessWhile")]
         if loops:
             _rewrite_loops(graph, loops, mask_mode)
@@ -60,9 +63,17 @@ def _match_body_safely(graph):
         return NoMatch(f"unexpected loop body ({type(error).__name__}: {error})")
 
 
-def _match_loop_safely(graph, loop, body):
+def _read_condition_safely(graph):
     try:
-        return match_loop(graph, loop, body)
+        return read_condition(graph)
+    except Exception as error:  # pylint: disable=broad-except
+        reason = f"unexpected loop condition ({type(error).__name__}: {error})"
+        return reason
+
+
+def _match_loop_safely(graph, loop, body, condition):
+    try:
+        return match_loop(graph, loop, body, condition)
     except Exception as error:  # pylint: disable=broad-except
         return NoMatch(f"unexpected loop wiring ({type(error).__name__}: {error})")
 
@@ -93,7 +104,9 @@ def _rewrite_loops(graph, loops, mask_mode):
         body = getattr(body_graph, BODY_MATCH_ATTR, None) if body_graph is not None else None
         if body is None:
             continue  # not a masked recurrent loop: none of our business
-        layer = _match_loop_safely(graph, loop, body) if not isinstance(body, NoMatch) else body
+        cond_graph = find_function(loop.get_attr_str("cond"))
+        condition = getattr(cond_graph, COND_MATCH_ATTR, None) if cond_graph is not None else None
+        layer = _match_loop_safely(graph, loop, body, condition) if not isinstance(body, NoMatch) else body
         if isinstance(layer, NoMatch):
             logger.warning("masked recurrent layer '%s' left as a Loop: %s", layer_name(loop), layer.reason)
             record(layer_name(loop), False, layer.reason, mask_mode)

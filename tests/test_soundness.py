@@ -8,16 +8,19 @@ numbers: now every one is refused (stays a Loop, with its reason) or exact.
 4. NaN at a valid step: a documented onnxruntime limit, pinned here.
 """
 
+import logging
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import fuzz_adversarial as fa
 from fuzz_adversarial import AdversarialCase
-from kerasutil import assert_matches_keras, convert, keras, onnx_outputs, op_counts, randomize_weights
+from kerasutil import FLAVOUR, assert_matches_keras, convert, keras, onnx_outputs, op_counts, randomize_weights
 from models import FEATURES, UNITS, computed_mask_model, embedding_model, explicit_mask_model, masking_model
 
 import masked_lstm_rewriter as mlr
+from masked_lstm_rewriter import trip
 
 
 def check(case, verdict=None):
@@ -27,6 +30,47 @@ def check(case, verdict=None):
     if verdict is not None:
         assert result.verdict == verdict, fa.describe(case, result)
     return result
+
+
+# --- 1. the number of steps ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU", "SimpleRNN"])
+@pytest.mark.parametrize("mutation", ["stop_cond_t_minus_2", "stop_max_iterations_t_minus_2", "max_iterations_3",
+                                      "cond_const_bound", "separate_counter_bound_t_minus_2"])
+def test_a_loop_that_stops_early_is_refused(mutation, kind):
+    """Built like Keras's masked loop, but stops before T (was rewritten: errors 0.3 to 0.9)."""
+    result = check(AdversarialCase(family="loop", kind=kind, mutation=mutation, steps=7), "refused")
+    assert set(result.reasons) == {trip.TRIP_COUNT_REASON}, result.reasons
+
+
+def test_keras_backend_rnn_with_input_length():
+    """Keras 3's own ``backend.rnn(..., input_length=3)`` stops after 3 of 7 steps (was rewritten:
+    error 0.52); tf_keras ignores input_length outside XLA and runs all 7 (rewritten, exact)."""
+    case = AdversarialCase(family="loop", mutation="backend_input_length", steps=7)
+    check(case, "refused" if FLAVOUR == "keras3" else "exact")
+
+
+@pytest.mark.parametrize("mutation", ["keras", "max_iterations_t", "separate_counter", "zero_output_for_mask",
+                                      "initial_state_ones", "go_backwards"])
+def test_a_loop_that_provably_runs_every_step_is_rewritten(mutation):
+    """The proof does not refuse what it should not: these run exactly T steps."""
+    check(AdversarialCase(family="loop", kind="GRU", mutation=mutation), "exact")
+
+
+@pytest.mark.parametrize("mutation,reason", [("counter_starts_at_1", None), ("counter_steps_by_2", None),
+                                             ("cond_less_equal", trip.COND_SHAPE_REASON),
+                                             ("cond_or", trip.COND_SHAPE_REASON),
+                                             ("bound_carried", None), ("bound_from_mask", trip.TRIP_COUNT_REASON)])
+def test_other_stop_conditions_are_refused(mutation, reason):
+    result = check(AdversarialCase(family="loop", mutation=mutation), "refused")
+    assert reason is None or set(result.reasons) == {reason}, result.reasons
+
+
+@pytest.mark.parametrize("signature", ["static time", "static"])
+def test_a_static_number_of_steps_is_read(signature):
+    """With a static T, Keras compares with constants (in the condition graph and as
+    maximum_iterations): equal to T, the layer is rewritten."""
+    check(AdversarialCase(kind="GRU", use_bias=False, signature=signature), "exact")
 
 
 # --- 2. a state is no weight --------------------------------------------------------------------
@@ -112,3 +156,10 @@ def test_stacked_layers_with_a_mask_input_share_one_broadcast():
         assert_matches_keras(model, onnx_model, spec, [features, mask])
 
 
+
+def test_logging_names_the_layer_for_a_refused_trip_count(caplog):
+    model, spec = fa.build_model(AdversarialCase(family="loop", mutation="stop_cond_t_minus_2"))
+    with caplog.at_level(logging.WARNING, logger="masked_lstm_rewriter"):
+        convert(model, spec)
+    (message,) = [r.getMessage() for r in caplog.records if r.name == "masked_lstm_rewriter"]
+    assert "loop_layer" in message and trip.TRIP_COUNT_REASON in message
