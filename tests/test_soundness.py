@@ -15,8 +15,10 @@ import pytest
 import tensorflow as tf
 
 import fuzz_adversarial as fa
+import runtimes
 from fuzz_adversarial import AdversarialCase
-from kerasutil import FLAVOUR, assert_matches_keras, convert, keras, onnx_outputs, op_counts, randomize_weights
+from kerasutil import (FLAVOUR, assert_matches_keras, convert, keras, keras_outputs, onnx_outputs, op_counts,
+                       randomize_weights)
 from models import FEATURES, UNITS, computed_mask_model, embedding_model, explicit_mask_model, masking_model
 
 import masked_lstm_rewriter as mlr
@@ -155,6 +157,76 @@ def test_stacked_layers_with_a_mask_input_share_one_broadcast():
     for mask in (np.array([[True] * 4 + [False] * 2]), np.arange(6)[None, :] < np.array([[6], [3], [0], [1]])):
         assert_matches_keras(model, onnx_model, spec, [features, mask])
 
+
+# --- 4. NaN -------------------------------------------------------------------------------------
+
+def _bare_node(kind, bias, steps=3, batch=2, inputs=2, hidden=3):
+    """One ONNX LSTM, GRU or RNN node with random weights, with or without its B input."""
+    import onnx  # pylint: disable=import-outside-toplevel
+    from onnx import TensorProto, helper  # pylint: disable=import-outside-toplevel
+    gates = {"LSTM": 4, "GRU": 3, "RNN": 1}[kind]
+    rng = np.random.default_rng(0)
+    weights = {"W": rng.normal(size=(1, gates * hidden, inputs)), "R": rng.normal(size=(1, gates * hidden, hidden)),
+               "B": rng.normal(size=(1, 2 * gates * hidden))}
+    initializers = [onnx.numpy_helper.from_array(value.astype(np.float32), name) for name, value in weights.items()
+                    if bias or name != "B"]
+    outputs = ["Y", "Y_h"] + (["Y_c"] if kind == "LSTM" else [])
+    node = helper.make_node(kind, ["X", "W", "R", "B" if bias else "", "lens"], outputs, hidden_size=hidden)
+    graph = helper.make_graph([node], "bare", [helper.make_tensor_value_info("X", TensorProto.FLOAT,
+                                                                             [steps, batch, inputs]),
+                                               helper.make_tensor_value_info("lens", TensorProto.INT32, [batch])],
+                              [helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in outputs],
+                              initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)])
+    model.ir_version = 8
+    x = rng.normal(size=(steps, batch, inputs)).astype(np.float32)
+    x[1, 0, 0] = np.nan  # row 0, step 1 (valid: every step of both rows is)
+    return model, {"X": x, "lens": np.full(batch, steps, np.int32)}
+
+
+@pytest.mark.parametrize("runtime", ["onnxruntime", "openvino"])
+@pytest.mark.parametrize("kind", ["LSTM", "GRU", "RNN"])
+@pytest.mark.parametrize("bias", [True, False], ids=["with B", "without B"])
+def test_which_recurrent_kernels_swallow_nan(runtime, kind, bias):
+    """Pins the runtime limit the README documents: onnxruntime's LSTM and GRU kernels clip every
+    gate pre-activation with ``deepcpu::clip_add_bias`` when the node has a B input, and its
+    ``std::min``/``std::max`` turn NaN into +FLT_MAX (finite gates from there on); without B they
+    use ``clip_ignore_bias``, which keeps NaN; the RNN kernel never clips. OpenVINO keeps NaN.
+    Fails when a runtime changes, so that the README can be updated."""
+    if runtime == "openvino" and runtimes.ov is None:
+        pytest.skip("openvino is not installed")
+    model, feeds = _bare_node(kind, bias)
+    y = runtimes.RUNNERS[runtime](model, feeds)[0][:, 0]  # [T, B, H] of the one direction
+    swallowed = runtime == "onnxruntime" and bias and kind in ("LSTM", "GRU")
+    assert np.isnan(y[1:, 0]).all() != swallowed and np.isfinite(y[:, 1]).all() and np.isfinite(y[0]).all()
+
+
+@pytest.mark.parametrize("layer,op", [(lambda: keras.layers.LSTM(UNITS, return_sequences=True), "LSTM"),
+                                      (lambda: keras.layers.GRU(UNITS, return_sequences=True), "GRU"),
+                                      (lambda: keras.layers.SimpleRNN(UNITS, return_sequences=True), "RNN")])
+def test_nan_at_a_valid_step_in_a_rewritten_model(layer, op):
+    """NaN in Keras; the same in the rewritten model only where the kernel lets it through (the
+    RNN, or a layer without bias): a documented onnxruntime limit. Other rows are unaffected."""
+    model, spec, (features, mask) = explicit_mask_model(layer())
+    onnx_model = convert(model, spec)
+    assert op_counts(onnx_model)[op] == 1
+    features = features.copy()
+    features[0, 2, 0] = np.nan  # row 0 is full: step 2 is valid
+    expected, got = keras_outputs(model, [features, mask])[0], onnx_outputs(onnx_model, spec, [features, mask])[0]
+    assert np.isnan(expected[0, 2:]).all() and np.isfinite(expected[1:]).all()
+    np.testing.assert_allclose(got[1:], expected[1:], atol=1e-5)
+    np.testing.assert_allclose(got[0, :2], expected[0, :2], atol=1e-5)
+    assert np.isnan(got[0, 2:]).all() == (op == "RNN"), got[0]
+    assert np.isfinite(got[0, 2:]).all() == (op != "RNN"), got[0]
+
+
+def test_stock_loop_keeps_nan():
+    """The Loop tf2onnx makes computes each op on its own, NaN included."""
+    model, spec, (features, mask) = explicit_mask_model(keras.layers.LSTM(UNITS, return_sequences=True))
+    features = features.copy()
+    features[0, 2, 0] = np.nan
+    got = onnx_outputs(convert(model, spec, rewriter=None), spec, [features, mask])[0]
+    assert np.isnan(got[0, 2:]).all() and np.isfinite(got[1:]).all()
 
 
 def test_logging_names_the_layer_for_a_refused_trip_count(caplog):
