@@ -173,6 +173,11 @@ def skip_identity(graph, tensor: str) -> str:
     return tensor
 
 
+def passes_through(graph, index: int) -> bool:
+    """Is loop variable ``index`` of a While body loop-invariant (the body returns its input unchanged)?"""
+    return index < len(graph.outputs) and skip_identity(graph, graph.outputs[index]) == graph.input_names[index]
+
+
 def scalar_value(graph, tensor: str) -> Optional[float]:
     """The value of a scalar (or one-element) constant, else None."""
     node = producer(graph, skip_identity(graph, tensor))
@@ -454,10 +459,13 @@ class LinearReader:
                                      (node.is_const() and np.all(node.get_tensor_value(as_list=False) == 1)))
 
     def const_ref(self, tensor: str) -> Optional[ConstRef]:
-        """A reference to a constant: a body input (a captured weight), a Const, or a slice of one."""
+        """A reference to a constant: a loop-invariant body input (a captured weight), a Const, or a
+        slice of one. A loop-carried input (a state, whatever its shape) is no weight, even where the
+        main graph feeds it a constant (the zeros a state starts from, with a static batch)."""
         tensor = skip_identity(self.graph, tensor)
         if tensor in self._input_index:
-            return ConstRef(input_index=self._input_index[tensor])
+            index = self._input_index[tensor]
+            return ConstRef(input_index=index) if passes_through(self.graph, index) else None
         node = producer(self.graph, tensor)
         if node is None:
             return None

@@ -154,6 +154,24 @@ class MaskPlanner:
             reverse_zeros=OutputMap(reverse_index, is_valid))
 
 
+def broadcast_mask(graph, mask: str, like: str, axis: int) -> str:
+    """``mask`` [B', T] expanded to B rows, B the size of axis ``axis`` of ``like`` (the layer's
+    input, or a tensor upstream of it that provably has its batch).
+
+    Keras's ``where`` broadcasts a one-row mask over the batch; ``sequence_lens`` and the reorder
+    need a row per batch row. ``Expand`` to [B, 1] leaves a [B, T] mask as it is, repeats a [1, T]
+    one, and fails at run time for any other B' (as Keras does). Four nodes, for masks that do not
+    provably have the input's batch already (a mask model input). (``Shape``'s start/end
+    attributes would save the Gather, but the rewriter's nodes still go through tf2onnx's
+    TensorFlow handlers, whose ``Shape`` does not keep them.)
+    """
+    g = graph
+    batch = g.make_node("Gather", [g.make_node("Shape", [like]).output[0],
+                                   _const(g, "batch_axis", np.array([axis], np.int64))]).output[0]
+    target = g.make_node("Concat", [batch, _const(g, "one", np.array([1], np.int64))], attr={"axis": 0}).output[0]
+    return g.make_node("Expand", [mask, target]).output[0]
+
+
 def _const(graph, name, value):
     return graph.make_const(utils.make_name(name), value).output[0]
 

@@ -25,8 +25,9 @@ import numpy as np
 from onnx import TensorProto
 from tf2onnx.graph_matcher import GraphMatcher, OpTypePattern
 
-from .cell import (READ_OPS, REFUSED_ACTIVATION_REASONS, Activation, LinearForm, LinearReader, Product, producer,
-                   read_activation, scalar_value, skip_identity)
+from .cell import (READ_OPS, REFUSED_ACTIVATION_REASONS, Activation, LinearForm, LinearReader, Product,
+                   passes_through, producer, read_activation, scalar_value, skip_identity)
+from .trip import shape_dim, trip_count_reason
 
 BODY_MATCH_ATTR = "_masked_lstm_rewriter_body"
 # Keras's order of the gate blocks in its kernels, by ONNX op (the cell kind)
@@ -68,6 +69,8 @@ class BodyMatch:
     output_list_index: int   # TensorList the outputs are written to
     writes_sequence: bool    # one list element per step (else a single slot, return_sequences=False)
     cell: CellAlgebra
+    counters: frozenset = frozenset()    # loop variables the body advances by one (step counters)
+    invariants: frozenset = frozenset()  # loop variables the body passes through unchanged
 
     @property
     def kind(self) -> str:
@@ -171,11 +174,6 @@ def _loop_output_producer(graph, index: int):
     return producer(graph, skip_identity(graph, graph.outputs[index]))
 
 
-def _passes_through(graph, index: int) -> bool:
-    """Is loop variable ``index`` loop-invariant (the body returns its input unchanged)?"""
-    return index < len(graph.outputs) and skip_identity(graph, graph.outputs[index]) == graph.input_names[index]
-
-
 def _input_index(graph, tensor: str) -> Optional[int]:
     names = graph.input_names
     return names.index(tensor) if tensor in names else None
@@ -220,7 +218,7 @@ def match_body(graph) -> Union[BodyMatch, NoMatch]:
     if len(output_vars) != 1 or masked_output_index is None:
         return NoMatch("the step output is not a loop variable selected from a loop input")
     output_index = output_vars[0]
-    if masked_output_index != output_index and not _passes_through(graph, masked_output_index):
+    if masked_output_index != output_index and not passes_through(graph, masked_output_index):
         return NoMatch("the output at masked steps is computed in an unrecognised way")
 
     x_items = [n for n in graph.get_nodes() if n.type == "TensorListGetItem"
@@ -247,10 +245,14 @@ def match_body(graph) -> Union[BodyMatch, NoMatch]:
                                                     carried[c_index].get_op("new").output[0]))
     if isinstance(cell, NoMatch):
         return cell
+    variables = range(len(graph.input_names))
     return BodyMatch(time_index=time_index, x_list_index=x_list_index, mask_list_index=mask_list_index,
                      h_index=h_index, c_index=c_index, output_index=output_index,
                      masked_output_index=masked_output_index, output_list_index=output_list_index,
-                     writes_sequence=writes_sequence, cell=cell)
+                     writes_sequence=writes_sequence, cell=cell,
+                     counters=frozenset(i for i in variables if _is_increment(_loop_output_producer(graph, i),
+                                                                               graph.input_names[i])),
+                     invariants=frozenset(i for i in variables if passes_through(graph, i)))
 
 
 def _read_cell(graph, x_item, h_prev, h_new, cell_state):
@@ -481,8 +483,10 @@ def layer_name(while_node) -> str:
     return "/".join(parts[1:]) if len(parts) > 1 else (parts[0] if parts else while_node.name)
 
 
-def match_loop(graph, while_node, body: BodyMatch) -> Union[MaskedRecurrentLayer, NoMatch]:
-    """Check how the While op is fed and consumed, resolve weights, describe the layer."""
+def match_loop(graph, while_node, body: BodyMatch, condition=None) -> Union[MaskedRecurrentLayer, NoMatch]:
+    """Check how the While op is fed and consumed, resolve weights, describe the layer.
+
+    ``condition``: what :func:`.trip.read_condition` read off the loop's condition graph."""
     x_list = while_node.input[body.x_list_index]
     x, x_reversed = _list_source(graph, x_list)
     if x is None:
@@ -498,6 +502,11 @@ def match_loop(graph, while_node, body: BodyMatch) -> Union[MaskedRecurrentLayer
     # over one step (static), reversing is the identity, and TensorFlow drops one ReverseV2 or both
     if not _is_zero_scalar(graph, while_node.input[body.time_index]):
         return NoMatch("the loop does not start at step 0")
+    list_tensor = producer(graph, while_node.input[body.x_list_index]).input[0]  # x, or x reversed in time
+    steps = trip_count_reason(graph, while_node, condition, body.counters, body.invariants, {x, list_tensor},
+                              _same_time_axis(graph, _batch_major_source(graph, x)))
+    if steps is not None:
+        return NoMatch(steps)
     if not _is_zeros(graph, while_node.input[body.masked_output_index]):
         return NoMatch("the output at masked steps does not start as zeros")
 
@@ -605,18 +614,7 @@ def _is_sequence_mask_over_time(graph, mask: str, x_tm: str) -> bool:
     static = (graph.get_shape(x_tm) or [-1])[0]
     if graph.is_const(maxlen):
         return static not in (None, -1) and _const_value(graph, maxlen) == static
-    return _shape_dim(graph, maxlen, 1) in _same_time_axis(graph, _batch_major_source(graph, x_tm))
-
-
-def _shape_dim(graph, tensor: str, dim: int) -> Optional[str]:
-    """t when ``tensor`` is ``shape(t)[dim]`` (a StridedSlice that picks one element)."""
-    node = producer(graph, tensor)
-    if node is None or node.type != "StridedSlice" or node.get_attr_value("shrink_axis_mask", 0) != 1:
-        return None
-    if [_const_value(graph, t) for t in node.input[1:4]] != [[dim], [dim + 1], [1]]:
-        return None
-    shape = producer(graph, node.input[0])
-    return shape.input[0] if shape is not None and shape.type == "Shape" else None
+    return shape_dim(graph, maxlen, 1) in _same_time_axis(graph, _batch_major_source(graph, x_tm))
 
 
 def _same_time_axis(graph, tensor: str) -> set:

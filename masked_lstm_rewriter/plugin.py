@@ -16,10 +16,12 @@ import logging
 from tf2onnx import tfonnx
 from tf2onnx.tf_loader import find_function
 
+from .batch import batch_root, same_batch
 from .emit import emit_group, plan_nodes
-from .masks import MASK_MODES, MaskPlanner
+from .masks import MASK_MODES, MaskPlanner, broadcast_mask
 from .report import finish_conversion, record
 from .match import BODY_MATCH_ATTR, NoMatch, is_masked_recurrent_body, layer_name, match_body, match_loop
+from .trip import COND_MATCH_ATTR, is_loop_condition, read_condition
 
 logger = logging.getLogger("masked_lstm_rewriter")
 
@@ -38,6 +40,8 @@ def make_rewriter(mask_mode: str = "post"):
     def rewrite_masked_lstm(graph, ops):
         if is_masked_recurrent_body(graph):
             setattr(graph, BODY_MATCH_ATTR, _match_body_safely(graph))
+        elif not _is_main_graph(graph) and is_loop_condition(graph):
+            setattr(graph, COND_MATCH_ATTR, _read_condition_safely(graph))
         loops = [op for op in ops if op.type in ("While", "StatelessWhile")]
         if loops:
             _rewrite_loops(graph, loops, mask_mode)
@@ -59,9 +63,17 @@ def _match_body_safely(graph):
         return NoMatch(f"unexpected loop body ({type(error).__name__}: {error})")
 
 
-def _match_loop_safely(graph, loop, body):
+def _read_condition_safely(graph):
     try:
-        return match_loop(graph, loop, body)
+        return read_condition(graph)
+    except Exception as error:  # pylint: disable=broad-except
+        reason = f"unexpected loop condition ({type(error).__name__}: {error})"
+        return reason
+
+
+def _match_loop_safely(graph, loop, body, condition):
+    try:
+        return match_loop(graph, loop, body, condition)
     except Exception as error:  # pylint: disable=broad-except
         return NoMatch(f"unexpected loop wiring ({type(error).__name__}: {error})")
 
@@ -92,18 +104,21 @@ def _rewrite_loops(graph, loops, mask_mode):
         body = getattr(body_graph, BODY_MATCH_ATTR, None) if body_graph is not None else None
         if body is None:
             continue  # not a masked recurrent loop: none of our business
-        layer = _match_loop_safely(graph, loop, body) if not isinstance(body, NoMatch) else body
+        cond_graph = find_function(loop.get_attr_str("cond"))
+        condition = getattr(cond_graph, COND_MATCH_ATTR, None) if cond_graph is not None else None
+        layer = _match_loop_safely(graph, loop, body, condition) if not isinstance(body, NoMatch) else body
         if isinstance(layer, NoMatch):
             logger.warning("masked recurrent layer '%s' left as a Loop: %s", layer_name(loop), layer.reason)
             record(layer_name(loop), False, layer.reason, mask_mode)
         else:
             layers.append(layer)
     planner = MaskPlanner(graph, mask_mode)
+    masks = BatchMasks(graph, layers)
     for group in plan_nodes(layers):
         names = " and ".join(f"'{layer.layer}'" for layer in group)
-        snapshot = GraphSnapshot(graph, planner)
+        snapshot = GraphSnapshot(graph, planner, masks)
         try:
-            emit_group(graph, group, planner.tensors_for(group[0].mask, group[0].mask_post_padded))
+            emit_group(graph, group, planner.tensors_for(masks.mask_for(group[0]), group[0].mask_post_padded))
         except Exception as error:  # pylint: disable=broad-except
             snapshot.restore()  # the loops stand exactly as tf2onnx made them
             reason = f"rewrite failed: {type(error).__name__}: {error}"
@@ -119,24 +134,59 @@ def _rewrite_loops(graph, loops, mask_mode):
             record(layer.layer, True, f"{layer.kind} direction={direction}", mask_mode)
 
 
+class BatchMasks:
+    """The mask each layer's node reads: its own where it provably has the input's batch
+    (:mod:`.batch`), else broadcast to it (Keras broadcasts a [1, T] mask), once per mask and
+    input batch (the layers of a stack share one). The broadcast reads the batch size off the
+    root of the input's batch axis, upstream of every layer sharing it (the first layer emitted
+    may sit on top of another one)."""
+
+    def __init__(self, graph, layers):
+        self.graph = graph
+        outputs = {}
+        for layer in layers:
+            outputs.update({t: (1, layer.x) for t in layer.sequence_outputs})
+            outputs.update({t: (0, layer.x) for t in (layer.last_output, layer.final_h, layer.final_c) if t})
+        self._keys = {id(layer): self._key(layer, outputs) for layer in layers}
+        self._cache = {}
+
+    def _key(self, layer, outputs):
+        """None: no broadcast; else what the broadcast is cached by (the mask, the input's batch)."""
+        try:
+            if same_batch(self.graph, layer.mask, layer.x, outputs):
+                return None
+            return layer.mask, batch_root(self.graph, layer.x, 1, outputs)
+        except Exception:  # pylint: disable=broad-except  (a graph shape not foreseen: broadcast, always right)
+            return layer.mask, (layer.x, 1)
+
+    def mask_for(self, layer) -> str:
+        key = self._keys[id(layer)]
+        if key is None:
+            return layer.mask
+        if key not in self._cache:
+            mask, (like, axis) = key
+            self._cache[key] = broadcast_mask(self.graph, mask, like, axis)
+        return self._cache[key]
+
+
 class GraphSnapshot:
     """What rewriting one group can change, copied so that a failure half-way can be undone exactly.
 
     tf2onnx has no transactions: emitting adds nodes, ``replace_all_inputs`` rewires consumers (in
     subgraphs too) and ``remove_node`` drops the loop, each updating the graph's private indices.
     The snapshot copies those indices and every node's input list, for the graph and every graph
-    nested in it, plus the mask planner's cache (its tensors would be gone after a restore).
+    nested in it, plus the caches of the mask planner and of ``states`` (their tensors would be
+    gone after a restore).
     """
 
     _INDICES = ("_nodes", "_nodes_by_name", "_output_to_node_name", "_output_to_consumers", "_input_to_graph",
                 "_dtypes", "_output_shapes", "outputs", "inputs", "contained_graphs")
 
-    def __init__(self, graph, planner=None):
+    def __init__(self, graph, planner=None, *states):
         self._graphs = [(g, {name: _copy_index(getattr(g, name)) for name in self._INDICES},
                          [(node, list(node.input)) for node in g.get_nodes()]) for g in _graph_tree(graph)]
-        self._planner = planner
-        self._planner_state = {key: _copy_index(value) for key, value in vars(planner).items()} \
-            if planner is not None else None
+        self._states = [(state, {key: _copy_index(value) for key, value in vars(state).items()})
+                        for state in (planner,) + states if state is not None]
 
     def restore(self) -> None:
         for g, indices, nodes in self._graphs:
@@ -145,8 +195,8 @@ class GraphSnapshot:
             for node, inputs in nodes:
                 node.graph = g
                 node.input = inputs
-        if self._planner is not None:
-            vars(self._planner).update({key: _copy_index(value) for key, value in self._planner_state.items()})
+        for state, saved in self._states:
+            vars(state).update({key: _copy_index(value) for key, value in saved.items()})
 
 
 def _graph_tree(graph):

@@ -19,7 +19,12 @@ def pytest_report_header(config):
 
 
 def pytest_terminal_summary(terminalreporter):
+    import sys  # pylint: disable=import-outside-toplevel
     import kerasutil  # pylint: disable=import-outside-toplevel
+    adversarial = sys.modules.get("fuzz_adversarial")
+    if adversarial is not None and adversarial.TALLY:
+        terminalreporter.write_line(f"{FLAVOUR}: adversarial cases: " + ", ".join(
+            f"{verdict} {count}" for verdict, count in sorted(adversarial.TALLY.items())))
     if kerasutil.MAX_ERRORS:
         terminalreporter.write_line(
             f"{FLAVOUR}: {len(kerasutil.MAX_ERRORS)} comparisons with Keras, "

@@ -270,8 +270,10 @@ class Float64Referee:
 
     FACTOR = 10  # the converted model may be this many times further from exact than Keras is
 
-    def __init__(self, case: ModelCase, model):
+    def __init__(self, case: ModelCase, model, build=None):
+        """``build(case, weights_from=model)``: the case's model builder (default: :func:`build_model`)."""
         self.case, self.model32, self.model64 = case, model, None
+        self.build = build or build_model
 
     def accepts(self, inputs, expected, got, also=()) -> tuple:
         """(ok, Keras float32's error, the converted model's error), both vs Keras in float64.
@@ -280,7 +282,7 @@ class Float64Referee:
         its whole batch): Keras's error is the largest, as either way is Keras's own float32."""
         with floatx("float64"):
             if self.model64 is None:
-                self.model64, _ = build_model(self.case, weights_from=self.model32)
+                self.model64, _ = self.build(self.case, weights_from=self.model32)
             exact = keras_outputs(self.model64, [x.astype(np.float64) if x.dtype == np.float32 else x
                                                  for x in inputs])
         keras_error = max(scaled_difference(exact, outputs) for outputs in (expected,) + tuple(also))

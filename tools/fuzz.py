@@ -12,6 +12,12 @@ tests/test_fuzz_regressions.py: the pytest fuzz test shrinks it). Exits non-zero
 mismatch, missed guard, Loop left or crash.
 
     .venv/bin/python tools/fuzz.py --cases 1000 [--keras keras3] [--seed 0] [--batches 4]
+
+``--adversarial`` fuzzes the matcher instead (tests/fuzz_adversarial.py): N near-miss cells and
+Keras-like loops per flavour, each refused (stays a Loop, with its reason) or exact, else a
+failure; prints the verdicts by family and mask mode, the reasons given, and every failure.
+
+    .venv/bin/python tools/fuzz.py --adversarial --cases 2000 [--keras tf_keras] [--seed 0]
 """
 
 from __future__ import annotations
@@ -36,6 +42,8 @@ def parse_args(argv=None):
     parser.add_argument("--batches", type=int, default=4, help="batches per model case (default 4)")
     parser.add_argument("--keras", choices=FLAVOURS, action="append", help="only this flavour (repeatable)")
     parser.add_argument("--seed", type=int, default=0, help="hypothesis seed (default 0)")
+    parser.add_argument("--adversarial", action="store_true",
+                        help="near-miss cells and Keras-like loops: refused or exact (tests/fuzz_adversarial.py)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
@@ -99,14 +107,64 @@ def run_worker(args) -> dict:
             "seconds": time.monotonic() - start}
 
 
+def run_adversarial_worker(args) -> dict:
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    logging.getLogger("masked_lstm_rewriter").setLevel(logging.ERROR)  # last_report() has the reasons
+    import fuzz_adversarial as fa  # pylint: disable=import-outside-toplevel  (after the flavour is chosen)
+
+    verdicts, reasons, totals = collections.Counter(), collections.Counter(), collections.Counter()
+    failures, worst, start = [], 0.0, time.monotonic()
+    for number, case in enumerate(fa.draw_cases(args.cases, args.seed), 1):
+        try:
+            verdict = fa.check_case(case)
+        except Exception as error:  # pylint: disable=broad-except  (a crash is a finding, keep going)
+            verdict = fa.Verdict(verdict="failure", problems=[f"crashed: {error!r}"])
+        verdicts[f"{case.family} {case.mode} {'dynamic' if case.signature == 'dynamic' else 'static'}: "
+                 f"{verdict.verdict}"] += 1
+        reasons.update(verdict.reasons)
+        totals.update(cases=1, comparisons=verdict.comparisons, **{"guard fired": verdict.guard_fired,
+                                                                   "non-finite": verdict.non_finite,
+                                                                   "ill-conditioned": verdict.ill_conditioned,
+                                                                   "unrecognised loops": verdict.unrecognised})
+        totals[verdict.verdict] += 1
+        worst = max(worst, verdict.worst)
+        if not verdict.ok:
+            failures.append(fa.describe(case, verdict))
+            print("FAILING:\n" + failures[-1], file=sys.stderr, flush=True)
+        if number % 25 == 0:
+            print(f"  {fa.FLAVOUR}: {number} cases, {len(failures)} failing, {time.monotonic() - start:.0f}s",
+                  file=sys.stderr, flush=True)
+    return {"flavour": fa.FLAVOUR, "adversarial": True, "totals": dict(totals), "verdicts": dict(verdicts),
+            "reasons": dict(reasons), "worst": worst, "failures": failures, "seconds": time.monotonic() - start}
+
+
+def print_adversarial_summary(result) -> bool:
+    t = collections.Counter(result["totals"])
+    print(f"{result['flavour']}: {t['cases']} adversarial cases in {result['seconds']:.0f}s: refused {t['refused']}, "
+          f"exact {t['exact']}, failures {t['failure']}")
+    print(f"  {t['comparisons']} comparisons with Keras, worst |keras - onnx| / max(1, |keras|) {result['worst']:.3g} "
+          f"(limit 1e-05; {t['ill-conditioned']} beyond it passed by the float64 referee), not compared (Keras "
+          f"overflowed) {t['non-finite']}; \"post\" guard fired {t['guard fired']}; "
+          f"loops not taken for masked recurrent loops {t['unrecognised loops']}")
+    for key, count in sorted(result["verdicts"].items()):
+        print(f"  {key}: {count}")
+    print("  reasons given: " + ("none" if not result["reasons"] else
+                                 "; ".join(f"{r} (x{n})" for r, n in sorted(result["reasons"].items()))))
+    for failure in result["failures"]:
+        print("  FAILING:\n    " + failure.replace("\n", "\n    "))
+    return not (t["failure"] or result["failures"])
+
+
 # --- the parent: one worker process per flavour -----------------------------------------------
 
 def run_flavour(flavour, args) -> dict:
     command = [sys.executable, os.path.abspath(__file__), "--worker", "--cases", str(args.cases),
                "--batches", str(args.batches), "--seed", str(args.seed)]
+    command += ["--adversarial"] if args.adversarial else []
     env = flavour_env(flavour)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, env.get("PYTHONPATH")]))
-    print(f"=== {flavour}: {args.cases} cases x {args.batches} batches, seed {args.seed}", flush=True)
+    what = "adversarial cases" if args.adversarial else f"cases x {args.batches} batches"
+    print(f"=== {flavour}: {args.cases} {what}, seed {args.seed}", flush=True)
     done = subprocess.run(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True, check=False)
     for line in done.stdout.splitlines():
         if line.startswith(RESULT_MARK):
@@ -141,11 +199,13 @@ def print_summary(result) -> bool:
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.worker:
-        print(RESULT_MARK + json.dumps(run_worker(args)), flush=True)
+        print(RESULT_MARK + json.dumps(run_adversarial_worker(args) if args.adversarial else run_worker(args)),
+              flush=True)
         return 0
     results = [run_flavour(f, args) for f in FLAVOURS if f in (args.keras or FLAVOURS)]
     print()
-    ok = [print_summary(result) for result in results]
+    ok = [print_adversarial_summary(result) if result.get("adversarial") else print_summary(result)
+          for result in results]
     print("fuzz: " + ("OK" if all(ok) else "FAILED"))
     return 0 if all(ok) else 1
 

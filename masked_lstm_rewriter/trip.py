@@ -1,0 +1,133 @@
+# SPDX-License-Identifier: Apache-2.0
+"""How many steps a While loop runs: read its stop condition, prove it is the number of time steps.
+
+The native ``LSTM``/``GRU``/``RNN`` runs over every time step of its input, so a loop may only be
+rewritten when it provably does the same. TensorFlow's ``While`` runs while its condition function
+returns true (``maximum_iterations`` is compiled into that function as ``counter < limit``: the
+op has no such attribute). Keras writes the condition as ``time < T`` (tf_keras) or
+``counter < maximum_iterations and time < T`` (Keras 3); a hand-written loop may stop anywhere.
+
+tf2onnx hands custom rewriters each condition graph on its own, before the main graph (and turns
+it into ONNX ops right after), so :func:`read_condition` reads it then: a conjunction of
+``a < b`` tests of loop variables, by index. In the main graph, :func:`trip_count_reason` checks
+that each ``a`` is a step counter (starts at 0, the body adds one) and each ``b`` a loop-invariant
+tensor that is provably the number of time steps: then the loop runs exactly T steps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional, Union
+
+from onnx import TensorProto
+
+from .batch import shape_dim_of
+from .cell import producer, scalar_value, skip_identity
+
+COND_MATCH_ATTR = "_masked_lstm_rewriter_cond"
+
+COND_SHAPE_REASON = "the loop's stop condition is not a conjunction of counter < bound tests"
+COND_MISSING_REASON = "the loop's stop condition was not seen by the rewriter"
+COUNTER_REASON = ("the loop's stop condition tests something other than a step counter that starts at 0 "
+                  "and advances by one")
+TRIP_COUNT_REASON = ("the loop may stop before its last time step (a bound in its stop condition, such as "
+                     "maximum_iterations, is not provably the number of steps)")
+
+
+@dataclasses.dataclass(frozen=True)
+class LoopCondition:
+    """The loop runs while ``variable[a] < b`` for every ``(a, b)`` in ``tests``: ``b`` is a loop
+    variable's index (an int), or a constant of the condition graph (a one-element array)."""
+
+    tests: tuple
+
+
+def is_loop_condition(graph) -> bool:
+    """A function graph with a single boolean output: what a While's condition looks like."""
+    outputs = graph.outputs
+    return len(outputs) == 1 and graph.get_dtype(outputs[0]) == TensorProto.BOOL
+
+
+def read_condition(graph) -> Union[LoopCondition, str]:
+    """The ``counter < bound`` tests (by loop-variable index) the condition is a conjunction of,
+    or the reason it is something else."""
+    names = graph.input_names
+    tests, pending = [], [graph.outputs[0]]
+    while pending:
+        node = producer(graph, skip_identity(graph, pending.pop()))
+        if node is not None and node.type == "LogicalAnd":
+            pending.extend(node.input)
+            continue
+        if node is None or node.type != "Less":
+            return COND_SHAPE_REASON
+        counter, bound = (skip_identity(graph, t) for t in node.input)
+        bound_node = producer(graph, bound)
+        if counter not in names or (bound not in names and (bound_node is None or not bound_node.is_const())):
+            return COND_SHAPE_REASON
+        tests.append((names.index(counter), names.index(bound) if bound in names
+                      else bound_node.get_tensor_value(as_list=False)))
+    return LoopCondition(tuple(tests))
+
+
+def trip_count_reason(graph, while_node, condition, counters, invariants, time_major: set,
+                      batch_major: set) -> Optional[str]:
+    """None when the While runs exactly T steps, T the length of the time-major input; else why not.
+
+    ``condition``: what :func:`read_condition` found (a reason string, or None if never seen);
+    ``counters``: loop variables the body advances by one; ``invariants``: those it passes through.
+    ``time_major`` / ``batch_major``: tensors whose axis 0 / axis 1 is provably the time axis.
+    """
+    if condition is None:
+        return COND_MISSING_REASON
+    if isinstance(condition, str):
+        return condition
+    if not condition.tests:
+        return TRIP_COUNT_REASON
+    for counter, bound in condition.tests:
+        if counter not in counters or scalar_value(graph, while_node.input[counter]) != 0.0:
+            return COUNTER_REASON
+        if isinstance(bound, int):
+            if bound not in invariants or not is_step_count(graph, while_node.input[bound], time_major, batch_major):
+                return TRIP_COUNT_REASON
+        elif bound.size != 1 or static_steps(graph, time_major, batch_major) != int(bound.reshape(-1)[0]):
+            return TRIP_COUNT_REASON
+    return None
+
+
+def is_step_count(graph, tensor: str, time_major: set, batch_major: set) -> bool:
+    """Is ``tensor`` (a scalar of the main graph) provably the number of time steps?
+
+    It is when it is ``shape(t)[0]`` of a time-major ``t`` or ``shape(t)[1]`` of a batch-major one,
+    a constant equal to their static length, or a reduction (Keras 3's ``reduce_max(T)``) or cast
+    of one of those.
+    """
+    tensor = skip_identity(graph, tensor)
+    node = producer(graph, tensor)
+    if node is None:
+        return False
+    if node.type == "Cast" or (node.type in ("Max", "Min") and graph.get_shape(node.input[0]) == []):
+        return is_step_count(graph, node.input[0], time_major, batch_major)
+    if node.is_const():
+        value = node.get_tensor_value(as_list=False)
+        return value.size == 1 and int(value.reshape(-1)[0]) == static_steps(graph, time_major, batch_major)
+    return shape_dim(graph, tensor, 0) in time_major or shape_dim(graph, tensor, 1) in batch_major
+
+
+def static_steps(graph, time_major: set, batch_major: set) -> Optional[int]:
+    """The number of time steps when the graph knows it statically (a static input signature)."""
+    static = {_static_dim(graph, t, 0) for t in time_major} | {_static_dim(graph, t, 1) for t in batch_major}
+    static.discard(None)
+    return static.pop() if len(static) == 1 else None
+
+
+def _static_dim(graph, tensor: str, axis: int) -> Optional[int]:
+    shape = graph.get_shape(tensor)
+    if shape is None or len(shape) <= axis or shape[axis] is None or shape[axis] < 0:
+        return None
+    return shape[axis]
+
+
+def shape_dim(graph, tensor: str, dim: int) -> Optional[str]:
+    """t when ``tensor`` is ``shape(t)[dim]`` (a StridedSlice that picks one element)."""
+    found = shape_dim_of(graph, tensor)
+    return found[0] if found is not None and found[1] == dim else None
