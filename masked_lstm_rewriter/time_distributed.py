@@ -111,7 +111,8 @@ def _split_time_axis(tensor, batch_and_time):
 # Range(0, Shape(x)[0], 1) feeding a pfor: Keras 3 mapping TimeDistributed over the batch size
 _RANGE_OVER_FIRST_AXIS = OpTypePattern("Range", name="range", inputs=[
     OpTypePattern("Const"),
-    OpTypePattern("StridedSlice", name="size", inputs=[OpTypePattern("Shape", name="shape"), "Const", "Const", "Const"]),
+    OpTypePattern("StridedSlice", name="size",
+                  inputs=[OpTypePattern("Shape", name="shape"), "Const", "Const", "Const"]),
     OpTypePattern("Const"),
 ])
 

@@ -70,7 +70,7 @@ def char_encoder(bidirectional=False, seed=0):
     return model, (tf.TensorSpec((None, None, None), tf.int32, name="chars"),)
 
 
-def tokens(padding="post"):
+def token_ids(padding="post"):
     """[5, 7] ids: rows of lengths 7, 3, 0, 1, 6 (``pre``: right-aligned; ``holes``: gaps inside)."""
     ids = post_padded_tokens(LENGTHS, STEPS, VOCAB)
     if padding == "pre":
@@ -113,14 +113,14 @@ def check_enabled(model, spec, inputs, ops, mask_mode="post"):
 @pytest.mark.parametrize("kind", ["LSTM", "GRU"])
 def test_tagger_post(kind):
     model, spec = tagger(kind)
-    check_enabled(model, spec, tokens(), {kind: 1})
+    check_enabled(model, spec, token_ids(), {kind: 1})
 
 
 @pytest.mark.parametrize("padding", ["pre", "holes", "post"])
 @pytest.mark.parametrize("kind", ["LSTM", "GRU"])
 def test_tagger_any(kind, padding):
     model, spec = tagger(kind)
-    check_enabled(model, spec, tokens(padding), {kind: 1}, mask_mode="any")
+    check_enabled(model, spec, token_ids(padding), {kind: 1}, mask_mode="any")
 
 
 def test_tagger_more_rows_than_steps():
@@ -163,7 +163,7 @@ def test_tagger_static_time(monkeypatch, kind):
     """A fixed time axis: Keras unrolls TimeDistributed itself, correctly."""
     monkeypatch.setenv("MLR_SIGNATURES", "static time")
     model, spec = tagger(kind)
-    check_enabled(model, spec, tokens(), {kind: 1})
+    check_enabled(model, spec, token_ids(), {kind: 1})
 
 
 openvino = pytest.mark.skipif(runtimes.ov is None, reason="openvino is not installed")
@@ -171,8 +171,9 @@ openvino = pytest.mark.skipif(runtimes.ov is None, reason="openvino is not insta
 
 @openvino
 @pytest.mark.parametrize("build, inputs, ops", [
-    (lambda: tagger("LSTM"), tokens, {"LSTM": 1}), (lambda: tagger("GRU"), tokens, {"GRU": 1}),
-    (lambda: char_encoder(bidirectional=True), char_ids, {"LSTM": 1})], ids=["tagger lstm", "tagger gru", "char bidirectional"])
+    (lambda: tagger("LSTM"), token_ids, {"LSTM": 1}), (lambda: tagger("GRU"), token_ids, {"GRU": 1}),
+    (lambda: char_encoder(bidirectional=True), char_ids, {"LSTM": 1})],
+    ids=["tagger lstm", "tagger gru", "char bidirectional"])
 def test_openvino_dynamic(monkeypatch, build, inputs, ops):
     """Bidirectional nodes are exact on OpenVINO with dynamic shapes (it lowers them another way)."""
     monkeypatch.setenv("MLR_OPENVINO", "1")
@@ -200,7 +201,7 @@ def test_keras3_traces_over_the_batch():
     time axis over the batch size. If this fails, Keras has fixed it: the fix may be retired."""
     model, spec = tagger()
     traced = tf.function(lambda ids: model(ids, training=False), input_signature=spec)
-    ids = tokens()[0]
+    ids = token_ids()[0]
     assert model(ids).shape == (5, 7, TAGS)
     assert traced(ids).shape == (5, 5, TAGS)
     with mlr.enable():
@@ -242,7 +243,7 @@ def test_custom_rewriter_alone_warns(caplog):
     warnings = [r.getMessage() for r in caplog.records if "TimeDistributed" in r.getMessage()]
     assert len(warnings) == 1 and "'tagger_1'" in warnings[0] and "enable()" in warnings[0], warnings
     assert op_counts(onnx_model)["LSTM"] == 1  # the Bidirectional LSTM is still rewritten
-    assert onnx_outputs(onnx_model, spec, tokens())[0].shape == (5, 5, TAGS)  # as broken as in TensorFlow
+    assert onnx_outputs(onnx_model, spec, token_ids())[0].shape == (5, 5, TAGS)  # as broken as in TensorFlow
 
 
 def test_no_warning_when_traced_right(caplog):
@@ -252,22 +253,24 @@ def test_no_warning_when_traced_right(caplog):
     assert not [r for r in caplog.records if "TimeDistributed" in r.getMessage()]
 
 
-def test_unmasked_time_distributed_dense():
-    """No mask at all: stock tf2onnx's model is just as broken, so it is fixed the same way."""
+def dense_model(steps=None):
+    """features [batch, steps, 3] -> TimeDistributed(Dense): no mask, no recurrent layer."""
     keras.utils.set_random_seed(0)
-    features = keras.Input((None, 3), name="features")
+    features = keras.Input((steps, 3), name="features")
     model = randomize_weights(keras.Model(features, keras.layers.TimeDistributed(keras.layers.Dense(TAGS))(features)))
-    spec = (tf.TensorSpec((None, None, 3), tf.float32, name="features"),)
+    return model, (tf.TensorSpec((None, steps, 3), tf.float32, name="features"),)
+
+
+def test_unmasked_time_distributed_dense():
+    """No mask at all: with Keras 3, stock tf2onnx's model is just as broken, so it is fixed the same way."""
+    model, spec = dense_model()
     inputs = [np.random.default_rng(0).normal(size=(5, 7, 3)).astype(np.float32)]
     assert op_counts(check_enabled(model, spec, inputs, None))["Loop"] == 0
 
 
 def test_static_time_axis_is_stock():
     """With a fixed time axis Keras traces correctly: the plugin leaves that model as stock makes it."""
-    keras.utils.set_random_seed(0)
-    features = keras.Input((7, 3), name="features")
-    model = randomize_weights(keras.Model(features, keras.layers.TimeDistributed(keras.layers.Dense(TAGS))(features)))
-    spec = (tf.TensorSpec((None, 7, 3), tf.float32, name="features"),)
+    model, spec = dense_model(steps=7)
     stock = convert_from_fresh_names(model, spec)
     with mlr.enable():
         assert canonical(convert_from_fresh_names(model, spec)) == canonical(stock)
