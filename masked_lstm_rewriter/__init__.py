@@ -3,7 +3,8 @@
 
 Three stages: :mod:`.match` (find and describe a masked loop, with :mod:`.cell`),
 :mod:`.masks` and :mod:`.emit` (plan per mask, build the ONNX nodes), :mod:`.plugin` (switch it
-on); :mod:`.report` says what the last conversion did.
+on); :mod:`.report` says what the last conversion did. :mod:`.time_distributed` makes Keras 3
+trace ``TimeDistributed`` correctly while the plugin is enabled.
 """
 
 from .masks import GUARD_MESSAGE, MASK_MODES

@@ -16,6 +16,7 @@ import logging
 from tf2onnx import tfonnx
 from tf2onnx.tf_loader import find_function
 
+from . import time_distributed
 from .batch import batch_root, same_batch
 from .emit import emit_group, plan_nodes
 from .masks import MASK_MODES, MaskPlanner, broadcast_mask
@@ -47,6 +48,7 @@ def make_rewriter(mask_mode: str = "post"):
             _rewrite_loops(graph, loops, mask_mode)
         _report_lowered_loops(graph, [op for op in ops if op.type == "Loop"], mask_mode)
         if _is_main_graph(graph):
+            time_distributed.warn_traced_over_batch(graph, ops)
             finish_conversion()
         return graph.get_nodes()
 
@@ -260,7 +262,8 @@ def enable(mask_mode: str = "post") -> _Enabled:
 
     Enabling again changes the mode; the rewrite is never applied twice (not even when a
     caller also passes it in ``custom_rewriter``). Use the result as a context manager to
-    restore the previous state on exit.
+    restore the previous state on exit. In a Keras 3 process it also makes Keras trace
+    ``TimeDistributed`` correctly (:mod:`.time_distributed`).
     """
     global _original_process_parsed_graph, _enabled_rewriter  # pylint: disable=global-statement
     _check_mask_mode(mask_mode)
@@ -269,6 +272,7 @@ def enable(mask_mode: str = "post") -> _Enabled:
         _original_process_parsed_graph = tfonnx.process_parsed_graph
         tfonnx.process_parsed_graph = _with_rewriter(_original_process_parsed_graph)
     _enabled_rewriter = make_rewriter(mask_mode)
+    time_distributed.install()
     return _Enabled(previous)
 
 
@@ -279,6 +283,7 @@ def disable() -> None:
         tfonnx.process_parsed_graph = _original_process_parsed_graph
     _original_process_parsed_graph = None
     _enabled_rewriter = None
+    time_distributed.uninstall()
 
 
 def enabled_mode():

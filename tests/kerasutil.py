@@ -95,12 +95,13 @@ def check_conversion(model, spec, inputs, rewriter="default", ops=None, opset=15
     """Converts ``model`` with its declared ``spec`` and with the sampled static signature forms
     (:mod:`signatures`), and checks each conversion on every runtime (:mod:`runtimes`) against
     Keras on ``inputs``, at every position. ``ops``: the expected native op counts
-    (``{"LSTM": 2}``), checked with no Loop left. Returns the model converted with ``spec``."""
+    (``{"LSTM": 2}``), or a function of the signature form that gives them, checked with no
+    Loop left. Returns the model converted with ``spec``."""
     converted = None
     for form in signatures.forms_for():
         form_spec, batches = signatures.signature(spec, inputs, form)
         onnx_model = convert(model, form_spec, rewriter=rewriter, opset=opset)
-        for op, count in (ops or {}).items():
+        for op, count in ((ops(form) if callable(ops) else ops) or {}).items():
             assert_native(onnx_model, lstm=count, op=op)
         for runtime in runtimes.runtimes():
             for batch in batches:
