@@ -5,7 +5,8 @@
 
 * the native recurrent nodes (``LSTM``, ``GRU``, ``RNN``: how many, which direction) are those
   recorded in the manifest when the corpus was generated, and no ``Loop`` is left anywhere;
-* the model's input and output names are the manifest's, outputs in order;
+* the model's input and output names are the manifest's, outputs in order, and its inputs have
+  the shapes of the entry's signature (the same fixed sizes, dynamic elsewhere);
 * ``onnx.checker`` (full check) and strict shape inference accept it;
 * on the runtime, every output of every batch equals the stored Keras output at every position
   within the manifest's tolerance;
