@@ -23,8 +23,13 @@ TARGET = "tf2onnx.tfonnx"
 def install():
     """Arrange for the plugin to be enabled when tf2onnx loads (no-op when the variable is unset)."""
     value = os.environ.get(ENV, "").strip()
-    if value and not any(isinstance(f, _EnableAfterImport) for f in sys.meta_path):
+    if value and not active():
         sys.meta_path.insert(0, _EnableAfterImport(value))
+
+
+def active() -> bool:
+    """Is the hook waiting for tf2onnx to load (installed, with the variable set, tf2onnx not yet loaded)?"""
+    return any(isinstance(f, _EnableAfterImport) for f in sys.meta_path)
 
 
 class _EnableAfterImport(importlib.abc.MetaPathFinder):

@@ -4,13 +4,34 @@
 Three stages: :mod:`.match` (find and describe a masked loop, with :mod:`.cell`),
 :mod:`.masks` and :mod:`.emit` (plan per mask, build the ONNX nodes), :mod:`.plugin` (switch it
 on); :mod:`.report` says what the last conversion did. :mod:`.time_distributed` makes Keras 3
-trace ``TimeDistributed`` correctly while the plugin is enabled.
+trace ``TimeDistributed`` correctly while the plugin is enabled. :mod:`.corpus` is the
+regression corpus.
+
+Importing the package is cheap: the names below load their module (and with it tf2onnx and
+TensorFlow) when first used, so that a process can import ``masked_lstm_rewriter.corpus`` or
+the command line before it chooses its Keras flavour.
 """
 
-from .masks import GUARD_MESSAGE, MASK_MODES
-from .plugin import disable, enable, enabled_mode, make_rewriter, rewrite_masked_lstm
-from .report import ConversionReport, LayerReport, last_report
+import importlib
 
-__all__ = ["make_rewriter", "rewrite_masked_lstm", "enable", "disable", "enabled_mode", "last_report",
-           "ConversionReport", "LayerReport", "GUARD_MESSAGE", "MASK_MODES"]
+_EXPORTS = {
+    "make_rewriter": "plugin", "rewrite_masked_lstm": "plugin", "enable": "plugin", "disable": "plugin",
+    "enabled_mode": "plugin", "last_report": "report", "ConversionReport": "report", "LayerReport": "report",
+    "GUARD_MESSAGE": "masks", "MASK_MODES": "masks",
+}
+__all__ = list(_EXPORTS)
 __version__ = "0.1.0"
+
+
+def __getattr__(name):
+    """The public names, each imported from its module on first use."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

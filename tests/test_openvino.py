@@ -5,7 +5,7 @@ Skipped when openvino is not installed. Two tests pin OpenVINO behaviour that th
 documents (measured with 2024.6 and 2026.4): with a dynamic input dimension, OpenVINO ignores the
 LSTM's ``sequence_lens`` (wrong numbers: compile with static shapes), and it never checks a
 Reshape's element count (the post-padding guard cannot fail there). If one of them fails,
-OpenVINO changed: update the README and ``tools/check_corpus.py``.
+OpenVINO changed: update the README and ``masked_lstm_rewriter/corpus/check.py``.
 """
 
 import numpy as np
@@ -17,7 +17,7 @@ from models import UNITS, embedding_model, initial_state_model
 import masked_lstm_rewriter as mlr
 
 ov = pytest.importorskip("openvino")
-from check_corpus import OPENVINO_CONFIG, openvino_runner  # noqa: E402  (tests put tools/ on sys.path)
+from masked_lstm_rewriter.corpus.check import OPENVINO_CONFIG, openvino_runner  # noqa: E402
 
 
 def run_openvino(onnx_model, spec, inputs, tmp_path, static=True):

@@ -1,0 +1,241 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Check a converted ONNX model against its manifest entry.
+
+:func:`check_onnx` runs every check and raises :class:`CorpusFailure` listing every problem:
+
+* the native recurrent nodes (``LSTM``, ``GRU``, ``RNN``: how many, which direction) are those
+  recorded in the manifest when the corpus was generated, and no ``Loop`` is left anywhere;
+* the model's input and output names are the manifest's, outputs in order, and its inputs have
+  the shapes of the entry's signature (the same fixed sizes, dynamic elsewhere);
+* ``onnx.checker`` (full check) and strict shape inference accept it;
+* on the runtime, every output of every batch equals the stored Keras output at every position
+  within the manifest's tolerance;
+* for a ``"post"`` entry, the batch that is not post-padded fails with the guard's message (on a
+  runtime that enforces Reshape sizes: OpenVINO does not, so it is not checked there).
+
+OpenVINO runs each model with its input shapes made static for each batch: with a dynamic
+dimension it ignores ``sequence_lens`` (measured, 2024.6 to 2026.4).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from .manifest import REGENERATE_OPS, feeds_for, load_npz
+from .ops import RECURRENT_OPS, native_ops, op_counts
+
+LOG = logging.getLogger(__name__)
+RUNTIMES = ("onnxruntime", "openvino")
+# OpenVINO: exact float32 arithmetic (no bf16/f16 inference precision), one thread like onnxruntime
+OPENVINO_CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": 1}
+# models a runtime refuses, loudly, by corpus case: (text in its error, why)
+KNOWN_REFUSALS = {"openvino": {"hard_sigmoid": ("Unsupported activation function",
+                                                "OpenVINO's CPU plugin has no HardSigmoid activation inside an LSTM")}}
+# whether the runtime rejects the guard's Reshape to a wrong element count (OpenVINO does not check it)
+GUARD_ENFORCED = {"onnxruntime": True, "openvino": False}
+
+
+class CorpusFailure(AssertionError):
+    """An entry does not convert or check as its manifest entry says."""
+
+
+def check_onnx(entry: dict, corpus: str, onnx_path: str, runtime: str = "onnxruntime") -> float:
+    """Check the model converted from ``entry`` (see the module docstring) on ``runtime``; returns
+    the largest |ONNX - Keras| over every output. Raises CorpusFailure with every problem found."""
+    import onnx  # pylint: disable=import-outside-toplevel
+    model_proto = onnx.load(onnx_path)
+    problems = structure_problems(entry, model_proto)
+    if problems:
+        raise CorpusFailure("; ".join(problems))
+    run = runner(model_proto, onnx_path, runtime)
+    worst, problems = compare_batches(entry, corpus, run, runtime)
+    if GUARD_ENFORCED[runtime]:
+        problems.extend(guard_problems(entry, corpus, run))
+    if problems:
+        raise CorpusFailure("; ".join(problems))
+    LOG.debug("%s on %s: max |onnx - keras| = %.3g", entry["name"], runtime, worst)
+    return worst
+
+
+def structure_problems(entry: dict, model_proto) -> list:
+    """Ops, input and output names, and validity; empty when all is as the manifest says."""
+    problems = op_problems(entry, model_proto)
+    graph_inputs = [i.name for i in model_proto.graph.input]
+    graph_outputs = [o.name for o in model_proto.graph.output]
+    want_inputs = [spec["onnx_name"] for spec in entry["inputs"]]
+    want_outputs = [spec["onnx_name"] for spec in entry["outputs"]]
+    if sorted(graph_inputs) != sorted(want_inputs):
+        problems.append(f"model inputs {graph_inputs}, expected {want_inputs}")
+    else:
+        problems.extend(signature_problems(entry, model_proto))
+    if graph_outputs != want_outputs:
+        problems.append(f"model outputs {graph_outputs}, expected {want_outputs} (in this order)")
+    return problems + validity_problems(model_proto)
+
+
+def op_problems(entry: dict, model_proto) -> list:
+    """Loops left, and native nodes that differ in number or direction from those recorded."""
+    expected = entry["expected_ops"]
+    problems = []
+    loops = op_counts(model_proto)["Loop"]
+    if loops != expected["Loop"]:
+        problems.append(f"{loops} Loop node(s) where the manifest expects {expected['Loop']}: "
+                        "a masked recurrent layer stayed a Loop")
+    got = native_ops(model_proto)
+    differences = [f"{op}: {_nodes(got.get(op, []))} here, {_nodes(expected['native'].get(op, []))} in the manifest"
+                   for op in RECURRENT_OPS if got.get(op, []) != expected["native"].get(op, [])]
+    if differences:
+        problems.append(
+            f"the native recurrent nodes differ from the manifest's ({'; '.join(differences)}). The manifest's "
+            f"were recorded from a conversion with {expected['recorded_with']}; if the plugin now emits other "
+            f"nodes on purpose, record them again: {REGENERATE_OPS}")
+    return problems
+
+
+def _nodes(directions: list) -> str:
+    """``["forward", "reverse"]`` -> ``"2 nodes (forward, reverse)"``."""
+    return f"{len(directions)} node{'' if len(directions) == 1 else 's'}" + \
+        (f" ({', '.join(directions)})" if directions else "")
+
+
+def signature_problems(entry: dict, model_proto) -> list:
+    """Each ONNX input has the shape of the entry's signature: the same fixed sizes, dynamic elsewhere."""
+    shapes = {i.name: [d.dim_value if d.HasField("dim_value") else None for d in i.type.tensor_type.shape.dim]
+              for i in model_proto.graph.input}
+    return [f"input {spec['onnx_name']} has shape {shapes[spec['onnx_name']]} in the model, the signature "
+            f"{spec['shape']} in the manifest (None: dynamic)"
+            for spec in entry["inputs"] if shapes[spec["onnx_name"]] != spec["shape"]]
+
+
+def validity_problems(model_proto) -> list:
+    """Problems found by ``onnx.checker`` (full check) and strict shape inference, if any."""
+    import onnx  # pylint: disable=import-outside-toplevel
+    problems = []
+    try:
+        onnx.checker.check_model(model_proto, full_check=True)
+    except Exception as error:  # noqa: BLE001  pylint: disable=broad-except
+        problems.append(f"onnx.checker (full_check): {first_line(error)}")
+    try:
+        onnx.shape_inference.infer_shapes(model_proto, check_type=True, strict_mode=True)
+    except Exception as error:  # noqa: BLE001  pylint: disable=broad-except
+        problems.append(f"strict shape inference: {first_line(error)}")
+    return problems
+
+
+def compare_batches(entry: dict, corpus: str, run, runtime: str) -> tuple:
+    """(largest |ONNX - Keras|, problems) over every batch and output of the entry."""
+    worst = 0.0
+    problems = []
+    output_names = [spec["onnx_name"] for spec in entry["outputs"]]
+    for number, batch in enumerate(entry["batches"]):
+        label = f"batch {number} ({batch['description']})"
+        try:
+            got = run(output_names, feeds_for(entry, load_npz(corpus, batch["inputs"])))
+        except Exception as error:  # noqa: BLE001  pylint: disable=broad-except
+            problems.append(f"{label}: {runtime} failed: {first_line(error)}")
+            continue
+        reference = load_npz(corpus, batch["expected"])
+        for spec, value in zip(entry["outputs"], got):
+            error, problem = compare(value, reference[spec["name"]], entry["tolerance"])
+            worst = max(worst, error)
+            if problem:
+                problems.append(f"{label}, output {spec['name']}: {problem}")
+    return worst, problems
+
+
+def compare(value, keras_value, tolerance: float) -> tuple:
+    """(largest |value - keras_value|, the problem or "") for one output."""
+    import numpy as np  # pylint: disable=import-outside-toplevel
+    if value.shape != keras_value.shape:
+        return 0.0, f"shape {value.shape}, Keras {keras_value.shape}"
+    if not value.size:
+        return 0.0, ""
+    diff = np.abs(value.astype(np.float64) - keras_value.astype(np.float64))
+    diff[np.isnan(diff)] = np.inf  # a NaN is the worst difference, never a pass
+    error = float(np.max(diff))
+    if error <= tolerance:
+        return error, ""
+    where = tuple(int(i) for i in np.unravel_index(int(np.argmax(diff)), diff.shape))
+    return error, f"max |onnx - keras| = {error:.3g} > {tolerance} at index {where}"
+
+
+def guard_problems(entry: dict, corpus: str, run) -> list:
+    """A ``"post"`` entry's batch that is not post-padded must fail with the guard's message."""
+    must_fail = entry.get("must_fail")
+    if not must_fail:
+        return []
+    output_names = [spec["onnx_name"] for spec in entry["outputs"]]
+    try:
+        run(output_names, feeds_for(entry, load_npz(corpus, must_fail["inputs"])))
+    except Exception as error:  # noqa: BLE001  pylint: disable=broad-except
+        if must_fail["message"] in str(error):
+            return []
+        return [f"the non-post-padded batch failed, but without '{must_fail['message']}': {first_line(error)}"]
+    return [f"the non-post-padded batch ({must_fail['description']}) ran without error; "
+            f"expected a failure with '{must_fail['message']}'"]
+
+
+# ---------------------------------------------------------------- runtimes
+
+def runtime_available(runtime: str) -> tuple:
+    """(True, "") when ``runtime`` can be imported, else (False, why)."""
+    if runtime not in RUNTIMES:
+        raise ValueError(f"unknown runtime {runtime!r}, expected one of {RUNTIMES}")
+    try:
+        __import__(runtime)
+    except ImportError as error:
+        return False, f"{runtime} is not installed ({error}); pip install {runtime}"
+    return True, ""
+
+
+def runner(model_proto, onnx_path: str, runtime: str = "onnxruntime"):
+    """``run(output_names, feeds) -> [arrays]`` on ``runtime``."""
+    if runtime == "onnxruntime":
+        return onnxruntime_session(model_proto).run
+    if runtime == "openvino":
+        return openvino_runner(onnx_path)
+    raise ValueError(f"unknown runtime {runtime!r}, expected one of {RUNTIMES}")
+
+
+def onnxruntime_session(model_proto):
+    """An onnxruntime CPU session with one thread, quiet about the guard's expected failure."""
+    import onnxruntime as ort  # pylint: disable=import-outside-toplevel
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 4
+    return ort.InferenceSession(model_proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+def openvino_runner(onnx_path: str):
+    """OpenVINO's ONNX front end, the model compiled for each set of input shapes, made static first:
+    with a dynamic dimension, OpenVINO's CPU plugin ignores the LSTM's sequence_lens."""
+    import openvino as ov  # pylint: disable=import-outside-toplevel
+    core = ov.Core()
+    compiled = {}
+
+    def run(output_names, feeds):
+        key = tuple(sorted((name, value.shape) for name, value in feeds.items()))
+        if key not in compiled:
+            model = core.read_model(onnx_path)
+            model.reshape({name: ov.PartialShape(list(value.shape)) for name, value in feeds.items()})
+            compiled[key] = core.compile_model(model, "CPU", OPENVINO_CONFIG)
+        model = compiled[key]
+        results = model(feeds)
+        return [results[model.output(name)] for name in output_names]
+
+    return run
+
+
+def known_refusal(entry: dict, runtime: str):
+    """(text expected in the runtime's error, why) when ``runtime`` is known to refuse this model."""
+    return KNOWN_REFUSALS.get(runtime, {}).get(entry["case"])
+
+
+def first_line(error) -> str:
+    """The telling line of an error: the first, or for OpenVINO's nested 'Exception from <source
+    file>' lines the last, which names the cause."""
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    if lines and lines[0].startswith("Exception from "):
+        lines = [line for line in lines if not line.startswith("Exception from ")][-1:] or lines
+    return (lines or [type(error).__name__])[0]

@@ -1,0 +1,120 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Convert a corpus entry with the plugin, the three ways a user does.
+
+* ``library``: ``tf2onnx.convert.main()`` in this process, inside
+  ``masked_lstm_rewriter.enable(mask_mode)``; ``last_report()`` must list every masked layer of the
+  model as rewritten;
+* ``cli``: ``python -m masked_lstm_rewriter ... --mask-mode MODE`` in a subprocess;
+* ``tf2onnx``: stock ``python -m tf2onnx.convert`` in a subprocess with ``TF2ONNX_MASKED_LSTM=MODE``,
+  which the installed start-up hook (``masked_lstm_rewriter.pth``) reads.
+
+Each writes the ONNX model to ``output``; the checks are in :mod:`.check`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import time
+
+from .check import CorpusFailure
+from .manifest import convert_args
+
+LOG = logging.getLogger(__name__)
+PATHS = ("library", "cli", "tf2onnx")
+COMMAND_TIMEOUT = 600  # seconds, one conversion in a subprocess
+HOOK_ENV = "TF2ONNX_MASKED_LSTM"
+
+
+def convert_library(entry: dict, corpus: str, output: str):
+    """``tf2onnx.convert.main()`` in this process with the plugin enabled; returns the conversion's
+    ``last_report()``, or None when the plugin's rewriter did not run."""
+    import tf2onnx.convert  # pylint: disable=import-outside-toplevel
+
+    import masked_lstm_rewriter as mlr  # pylint: disable=import-outside-toplevel
+    LOG.debug("converting %s in this process", entry["name"])
+    before = mlr.last_report()
+    saved_argv = sys.argv
+    sys.argv = ["tf2onnx.convert"] + convert_args(entry, corpus, output)
+    try:
+        with mlr.enable(entry["mask_mode"]):
+            tf2onnx.convert.main()
+    finally:
+        sys.argv = saved_argv
+    report = mlr.last_report()
+    return None if report is before else report
+
+
+def check_report(entry: dict, report) -> None:
+    """The plugin saw every masked layer of the model and rewrote all of them."""
+    if report is None:
+        raise CorpusFailure("the conversion did not run the plugin's rewriter (last_report() unchanged)")
+    if report.left_as_loop:
+        raise CorpusFailure("layers left as a Loop: " + "; ".join(str(layer) for layer in report.left_as_loop))
+    if len(report.rewritten) != entry["masked_layers"]:
+        raise CorpusFailure(f"{len(report.rewritten)} masked layer(s) rewritten, the model has "
+                            f"{entry['masked_layers']}: {report}")
+
+
+def command_for(path: str, entry: dict, corpus: str, output: str, python: str = sys.executable) -> tuple:
+    """(argv, extra environment) of a subprocess conversion by ``path`` (``cli`` or ``tf2onnx``)."""
+    args = convert_args(entry, corpus, output)
+    if path == "cli":
+        return [python, "-m", "masked_lstm_rewriter"] + args + ["--mask-mode", entry["mask_mode"]], {}
+    if path == "tf2onnx":
+        return [python, "-m", "tf2onnx.convert"] + args, {HOOK_ENV: entry["mask_mode"]}
+    raise ValueError(f"{path!r} is not a subprocess conversion path (cli or tf2onnx)")
+
+
+def path_available(path: str, python: str = sys.executable, env=None) -> tuple:
+    """(True, "") when conversions by ``path`` can run here, else (False, why)."""
+    if path == "library":
+        return True, ""
+    if path == "cli":
+        return _runs([python, "-m", "masked_lstm_rewriter", "--help"], env)
+    if path == "tf2onnx":
+        probe = "import sys, masked_lstm_rewriter_autoenable as hook; sys.exit(0 if hook.active() else 3)"
+        ok, why = _runs([python, "-c", probe], dict(env or os.environ, **{HOOK_ENV: "post"}))
+        if not ok:
+            return False, ("the start-up hook masked_lstm_rewriter.pth is not active in this environment "
+                           f"(pip install the package, not PYTHONPATH): {why}")
+        return True, ""
+    raise ValueError(f"unknown conversion path {path!r}, expected one of {PATHS}")
+
+
+def _runs(command: list, env) -> tuple:
+    """(True, "") when ``command`` exits with 0, else (False, its last line of output)."""
+    try:
+        done = subprocess.run(command, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                              timeout=COMMAND_TIMEOUT, check=False)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return False, f"{' '.join(command[1:])}: {error}"
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or done.stdout.strip().splitlines() or ["no output"])[-1]
+        return False, f"{' '.join(command[1:])} exited with {done.returncode}: {last}"
+    return True, ""
+
+
+def run_command(path: str, entry: dict, corpus: str, output: str, env=None) -> tuple:
+    """Convert ``entry`` by ``path`` in a subprocess; returns (CompletedProcess, seconds). Raises
+    CorpusFailure when it does not finish in time."""
+    command, extra = command_for(path, entry, corpus, output)
+    LOG.debug("converting %s: %s", entry["name"], " ".join(command))
+    start = time.monotonic()
+    try:
+        done = subprocess.run(command, env=dict(env or os.environ, **extra), stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True, timeout=COMMAND_TIMEOUT, check=False)
+    except subprocess.TimeoutExpired:
+        raise CorpusFailure(f"the conversion took more than {COMMAND_TIMEOUT}s: {' '.join(command)}") from None
+    return done, time.monotonic() - start
+
+
+def check_command_result(done, output: str) -> None:
+    """The subprocess succeeded and wrote the model; raises CorpusFailure with its last lines if not."""
+    if done.returncode != 0:
+        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
+        raise CorpusFailure(f"the conversion exited with {done.returncode}:\n{tail}")
+    if not os.path.isfile(output):
+        raise CorpusFailure(f"the conversion exited with 0 but wrote no {output}")

@@ -1,0 +1,155 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The corpus manifest: which saved models there are, how to convert them, what to expect.
+
+``data/manifest.json`` (written by ``tools/make_corpus.py`` in a checkout of this project) lists
+one entry per saved model and file format. Each entry names its Keras flavour (``keras3`` or
+``tf_keras``), the model's path and format, the ``mask_mode`` to convert it with, its inputs
+(with the shapes it is converted with: its signature), its outputs, the native ops the plugin
+made of it when the corpus was generated, input batches with Keras's outputs on them and, for
+``"post"`` entries, a batch that the converted model must refuse. Paths are relative to the
+corpus directory. Nothing here imports TensorFlow.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+MANIFEST = "manifest.json"
+FORMAT_VERSION = 2
+FLAVOURS = ("keras3", "tf_keras")
+OPSETS = tuple(range(13, 19))  # the opsets the plugin supports
+CONVERT_FLAGS = {"saved_model": "--saved-model", "keras": "--keras", "h5": "--keras"}
+REGENERATE = "python tools/make_corpus.py (in a checkout of masked-lstm-rewriter)"
+REGENERATE_OPS = "python tools/make_corpus.py --ops-only (in a checkout of masked-lstm-rewriter)"
+
+
+class CorpusError(Exception):
+    """The corpus cannot be used: its manifest is missing, unreadable or of another format."""
+
+
+def load_manifest(corpus: str = DATA_DIR) -> dict:
+    """The manifest of the corpus in ``corpus``; raises CorpusError saying what is wrong."""
+    path = os.path.join(corpus, MANIFEST)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            manifest = json.load(handle)
+    except OSError as error:
+        raise CorpusError(f"cannot read the corpus manifest {path}: {error.strerror or error}") from error
+    except ValueError as error:
+        raise CorpusError(f"the corpus manifest {path} is not valid JSON: {error}") from error
+    version = manifest.get("format_version") if isinstance(manifest, dict) else None
+    if version != FORMAT_VERSION:
+        raise CorpusError(f"the corpus manifest {path} has format_version {version!r}; this package reads "
+                          f"{FORMAT_VERSION}: regenerate it with {REGENERATE}")
+    return manifest
+
+
+def entries_for(manifest: dict, flavour: str, keyword: str = "") -> list:
+    """The entries of one Keras flavour whose name contains ``keyword``."""
+    return [entry for entry in manifest["entries"] if entry["flavour"] == flavour and keyword in entry["name"]]
+
+
+def current_flavour() -> str:
+    """The Keras flavour TensorFlow uses in this process: tf_keras when ``TF_USE_LEGACY_KERAS`` is
+    set the way TensorFlow reads it (``1``, ``true``, ``True``), else Keras 3."""
+    return "tf_keras" if os.environ.get("TF_USE_LEGACY_KERAS", "") in ("1", "true", "True") else "keras3"
+
+
+def flavour_env(flavour: str, base=None) -> dict:
+    """The environment of a process that runs ``flavour``: TensorFlow reads it when first imported."""
+    if flavour not in FLAVOURS:
+        raise ValueError(f"unknown Keras flavour {flavour!r}, expected one of {FLAVOURS}")
+    env = dict(os.environ if base is None else base)
+    env["TF_USE_LEGACY_KERAS"] = "1" if flavour == "tf_keras" else "0"
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    env.setdefault("CUDA_VISIBLE_DEVICES", "")  # Keras's cuDNN kernels cannot be converted
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
+def parse_opsets(text: str) -> tuple:
+    """``"13-18"`` or ``"13,15,18"`` -> (13, ..., 18); raises ValueError outside the supported range."""
+    opsets = []
+    try:
+        for part in text.split(","):
+            first, _, last = part.strip().partition("-")
+            opsets.extend(range(int(first), int(last or first) + 1))
+    except ValueError:
+        raise ValueError(f"opsets are numbers or ranges such as 13-18 or 13,18, not {text!r}") from None
+    if not opsets or any(opset not in OPSETS for opset in opsets):
+        raise ValueError(f"opsets must be within {OPSETS[0]}-{OPSETS[-1]}: {text!r}")
+    return tuple(sorted(set(opsets)))
+
+
+def at_opset(entry: dict, opset) -> dict:
+    """The entry converted at ``opset`` instead of the manifest's (``None``: the manifest's)."""
+    return entry if opset is None else dict(entry, opset=opset)
+
+
+def model_path(entry: dict, corpus: str = DATA_DIR) -> str:
+    return os.path.join(corpus, entry["path"])
+
+
+def convert_args(entry: dict, corpus: str, output: str) -> list:
+    """The tf2onnx.convert arguments of an entry (``--saved-model DIR`` or ``--keras FILE``)."""
+    return [CONVERT_FLAGS[entry["format"]], model_path(entry, corpus), "--output", output,
+            "--opset", str(entry["opset"])]
+
+
+def load_npz(corpus: str, relative: str) -> dict:
+    """The arrays of one of the corpus's ``.npz`` files, by name."""
+    import numpy as np  # pylint: disable=import-outside-toplevel
+    with np.load(os.path.join(corpus, relative), allow_pickle=False) as data:
+        return {key: data[key] for key in data.files}
+
+
+def feeds_for(entry: dict, arrays: dict) -> dict:
+    """The ONNX model's feeds: the entry's inputs by their ONNX names."""
+    return {spec["onnx_name"]: arrays[spec["name"]] for spec in entry["inputs"]}
+
+
+def entry_problems(entry: dict, corpus: str = DATA_DIR) -> list:
+    """What is wrong with an entry before anything is converted: missing files, batches that do not
+    fit the signature it is converted with, a missing or wrong guard batch. Empty when it is sound."""
+    problems = [f"the generator's check failed: {entry[key]}" for key in ("generation_check_failed", "save_failed")
+                if key in entry]
+    if problems:
+        return problems
+    if not os.path.exists(model_path(entry, corpus)):
+        problems.append(f"the model {entry['path']} is missing")
+    if entry["expected_ops"]["Loop"] != 0 or not entry["expected_ops"]["native"]:
+        problems.append(f"expected_ops {entry['expected_ops']}: an entry must become native ops and no Loop")
+    if (entry["must_fail"] is not None) != (entry["mask_mode"] == "post"):
+        problems.append(f"mask_mode {entry['mask_mode']!r} with must_fail {entry['must_fail']!r}: "
+                        "exactly the 'post' entries have a batch the guard must refuse")
+    batches = [(f"batch {number}", batch["inputs"]) for number, batch in enumerate(entry["batches"])]
+    batches += [("the must_fail batch", entry["must_fail"]["inputs"])] if entry["must_fail"] else []
+    for label, relative in batches:
+        problems.extend(_batch_problems(entry, corpus, label, relative))
+    for number, batch in enumerate(entry["batches"]):
+        if not os.path.isfile(os.path.join(corpus, batch["expected"])):
+            problems.append(f"batch {number}: {batch['expected']} is missing")
+    return problems
+
+
+def _batch_problems(entry: dict, corpus: str, label: str, relative: str) -> list:
+    """A batch file is there, has every input, and each fits the shape the entry is converted with."""
+    if not os.path.isfile(os.path.join(corpus, relative)):
+        return [f"{label}: {relative} is missing"]
+    arrays = load_npz(corpus, relative)
+    problems = []
+    for spec in entry["inputs"]:
+        if spec["name"] not in arrays:
+            problems.append(f"{label}: no input {spec['name']!r} in {relative}")
+        elif not fits(arrays[spec["name"]].shape, spec["shape"]):
+            problems.append(f"{label}: input {spec['name']!r} has shape {list(arrays[spec['name']].shape)}, "
+                            f"which does not fit the signature {spec['shape']}")
+    return problems
+
+
+def fits(shape, signature) -> bool:
+    """Does an array of ``shape`` fit a signature shape (``None`` for a dynamic dimension)?"""
+    return len(shape) == len(signature) and all(want is None or want == got for got, want in zip(shape, signature))
+

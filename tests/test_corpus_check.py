@@ -1,0 +1,91 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The corpus check's own logic, on hand-made models: no conversion, no TensorFlow needed.
+
+Above all, that a change in the native nodes the plugin emits (another emitter: a Bidirectional
+layer as two forward nodes, say) fails with a message that says which op, how many nodes on each
+side and in which directions, and how to record them again.
+"""
+
+import copy
+
+import pytest
+from onnx import TensorProto, helper
+
+from masked_lstm_rewriter.corpus import check, command, manifest
+
+ENTRY = manifest.entries_for(manifest.load_manifest(), "keras3", "keras3/bidirectional_concat/saved_model")[0]
+
+
+def model_with(nodes, inputs=(("tokens", [None, None]),)):
+    """A graph of ``nodes`` (not meant to run: the op checks only read it)."""
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info(name, TensorProto.INT32, shape) for name, shape in inputs],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    return helper.make_model(graph)
+
+
+def lstm(direction, name):
+    return helper.make_node("LSTM", ["x", "w", "r"], [name], direction=direction, hidden_size=4)
+
+
+def test_the_recorded_ops_pass():
+    assert check.op_problems(ENTRY, model_with([lstm("bidirectional", "y")])) == []
+
+
+def test_a_different_node_count_says_what_differs_and_how_to_record_it():
+    problems = check.op_problems(ENTRY, model_with([lstm("forward", "a"), lstm("forward", "y")]))
+    assert len(problems) == 1
+    assert "LSTM: 2 nodes (forward, forward) here, 1 node (bidirectional) in the manifest" in problems[0]
+    assert "tools/make_corpus.py --ops-only" in problems[0]
+    assert ENTRY["expected_ops"]["recorded_with"] in problems[0]
+
+
+def test_another_op_type_and_a_loop_are_both_named():
+    loop = helper.make_node("Loop", ["m", "c"], ["y"], body=helper.make_graph([], "body", [], []))
+    gru = helper.make_node("GRU", ["x", "w", "r"], ["g"], hidden_size=4)
+    problems = check.op_problems(ENTRY, model_with([gru, loop]))
+    assert "1 Loop node(s) where the manifest expects 0" in problems[0]
+    assert "GRU: 1 node (forward) here, 0 nodes in the manifest" in problems[1]
+    assert "LSTM: 0 nodes here, 1 node (bidirectional) in the manifest" in problems[1]
+
+
+def test_the_signature_must_match_the_model_inputs():
+    entry = copy.deepcopy(ENTRY)
+    assert check.signature_problems(entry, model_with([])) == []
+    entry["inputs"][0]["shape"] = [1, None]
+    assert check.signature_problems(entry, model_with([])) == [
+        "input tokens has shape [None, None] in the model, the signature [1, None] in the manifest (None: dynamic)"]
+
+
+def test_a_batch_that_does_not_fit_the_signature_is_a_manifest_problem():
+    entry = copy.deepcopy(ENTRY)
+    assert manifest.entry_problems(entry) == []
+    entry["inputs"][0]["shape"] = [1, None]
+    problems = manifest.entry_problems(entry)
+    assert any("batch 0: input 'tokens' has shape [5, 7], which does not fit the signature [1, None]" in p
+               for p in problems), problems
+
+
+def test_a_nan_never_passes():
+    import numpy as np  # pylint: disable=import-outside-toplevel
+    error, problem = check.compare(np.array([0.0, np.nan]), np.array([0.0, 0.0]), 1e-5)
+    assert error == float("inf") and "at index (1,)" in problem
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--opsets", "12"], "opsets must be within 13-18"),
+    (["--opsets", "x"], "opsets are numbers or ranges"),
+    (["--path", "library,foo"], "paths are among library, cli, tf2onnx"),
+    (["--jobs", "0"], "--jobs must be at least 1"),
+])
+def test_bad_arguments_exit_2_with_one_line(argv, message, capsys):
+    with pytest.raises(SystemExit) as done:
+        command.parse_args(argv)
+    assert done.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_missing_corpus_is_one_error_and_a_failed_count(tmp_path, capsys):
+    assert command.main(["--corpus", str(tmp_path)]) == 1
+    out, err = capsys.readouterr()
+    assert "cannot read the corpus manifest" in err and out.strip().splitlines()[-1] == "0 passed, 1 failed, 0 skipped"
