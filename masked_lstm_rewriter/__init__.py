@@ -6,10 +6,12 @@ Three stages: :mod:`.match` (find and describe a masked loop, with :mod:`.cell`)
 on); :mod:`.report` says what the last conversion did.
 """
 
+from .emit import TARGETS
 from .masks import GUARD_MESSAGE, MASK_MODES
 from .plugin import disable, enable, enabled_mode, make_rewriter, rewrite_masked_lstm
 from .report import ConversionReport, LayerReport, last_report
 
 __all__ = ["make_rewriter", "rewrite_masked_lstm", "enable", "disable", "enabled_mode", "last_report",
-           "ConversionReport", "LayerReport", "GUARD_MESSAGE", "MASK_MODES"]
+           "ConversionReport", "LayerReport", "GUARD_MESSAGE", "MASK_MODES",
+           "TARGETS"]
 __version__ = "0.1.0"

@@ -12,11 +12,12 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+from typing import Optional
 
 from tf2onnx import tfonnx
 from tf2onnx.tf_loader import find_function
 
-from .emit import emit_group, plan_nodes
+from .emit import TARGETS, check_target, emit_layer, portability_caveat, target_refusal
 from .masks import MASK_MODES, MaskPlanner
 from .report import finish_conversion, record
 from .match import BODY_MATCH_ATTR, NoMatch, is_masked_recurrent_body, layer_name, match_body, match_loop
@@ -31,16 +32,20 @@ def _check_mask_mode(mask_mode: str) -> None:
         raise ValueError(f"mask_mode must be one of {MASK_MODES}, not {mask_mode!r}")
 
 
-def make_rewriter(mask_mode: str = "post"):
-    """A tf2onnx custom rewriter ``(graph, ops) -> ops`` for masked Keras LSTM, GRU and SimpleRNN loops."""
+def make_rewriter(mask_mode: str = "post", target: Optional[str] = None):
+    """A tf2onnx custom rewriter ``(graph, ops) -> ops`` for masked Keras LSTM, GRU and SimpleRNN loops.
+
+    ``target``: None for a model any runtime runs exactly where it compiles it; ``"openvino"`` to
+    also keep as Loops the layers OpenVINO's native recurrent ops cannot run (their activations)."""
     _check_mask_mode(mask_mode)
+    check_target(target)
 
     def rewrite_masked_lstm(graph, ops):
         if is_masked_recurrent_body(graph):
             setattr(graph, BODY_MATCH_ATTR, _match_body_safely(graph))
         loops = [op for op in ops if op.type in ("While", "StatelessWhile")]
         if loops:
-            _rewrite_loops(graph, loops, mask_mode)
+            _rewrite_loops(graph, loops, mask_mode, target)
         _report_lowered_loops(graph, [op for op in ops if op.type == "Loop"], mask_mode)
         if _is_main_graph(graph):
             finish_conversion()
@@ -48,6 +53,7 @@ def make_rewriter(mask_mode: str = "post"):
 
     setattr(rewrite_masked_lstm, _MARK, True)
     rewrite_masked_lstm.mask_mode = mask_mode
+    rewrite_masked_lstm.target = target
     return rewrite_masked_lstm
 
 
@@ -85,7 +91,7 @@ def _report_lowered_loops(graph, loops, mask_mode):
             record(layer_name(loop), False, LOWERED_REASON, mask_mode)
 
 
-def _rewrite_loops(graph, loops, mask_mode):
+def _rewrite_loops(graph, loops, mask_mode, target):
     layers = []
     for loop in loops:
         body_graph = find_function(loop.get_attr_str("body"))
@@ -93,30 +99,41 @@ def _rewrite_loops(graph, loops, mask_mode):
         if body is None:
             continue  # not a masked recurrent loop: none of our business
         layer = _match_loop_safely(graph, loop, body) if not isinstance(body, NoMatch) else body
+        refusal = None if isinstance(layer, NoMatch) else target_refusal(layer, target)
+        if refusal:
+            layer = NoMatch(refusal)
         if isinstance(layer, NoMatch):
             logger.warning("masked recurrent layer '%s' left as a Loop: %s", layer_name(loop), layer.reason)
             record(layer_name(loop), False, layer.reason, mask_mode)
         else:
             layers.append(layer)
     planner = MaskPlanner(graph, mask_mode)
-    for group in plan_nodes(layers):
-        names = " and ".join(f"'{layer.layer}'" for layer in group)
+    for layer in layers:
+        # before the rewrite rewires the loop's consumers
+        caveat = portability_caveat(layer)
+        not_for = {other: target_refusal(layer, other) for other in TARGETS if other != target}
         snapshot = GraphSnapshot(graph, planner)
         try:
-            emit_group(graph, group, planner.tensors_for(group[0].mask, group[0].mask_post_padded))
+            emit_layer(graph, layer, planner.tensors_for(layer.mask, layer.mask_post_padded))
         except Exception as error:  # pylint: disable=broad-except
-            snapshot.restore()  # the loops stand exactly as tf2onnx made them
+            snapshot.restore()  # the loop stands exactly as tf2onnx made it
             reason = f"rewrite failed: {type(error).__name__}: {error}"
-            logger.warning("masked recurrent layer %s left as a Loop: %s", names, reason)
-            for layer in group:
-                record(layer.layer, False, reason, mask_mode)
+            logger.warning("masked recurrent layer '%s' left as a Loop: %s", layer.layer, reason)
+            record(layer.layer, False, reason, mask_mode)
             continue
-        direction = "bidirectional" if len(group) == 2 else group[0].direction
-        for layer in group:
-            logger.info("masked %s layer '%s' (%d units) rewritten into a native ONNX %s "
-                        "(direction=%s, mask_mode=%s)", layer.keras_name, layer.layer, layer.hidden_size,
-                        layer.kind, direction, mask_mode)
-            record(layer.layer, True, f"{layer.kind} direction={direction}", mask_mode)
+        detail = f"{layer.kind} direction={layer.direction}"
+        logger.info("masked %s layer '%s' (%d units) rewritten into a native ONNX %s "
+                    "(direction=%s, mask_mode=%s)", layer.keras_name, layer.layer, layer.hidden_size,
+                    layer.kind, layer.direction, mask_mode)
+        if caveat:
+            logger.warning("masked %s layer '%s': %s", layer.keras_name, layer.layer, caveat)
+            detail += f"; {caveat}"
+        for other, reason in not_for.items():
+            if reason:
+                logger.info("masked %s layer '%s': for %s, convert with target=%r (%s)", layer.keras_name,
+                            layer.layer, other, other, reason)
+                detail += f"; for {other}, convert with target={other!r}"
+        record(layer.layer, True, detail, mask_mode, tuple(other for other, reason in not_for.items() if reason))
 
 
 class GraphSnapshot:
@@ -194,31 +211,31 @@ def _with_rewriter(original):
 class _Enabled(contextlib.AbstractContextManager):
     """Returned by :func:`enable`; on exit, restores what was in force before."""
 
-    def __init__(self, previous_mode):
-        self._previous_mode = previous_mode
+    def __init__(self, previous):
+        self._previous = previous
 
     def __exit__(self, *exc):
-        if self._previous_mode is None:
+        if self._previous is None:
             disable()
         else:
-            enable(self._previous_mode)
+            enable(self._previous.mask_mode, self._previous.target)
         return False
 
 
-def enable(mask_mode: str = "post") -> _Enabled:
+def enable(mask_mode: str = "post", target: Optional[str] = None) -> _Enabled:
     """Apply the rewrite in every tf2onnx conversion of this process from now on.
 
-    Enabling again changes the mode; the rewrite is never applied twice (not even when a
-    caller also passes it in ``custom_rewriter``). Use the result as a context manager to
-    restore the previous state on exit.
+    ``target`` as in :func:`make_rewriter`. Enabling again changes the mode; the rewrite is
+    never applied twice (not even when a caller also passes it in ``custom_rewriter``). Use the
+    result as a context manager to restore the previous state on exit.
     """
     global _original_process_parsed_graph, _enabled_rewriter  # pylint: disable=global-statement
-    _check_mask_mode(mask_mode)
-    previous = enabled_mode()
+    rewriter = make_rewriter(mask_mode, target)
+    previous = _enabled_rewriter
     if _original_process_parsed_graph is None:
         _original_process_parsed_graph = tfonnx.process_parsed_graph
         tfonnx.process_parsed_graph = _with_rewriter(_original_process_parsed_graph)
-    _enabled_rewriter = make_rewriter(mask_mode)
+    _enabled_rewriter = rewriter
     return _Enabled(previous)
 
 
