@@ -7,7 +7,7 @@ is standalone (importing the package would import TensorFlow), and it only arran
 ``masked_lstm_rewriter.enable(mode)`` to run right after ``tf2onnx.tfonnx`` is first imported,
 that is, before any conversion work, whatever front end (``python -m tf2onnx.convert``, a
 script) does the converting. A value other than ``post`` or ``any`` makes that import fail with
-a message saying so.
+a message saying so; ``TF2ONNX_MASKED_LSTM_TARGET=openvino`` picks the OpenVINO target.
 """
 
 import importlib.abc
@@ -16,6 +16,7 @@ import os
 import sys
 
 ENV = "TF2ONNX_MASKED_LSTM"
+TARGET_ENV = "TF2ONNX_MASKED_LSTM_TARGET"  # optional: "openvino" (see masked_lstm_rewriter.make_rewriter)
 MODES = ("post", "any")
 TARGET = "tf2onnx.tfonnx"
 
@@ -63,4 +64,4 @@ class _Loader(importlib.abc.Loader):
                              "(or unset for stock tf2onnx)")
         self.loader.exec_module(module)
         import masked_lstm_rewriter  # pylint: disable=import-outside-toplevel
-        masked_lstm_rewriter.enable(self.value)
+        masked_lstm_rewriter.enable(self.value, os.environ.get(TARGET_ENV, "").strip() or None)

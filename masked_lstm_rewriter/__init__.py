@@ -17,7 +17,7 @@ import importlib
 _EXPORTS = {
     "make_rewriter": "plugin", "rewrite_masked_lstm": "plugin", "enable": "plugin", "disable": "plugin",
     "enabled_mode": "plugin", "last_report": "report", "ConversionReport": "report", "LayerReport": "report",
-    "GUARD_MESSAGE": "masks", "MASK_MODES": "masks",
+    "GUARD_MESSAGE": "masks", "MASK_MODES": "masks", "TARGETS": "emit",
 }
 __all__ = list(_EXPORTS)
 __version__ = "0.1.0"

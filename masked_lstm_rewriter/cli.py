@@ -2,9 +2,11 @@
 """``python -m masked_lstm_rewriter``: ``python -m tf2onnx.convert`` plus the rewrite.
 
     python -m masked_lstm_rewriter --saved-model DIR --output model.onnx [--mask-mode post|any]
+                                   [--target openvino]
 
 Every tf2onnx.convert argument works as it does there. ``--mask-mode`` defaults to
-``$TF2ONNX_MASKED_LSTM`` or ``post``. The output is written to a temporary file next to it and
+``$TF2ONNX_MASKED_LSTM`` or ``post``; ``--target`` to ``$TF2ONNX_MASKED_LSTM_TARGET`` (unset:
+any runtime). The output is written to a temporary file next to it and
 moved into place only when the conversion succeeded, so a failure leaves no partial file.
 Bad input gives a one-line error and a non-zero exit. The run ends with a short report: each
 masked recurrent layer, rewritten (into what, in which mode) or left as a Loop (why).
@@ -30,7 +32,12 @@ class UsageError(Exception):
 def main(argv: Optional[list] = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     try:
-        mask_mode, args = _pop_mask_mode(args)
+        from .emit import TARGETS  # pylint: disable=import-outside-toplevel
+        from .masks import MASK_MODES  # pylint: disable=import-outside-toplevel
+        mask_mode, args = _pop_option(args, "--mask-mode", os.environ.get("TF2ONNX_MASKED_LSTM", "").strip() or "post",
+                                      MASK_MODES)
+        target, args = _pop_option(args, "--target", os.environ.get("TF2ONNX_MASKED_LSTM_TARGET", "").strip() or None,
+                                   TARGETS)
         _check_with_tf2onnx_parser(args)
         _check_paths(args)
     except UsageError as error:
@@ -38,26 +45,25 @@ def main(argv: Optional[list] = None) -> int:
         return 2
     except SystemExit as done:  # --help
         return int(done.code or 0)
-    return _convert(args, mask_mode)
+    return _convert(args, mask_mode, target)
 
 
-def _pop_mask_mode(args: list) -> tuple:
-    from .masks import MASK_MODES  # pylint: disable=import-outside-toplevel
-    mode = os.environ.get("TF2ONNX_MASKED_LSTM", "").strip() or "post"
-    rest = []
+def _pop_option(args: list, name: str, default: Optional[str], choices: tuple) -> tuple:
+    """(the value of our own option ``name``, the other arguments, for tf2onnx)."""
+    value, rest = default, []
     it = iter(args)
     for arg in it:
-        if arg == "--mask-mode":
-            mode = next(it, None)
-            if mode is None:
-                raise UsageError("--mask-mode needs a value: post or any")
-        elif arg.startswith("--mask-mode="):
-            mode = arg.split("=", 1)[1]
+        if arg == name:
+            value = next(it, None)
+            if value is None:
+                raise UsageError(f"{name} needs a value: {' or '.join(choices)}")
+        elif arg.startswith(name + "="):
+            value = arg.split("=", 1)[1]
         else:
             rest.append(arg)
-    if mode not in MASK_MODES:
-        raise UsageError(f"--mask-mode must be one of {', '.join(MASK_MODES)}, not {mode!r}")
-    return mode, rest
+    if value is not None and value not in choices:
+        raise UsageError(f"{name} must be one of {', '.join(choices)}, not {value!r}")
+    return value, rest
 
 
 def _check_with_tf2onnx_parser(args: list) -> None:
@@ -102,7 +108,7 @@ def _check_paths(args: list) -> None:
         raise UsageError(f"--output {output}: directory {folder} does not exist")
 
 
-def _convert(args: list, mask_mode: str) -> int:
+def _convert(args: list, mask_mode: str, target: Optional[str]) -> int:
     from tf2onnx import convert  # pylint: disable=import-outside-toplevel
     from . import enable, last_report  # pylint: disable=import-outside-toplevel
     output = _option(args, "--output")
@@ -112,7 +118,7 @@ def _convert(args: list, mask_mode: str) -> int:
     saved = sys.argv
     sys.argv = [PROG] + args
     try:
-        with enable(mask_mode):
+        with enable(mask_mode, target):
             convert.main()
         if not os.path.getsize(partial):
             raise RuntimeError("tf2onnx wrote no model")

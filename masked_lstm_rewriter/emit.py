@@ -1,30 +1,41 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Stage 2b, emit: turn :class:`~masked_lstm_rewriter.match.MaskedRecurrentLayer` records into ONNX nodes.
+"""Stage 2b, emit: turn a :class:`~masked_lstm_rewriter.match.MaskedRecurrentLayer` into ONNX nodes.
 
 What each mask needs (lengths, the guard or the reorder) comes from :mod:`.masks`.
 
-:func:`plan_nodes` groups layers into ONNX ``LSTM`` / ``GRU`` / ``RNN`` nodes: a forward and a
-reverse layer of the same kind over the same input and mask (a ``Bidirectional`` layer, or any
-such pair) share one ``direction="bidirectional"`` node, which computes exactly the two
-separate directions. Only the weights' layout and the op's attributes depend on the kind
-(:func:`_onnx_weights`); the fix-ups hold for all three ops, which onnxruntime runs alike over
-``sequence_lens`` (zeros past a row's length, the state at its last valid step).
+The emitted graph gives Keras's numbers on any runtime that computes each row's valid steps
+correctly, whether or not it honours ``sequence_lens`` past them (OpenVINO ignores it with
+dynamic shapes; onnxruntime stops at the length). So it reads nothing a runtime computes past a
+row's length:
 
-:func:`emit_group` emits one node and, per layer, the fix-ups that make its outputs Keras's at
-every position:
+* every layer is one ``direction="forward"`` node over post-padded rows; a backward layer runs
+  over its rows reversed within their length (``ReverseSequence``), and its outputs are
+  reversed back the same way;
+* the last output and the final ``h`` are gathered from ``Y`` at each row's last valid step
+  (zeros for a row with none), never read from ``Y_h``;
+* an LSTM's final cell state can only come from ``Y_c``: when it is used, the input gets one
+  more column, 1 at padded steps, whose weights drive the input gate to exactly 0 and the
+  forget gate to exactly 1 there, so that ``c`` is carried unchanged over padded steps whatever
+  the runtime does with them (this needs a recurrent activation that saturates exactly:
+  sigmoid or hard_sigmoid; otherwise the layer depends on ``sequence_lens`` and says so).
+
+Then the fix-ups make every output Keras's at every position:
 
 * at padded steps a plain layer repeats the last valid output (zeros before the first valid
-  step), where onnxruntime writes zeros: ``Where(mask, Y, last_output)``;
+  step): ``Where(mask, Y, last_output)``;
 * with ``zero_output_for_mask`` (``Bidirectional``), or in reverse, masked steps are zeros;
 * a ``go_backwards`` layer returns its sequence in reversed time order; a ``Bidirectional``
   layer reverses it back, so that pair of reversals is skipped;
-* a row with no valid step keeps the initial state in Keras; ONNX runtimes disagree on what they
-  return there (zeros in onnxruntime): ``Where(length > 0, Y_h, initial_h)``.
+* a row with no valid step keeps the initial state in Keras: ``Where(length > 0, h, initial_h)``.
+
+Only ``Where`` selects values by the mask (never arithmetic): padded inputs may hold anything,
+``-inf`` and NaN included.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Optional
 
 import numpy as np
 from tf2onnx import utils
@@ -35,52 +46,105 @@ from .match import MaskedRecurrentLayer
 
 # the ONNX ops' order of the gate blocks in W, R and B
 ONNX_GATE_ORDER = {"LSTM": ("i", "o", "f", "c"), "GRU": ("z", "r", "h"), "RNN": ("h",)}
+# added to the i and f gates' pre-activations at padded steps when the cell state is carried over
+# them: far past where sigmoid and hard_sigmoid saturate, and finite in float16 too
+PADDING_DRIVE = 1e4
+SATURATING = ("Sigmoid", "HardSigmoid")
 
 
 def _const(graph, name, value):
     return graph.make_const(utils.make_name(name), value).output[0]
 
 
-def plan_nodes(layers: list) -> list:
-    """Group layers into ONNX nodes: (forward, reverse) pairs of one kind sharing input and mask, else alone."""
-    groups, forward = [], [layer for layer in layers if layer.direction == "forward"]
-    for layer in layers:
-        if layer.direction == "forward":
-            continue
-        partner = next((f for f in forward if _node_key(f) == _node_key(layer)), None)
-        if partner is None:
-            groups.append((layer,))
-        else:
-            forward.remove(partner)
-            groups.append((partner, layer))
-    return [(layer,) for layer in forward] + groups
-
-
-def _node_key(layer):
-    """What two layers must share to be one bidirectional node."""
-    return layer.x_source, layer.mask, layer.kind, layer.hidden_size, layer.linear_before_reset
-
-
 @dataclasses.dataclass(frozen=True)
-class DirectionOutputs:
-    """One direction's raw ONNX results, in the model's time order."""
+class NodeOutputs:
+    """One layer's raw ONNX results, in the node layout (post-padded rows, compacted in "any")."""
 
-    y: str       # [T, B, H]
-    h_last: str  # [B, H]
-    c_last: str  # [B, H], LSTM only (else None)
-    h_last_step: str  # [1, B, H]: h_last before the squeeze, broadcasts over the time axis
+    y: str            # [T, B, H]: valid steps in time order (reversed back for a backward layer)
+    h_last: str       # [B, H]: the output at the last valid step, zeros for a row with none
+    h_last_step: str  # [1, B, H]: the same, broadcasting over the time axis
+    c_last: Optional[str]  # [B, H], LSTM only: the cell state after the last valid step
 
 
-def emit_group(graph, layers: tuple, mask_tensors: MaskTensors) -> None:
-    """One ONNX node for ``layers`` (one layer, or a forward and a reverse one), then each
-    layer's Keras outputs; finally the loops' consumers are pointed at them."""
-    x = layers[0].x
-    if mask_tensors.reorder is not None:
-        x = _gather_steps(graph, x, mask_tensors.reorder.gather_input, layers[0].input_size)
-    outputs = _emit_recurrent_node(graph, layers, x, mask_tensors.lengths)
-    replacements = [_keras_outputs(graph, layer, out, mask_tensors) for layer, out in zip(layers, outputs)]
-    for layer, replacement in zip(layers, replacements):
-        _rewire(graph, layer, *replacement)
+def carries_cell_state(layer: MaskedRecurrentLayer) -> bool:
+    """Is the LSTM's final cell state used, so that it must not depend on the runtime's padding?"""
+    return layer.final_c is not None and bool(layer.while_node.graph.find_output_consumers(layer.final_c))
+
+
+def portability_caveat(layer: MaskedRecurrentLayer) -> Optional[str]:
+    """Why the emitted layer would depend on the runtime honouring ``sequence_lens``, or None."""
+    if carries_cell_state(layer) and layer.activations[0].name not in SATURATING:
+        return (f"the final cell state depends on the runtime honouring sequence_lens past each row's length "
+                f"(onnxruntime does; OpenVINO only with static shapes): recurrent activation "
+                f"{layer.activations[0].name} cannot hold it over padded steps")
+    return None
+
+
+# Runtimes a conversion can target, and what each compiles inside its native recurrent ops
+# (OpenVINO 2026.4, measured: "Unsupported activation function" for the others, at compile time)
+TARGET_ACTIVATIONS = {"openvino": ("Sigmoid", "Tanh", "Relu")}
+TARGETS = tuple(TARGET_ACTIVATIONS)
+TARGET_NAMES = {"openvino": "OpenVINO"}
+
+
+def check_target(target: Optional[str]) -> None:
+    if target is not None and target not in TARGETS:
+        raise ValueError(f"target must be None (any runtime) or one of {TARGETS}, not {target!r}")
+
+
+def target_refusal(layer: MaskedRecurrentLayer, target: Optional[str]) -> Optional[str]:
+    """Why ``layer`` must stay a Loop for ``target`` (None: any runtime), or None.
+
+    The Loop is what such a runtime can run: OpenVINO runs tf2onnx's masked Loops exactly where
+    its native ops refuse the activation (measured on every activation the plugin supports)."""
+    if target is None:
+        return None
+    name = TARGET_NAMES[target]
+    unsupported = sorted({a.name for a in layer.activations} - set(TARGET_ACTIVATIONS[target]))
+    if unsupported:
+        return (f"target {target}: {name}'s native {layer.kind} op compiles only "
+                f"{', '.join(TARGET_ACTIVATIONS[target])} activations, not {', '.join(unsupported)}")
+    caveat = portability_caveat(layer)
+    return f"target {target}: {caveat}" if caveat else None
+
+
+def emit_layer(graph, layer: MaskedRecurrentLayer, masks: MaskTensors) -> None:
+    """One ONNX node for ``layer``, then its Keras outputs; finally the loop's consumers are pointed at them."""
+    out = _emit_recurrent_node(graph, layer, masks)
+    _rewire(graph, layer, *_keras_outputs(graph, layer, out, masks))
+
+
+def _emit_recurrent_node(g, layer: MaskedRecurrentLayer, masks: MaskTensors) -> NodeOutputs:
+    """The forward ONNX LSTM, GRU or RNN node over the layer's steps in the node layout."""
+    gb = GraphBuilder(g)
+    x = layer.x
+    if masks.reorder is not None:
+        x = _gather_steps(g, x, masks.reorder.gather_input, layer.input_size)
+    if layer.direction == "reverse":
+        x = _reverse_valid_steps(g, x, masks)
+    padding_column = carries_cell_state(layer) and portability_caveat(layer) is None
+    if padding_column:
+        x = _with_padding_column(g, x, masks.valid_steps, layer.input_size)
+    w, r, b = _onnx_weights(layer, padding_column)
+    b = _const(g, "B", b) if layer.bias is not None or layer.recurrent_bias else ""
+    initial = [""] * (2 if layer.kind == "LSTM" else 1)  # zeros
+    if not layer.zero_initial_state:
+        initial = [gb.make_unsqueeze({"data": state, "axes": [0]})
+                   for state in (layer.initial_h, layer.initial_c) if state is not None]
+    attr = {"hidden_size": layer.hidden_size, "direction": "forward", **_activation_attrs(layer.activations)}
+    if layer.kind == "GRU":
+        attr["linear_before_reset"] = layer.linear_before_reset
+    node = g.make_node(
+        layer.kind, [x, _const(g, "W", w), _const(g, "R", r), b, masks.lengths] + initial,
+        output_count=3 if layer.kind == "LSTM" else 2, attr=attr,
+        name=utils.make_name(f"{layer.layer}/masked_{layer.kind.lower()}"))
+    y = gb.make_squeeze({"data": node.output[0], "axes": [1]})
+    h_last_step = _last_valid_step(g, y, masks, layer.hidden_size)
+    if layer.direction == "reverse":
+        y = _reverse_valid_steps(g, y, masks)
+    c_last = gb.make_squeeze({"data": node.output[2], "axes": [0]}) if layer.kind == "LSTM" else None
+    return NodeOutputs(y=y, h_last=gb.make_squeeze({"data": h_last_step, "axes": [0]}),
+                       h_last_step=h_last_step, c_last=c_last)
 
 
 def _gather_steps(g, tensor: str, flat_index: str, width: int) -> str:
@@ -89,67 +153,53 @@ def _gather_steps(g, tensor: str, flat_index: str, width: int) -> str:
     return g.make_node("Gather", [rows, flat_index], attr={"axis": 0}).output[0]
 
 
-def _emit_recurrent_node(g, layers: tuple, x: str, lengths: str) -> list:
-    """The ONNX LSTM, GRU or RNN node (one row of weights per direction), split per direction."""
-    gb = GraphBuilder(g)
-    kind = layers[0].kind
-    weights = [_onnx_weights(layer) for layer in layers]
-    w, r, b = (np.concatenate([per_layer[i] for per_layer in weights], axis=0) for i in range(3))
-    b = _const(g, "B", b) if any(layer.bias is not None or layer.recurrent_bias for layer in layers) else ""
-    states = 2 if kind == "LSTM" else 1
-    initial = [""] * states  # zeros
-    if not all(layer.zero_initial_state for layer in layers):
-        initial = [_stack_states(g, [layer.initial_h for layer in layers])]
-        if kind == "LSTM":
-            initial.append(_stack_states(g, [layer.initial_c for layer in layers]))
-    direction = "bidirectional" if len(layers) == 2 else layers[0].direction
-    activations = [a for layer in layers for a in layer.activations]
-    attr = {"hidden_size": layers[0].hidden_size, "direction": direction, **_activation_attrs(activations)}
-    if kind == "GRU":
-        attr["linear_before_reset"] = layers[0].linear_before_reset
-    node = g.make_node(
-        kind, [x, _const(g, "W", w), _const(g, "R", r), b, lengths] + initial, output_count=1 + states, attr=attr,
-        name=utils.make_name("/".join(layer.layer for layer in layers) + f"/masked_{kind.lower()}"))
-    outputs = []
-    for index in range(len(layers)):
-        y, h_step, *c = (_direction(gb, out, axis, index, len(layers))
-                         for out, axis in zip(node.output, (1, 0, 0)))
-        squeeze = lambda tensor, axis: gb.make_squeeze({"data": tensor, "axes": [axis]})  # noqa: E731
-        outputs.append(DirectionOutputs(y=squeeze(y, 1), h_last=squeeze(h_step, 0),
-                                        c_last=squeeze(c[0], 0) if c else None, h_last_step=h_step))
-    return outputs
+def _reverse_valid_steps(g, tensor: str, masks: MaskTensors) -> str:
+    """[T, B, ...] with each row's valid steps (the first ``length``) in reverse order, the rest in place."""
+    return g.make_node("ReverseSequence", [tensor, masks.lengths_i64],
+                       attr={"batch_axis": 1, "time_axis": 0}).output[0]
 
 
-def _onnx_weights(layer: MaskedRecurrentLayer) -> tuple:
-    """One direction's W [1, G*H, I], R [1, G*H, H] and B [1, 2*G*H] in the ONNX op's gate order.
+def _with_padding_column(g, x: str, valid_steps: str, width: int) -> str:
+    """[T, B, width + 1]: ``x`` and a column of zeros at valid steps; ``[0, ..., 0, 1]`` at padded ones
+    (whatever ``x`` held there: -inf and NaN would not stay out of a carried state otherwise)."""
+    padded = g.make_node("Pad", [x, _const(g, "pads", np.array([0, 0, 0, 0, 0, 1], np.int64))]).output[0]
+    marker = np.zeros(width + 1, np.float32)
+    marker[-1] = 1
+    return g.make_node("Where", [valid_steps, padded, _const(g, "padding_marker", marker)]).output[0]
+
+
+def _last_valid_step(g, y: str, masks: MaskTensors, hidden: int) -> str:
+    """[1, B, H]: ``y`` [T, B, H] at each row's last valid step, zeros for a row with none."""
+    index = g.make_node("Expand", [masks.last_step, _const(g, "hidden_shape", np.array([1, 1, hidden], np.int64))]
+                        ).output[0]
+    gathered = g.make_node("GatherElements", [y, index], attr={"axis": 0}).output[0]
+    return g.make_node("Where", [masks.has_steps, gathered, _zero(g)]).output[0]
+
+
+def _onnx_weights(layer: MaskedRecurrentLayer, padding_column: bool = False) -> tuple:
+    """W [1, G*H, I], R [1, G*H, H] and B [1, 2*G*H] in the ONNX op's gate order.
 
     Keras's bias is ONNX's Wb; Rb is zeros except where the layer has a separate recurrent bias
-    (a GRU with ``reset_after=True``, whose reset gate multiplies ``h @ R + Rb``)."""
+    (a GRU with ``reset_after=True``, whose reset gate multiplies ``h @ R + Rb``). With
+    ``padding_column`` (LSTM), W gets one more input column: -PADDING_DRIVE into the input
+    gate, +PADDING_DRIVE into the forget gate."""
     order = ONNX_GATE_ORDER[layer.kind]
     zeros = np.zeros(layer.hidden_size, np.float32)
-    w = _stack_gates([layer.kernel[g].T for g in order])
+    kernels = [layer.kernel[g].T for g in order]
+    if padding_column:
+        drive = {"i": -PADDING_DRIVE, "f": PADDING_DRIVE}
+        kernels = [np.concatenate([k, np.full((layer.hidden_size, 1), drive.get(g, 0.0), np.float32)], axis=1)
+                   for g, k in zip(order, kernels)]
+    w = _stack_gates(kernels)
     r = _stack_gates([layer.recurrent[g].T for g in order])
     wb = _stack_gates([zeros if layer.bias is None else layer.bias[g] for g in order])
     rb = _stack_gates([layer.recurrent_bias.get(g, zeros) for g in order])
     return w, r, np.concatenate([wb, rb], axis=1)
 
 
-def _direction(gb, tensor, axis, index, count):
-    """Direction ``index`` of an ONNX recurrent op's output, the direction axis kept (size 1)."""
-    if count > 1:
-        tensor = gb.make_slice({"data": tensor, "starts": [index], "ends": [index + 1], "axes": [axis]})
-    return tensor
-
-
 def _stack_gates(blocks: list) -> np.ndarray:
     """Gate blocks one after the other along the first axis, with a leading direction axis."""
     return np.concatenate(blocks, axis=0)[np.newaxis].astype(np.float32)
-
-
-def _stack_states(g, states: list) -> str:
-    gb = GraphBuilder(g)
-    parts = [gb.make_unsqueeze({"data": state, "axes": [0]}) for state in states]
-    return parts[0] if len(parts) == 1 else g.make_node("Concat", parts, attr={"axis": 0}).output[0]
 
 
 def _activation_attrs(activations) -> dict:
@@ -163,38 +213,34 @@ def _activation_attrs(activations) -> dict:
     return attrs
 
 
-def _keras_outputs(g, layer: MaskedRecurrentLayer, out: DirectionOutputs, mask_tensors: MaskTensors):
+def _keras_outputs(g, layer: MaskedRecurrentLayer, out: NodeOutputs, masks: MaskTensors):
     """(sequence in Keras's order, sequence in the model's time order, last output, final h, c)."""
     gb = GraphBuilder(g)
-    final_h, final_c, carried = _keras_states(g, layer, mask_tensors, out.h_last, out.c_last)
+    final_h, final_c = _keras_states(g, layer, masks, out.h_last, out.c_last)
+    last_output = out.h_last  # the carried output: zeros for a row with no valid step
     in_time_order = None
-    if mask_tensors.reorder is not None:
-        # mask_mode="any": the LSTM ran over the valid steps moved to the front; map back
-        where = mask_tensors.reorder.output_map(layer.direction, layer.output_carried)
+    if masks.reorder is not None:
+        # mask_mode="any": the node ran over the valid steps moved to the front; map back
+        where = masks.reorder.output_map(layer.direction, layer.output_carried)
         mapped = _gather_steps(g, out.y, where.index, layer.hidden_size)
         in_time_order = g.make_node("Where", [where.keep, mapped, _zero(g)]).output[0]
         if layer.direction == "reverse":
             sequence = _reverse_time(gb, in_time_order)
-            last_output = carried if layer.output_carried else _step(gb, in_time_order, 0)
+            last_output = last_output if layer.output_carried else _step(gb, in_time_order, 0)
         else:
             sequence, in_time_order = in_time_order, None
-            last_output = carried if layer.output_carried else _step(gb, sequence, -1)
+            last_output = last_output if layer.output_carried else _step(gb, sequence, -1)
     elif layer.direction == "reverse":
         # Keras ran forward over the reversed rows, whose padding comes first: those steps output
         # zeros (the carried output starts at zeros); its last step saw the row's first step.
-        in_time_order = g.make_node("Where", [mask_tensors.mask_tm, out.y, _zero(g)]).output[0]
+        in_time_order = g.make_node("Where", [masks.mask_tm, out.y, _zero(g)]).output[0]
         sequence = _reverse_time(gb, in_time_order)
-        last_output = carried
     elif layer.output_carried:
-        # padded steps repeat the last output: h at the last valid step, zeros if none; with a
-        # zero initial state that is the runtime's [1, B, H] Y_h as it is (no Squeeze node)
-        fill = out.h_last_step if layer.zero_initial_state else carried
-        sequence = g.make_node("Where", [mask_tensors.mask_tm, out.y, fill]).output[0]
-        last_output = carried
+        # padded steps repeat the last output: the output at the last valid step, zeros if none
+        sequence = g.make_node("Where", [masks.mask_tm, out.y, out.h_last_step]).output[0]
     else:
-        # masked steps output zeros (zero_output_for_mask): zero them explicitly, whatever the
-        # runtime writes past a row's length
-        sequence = g.make_node("Where", [mask_tensors.mask_tm, out.y, _zero(g)]).output[0]
+        # masked steps output zeros (zero_output_for_mask)
+        sequence = g.make_node("Where", [masks.mask_tm, out.y, _zero(g)]).output[0]
         last_output = _step(gb, sequence, -1)
     if not layer.writes_sequence:
         sequence = in_time_order = gb.make_unsqueeze({"data": last_output, "axes": [0]})
@@ -217,19 +263,16 @@ def _reverse_time(gb, tensor):
                           "steps": [-1]})
 
 
-def _keras_states(g, layer: MaskedRecurrentLayer, mask_tensors: MaskTensors, h_last, c_last):
-    """(final h, final c, last carried output) as Keras has them, rows with no valid step included.
+def _keras_states(g, layer: MaskedRecurrentLayer, masks: MaskTensors, h_last, c_last):
+    """(final h, final c) as Keras has them: a row with no valid step keeps the initial state.
 
-    Keras keeps the initial state for such a row, and its carried output stays at zeros. With a
-    zero initial state the runtime's own answer (zeros, or the initial state) is already right.
-    """
+    With a zero initial state that is zeros, which ``h_last`` already is there (and ``c_last``:
+    the padding column holds it, and runtimes that skip such a row return zeros)."""
     if layer.zero_initial_state:
-        return h_last, c_last, h_last
-    has_steps = mask_tensors.has_steps
-    final_h = g.make_node("Where", [has_steps, h_last, layer.initial_h]).output[0]
-    final_c = None if c_last is None else g.make_node("Where", [has_steps, c_last, layer.initial_c]).output[0]
-    carried = g.make_node("Where", [has_steps, h_last, _zero(g)]).output[0]
-    return final_h, final_c, carried
+        return h_last, c_last
+    final_h = g.make_node("Where", [masks.has_steps, h_last, layer.initial_h]).output[0]
+    final_c = None if c_last is None else g.make_node("Where", [masks.has_steps, c_last, layer.initial_c]).output[0]
+    return final_h, final_c
 
 
 def _rewire(g, layer: MaskedRecurrentLayer, sequence, in_time_order, last_output, final_h, final_c):

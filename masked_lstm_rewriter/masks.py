@@ -1,18 +1,21 @@
 # SPDX-License-Identifier: Apache-2.0
 """Stage 2a, plan: what each mask needs, emitted once however many layers share it.
 
-* ``sequence_lens``: the count of valid steps per row.
+* ``sequence_lens``: the count of valid steps per row, and what the fix-ups read off it: the
+  position of each row's last valid step, and whether the row has one.
 * ``mask_mode="post"``: the post-padding guard. ``sequence_lens`` only describes rows whose
-  valid steps all come first, i.e. whose mask never rises. The lengths reach the LSTM through a
-  Reshape whose target size is the batch size plus the number of rises, so any other row makes
-  the Reshape fail, on every runtime, with the node's name (the problem and the remedy) in the
-  error.
+  valid steps all come first, i.e. whose mask never rises. The lengths reach the recurrent ops
+  through a one-output Split whose size is the batch size plus the number of rises: any other
+  row makes the Split fail, with the node's name (the problem and the remedy) in the error. The
+  ONNX standard makes a split that does not add up an error, and onnxruntime and OpenVINO
+  (dynamic and static shapes) both enforce it; OpenVINO does not check a Reshape's element count.
 * ``mask_mode="any"``: a :class:`Reorder`. Skipping masked steps is the same as running over
   the valid steps moved to the front, in order, with ``sequence_lens`` their count; the reorder
   holds the gather indices that move them there and the ones that map each output back.
 * A mask built as ``sequence_mask(lengths, T)`` is post-padded by construction: neither the guard
   nor the reorder is needed.
 
+Every tensor is emitted eagerly; tf2onnx removes the ones no layer reads after the rewriters.
 All index tensors are time-major and flat: position (t, b) of a [T, B, ...] tensor is row
 ``t * B + b`` of its [T * B, ...] reshape, so one Gather moves whole feature vectors.
 """
@@ -45,6 +48,7 @@ class Reorder:
     """mask_mode="any": valid steps moved to the front, and the ways back."""
 
     gather_input: str        # [T, B] int64, flat row of the input for each compacted position
+    valid_steps: str         # [T, B, 1] bool, the compacted positions that hold a valid step
     forward_carried: OutputMap   # plain layer: position t shows the output after the valid steps <= t
     forward_zeros: OutputMap     # zero_output_for_mask: the same at valid steps, zeros elsewhere
     reverse_carried: OutputMap   # reversed layer: the output after the valid steps >= t
@@ -58,11 +62,17 @@ class Reorder:
 
 @dataclasses.dataclass(frozen=True)
 class MaskTensors:
-    """Tensors derived from one [B, T] mask, shared by every layer that uses it."""
+    """Tensors derived from one [B, T] mask, shared by every layer that uses it.
+
+    The recurrent ops run over post-padded rows (the "node layout"): the input as it is in
+    "post", its valid steps moved to the front in "any"."""
 
     lengths: str                 # [B] int32, valid steps per row (through the guard in "post")
+    lengths_i64: str             # the same as int64 (ReverseSequence takes no other type)
+    last_step: str               # [1, B, 1] int32, max(length - 1, 0): where each row's last valid step is
     has_steps: str               # [B, 1] bool, length > 0
-    mask_tm: str                 # [T, B, 1] bool, time-major mask
+    mask_tm: str                 # [T, B, 1] bool, time-major mask in the model's time order
+    valid_steps: str             # [T, B, 1] bool, step < length: the valid steps in the node layout
     reorder: Optional[Reorder]   # mask_mode="any" on a mask not known to be post-padded
 
 
@@ -84,21 +94,27 @@ class MaskPlanner:
 
     def _emit(self, mask: str, post_padded: bool) -> MaskTensors:
         g, gb = self.graph, GraphBuilder(self.graph)
-        counts = g.make_node("Cast", [mask], attr={"to": TensorProto.INT32}).output[0]
+        op = lambda kind, *inputs, **attr: g.make_node(kind, list(inputs), attr=attr).output[0]  # noqa: E731
+        counts = op("Cast", mask, to=TensorProto.INT32)
         lengths = gb.make_reduce_sum({"data": counts, "axes": [1], "keepdims": 0, "noop_with_empty_axes": 0})
-        positive = g.make_node("Greater", [lengths, _const(g, "zero_i32", np.array(0, np.int32))]).output[0]
-        has_steps = gb.make_unsqueeze({"data": positive, "axes": [1]})
-        mask_tm = g.make_node("Transpose", [mask], attr={"perm": [1, 0]}).output[0]
-        reorder = None
+        time_major = op("Transpose", mask, perm=[1, 0])
+        mask_tm = gb.make_unsqueeze({"data": time_major, "axes": [2]})
+        valid_steps, reorder = mask_tm, None
         if self.mask_mode == "post" and not post_padded:
             lengths = self._guard_post_padded(counts, lengths)
         elif self.mask_mode == "any" and not post_padded:
-            reorder = self._reorder(mask_tm)
-        return MaskTensors(lengths=lengths, has_steps=has_steps, reorder=reorder,
-                           mask_tm=gb.make_unsqueeze({"data": mask_tm, "axes": [2]}))
+            reorder = self._reorder(time_major)
+            valid_steps = reorder.valid_steps
+        one = _const(g, "one_i32", np.array(1, np.int32))
+        zero = _const(g, "zero_i32", np.array(0, np.int32))
+        last_step = gb.make_unsqueeze({"data": op("Max", op("Sub", lengths, one), zero), "axes": [0, 2]})
+        return MaskTensors(lengths=lengths, lengths_i64=op("Cast", lengths, to=TensorProto.INT64),
+                           last_step=last_step,
+                           has_steps=gb.make_unsqueeze({"data": op("Greater", lengths, zero), "axes": [1]}),
+                           mask_tm=mask_tm, valid_steps=valid_steps, reorder=reorder)
 
     def _guard_post_padded(self, counts: str, lengths: str) -> str:
-        """``lengths`` routed through a Reshape that fails unless every row is post-padded."""
+        """``lengths`` routed through a Split that fails unless every row is post-padded."""
         g, gb = self.graph, GraphBuilder(self.graph)
         before = gb.make_slice({"data": counts, "starts": [0], "ends": [-1], "axes": [1]})
         after = gb.make_slice({"data": counts, "starts": [1], "ends": [np.iinfo(np.int64).max], "axes": [1]})
@@ -106,8 +122,10 @@ class MaskPlanner:
                             attr={"to": TensorProto.INT64}).output[0]
         # one reduction over every axis (a scalar): each node costs ~2.5 us at batch 1
         total = gb.make_reduce_sum({"data": rises, "axes": [0, 1], "keepdims": 0, "noop_with_empty_axes": 0})
-        target = g.make_node("Add", [g.make_node("Shape", [lengths]).output[0], total]).output[0]
-        return g.make_node("Reshape", [lengths, target], name=utils.make_name(GUARD_MESSAGE)).output[0]
+        size = g.make_node("Add", [g.make_node("Shape", [lengths]).output[0], total]).output[0]
+        # OpenVINO's error names the output tensor, onnxruntime's the node: both carry the message
+        name = utils.make_name(GUARD_MESSAGE)
+        return g.make_node("Split", [lengths, size], attr={"axis": 0}, name=name, outputs=[name]).output[0]
 
     def _reorder(self, mask_tm: str) -> Reorder:
         """Index tensors that compact each row's valid steps to the front and map outputs back.
@@ -147,7 +165,7 @@ class MaskPlanner:
         forward_index = flat(op("Max", op("Sub", upto, one), zero))
         reverse_index = flat(before)
         return Reorder(
-            gather_input=flat(source),
+            gather_input=flat(source), valid_steps=keep(op("Less", time, total)),
             forward_carried=OutputMap(forward_index, keep(op("Greater", upto, zero))),
             forward_zeros=OutputMap(forward_index, is_valid),
             reverse_carried=OutputMap(reverse_index, keep(op("Less", before, total))),

@@ -12,13 +12,14 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+from typing import Optional
 
 from tf2onnx import tfonnx
 from tf2onnx.tf_loader import find_function
 
 from . import time_distributed
 from .batch import batch_root, same_batch
-from .emit import emit_group, plan_nodes
+from .emit import TARGETS, check_target, emit_layer, portability_caveat, target_refusal
 from .masks import MASK_MODES, MaskPlanner, broadcast_mask
 from .report import finish_conversion, record
 from .match import BODY_MATCH_ATTR, NoMatch, is_masked_recurrent_body, layer_name, match_body, match_loop
@@ -34,9 +35,13 @@ def _check_mask_mode(mask_mode: str) -> None:
         raise ValueError(f"mask_mode must be one of {MASK_MODES}, not {mask_mode!r}")
 
 
-def make_rewriter(mask_mode: str = "post"):
-    """A tf2onnx custom rewriter ``(graph, ops) -> ops`` for masked Keras LSTM, GRU and SimpleRNN loops."""
+def make_rewriter(mask_mode: str = "post", target: Optional[str] = None):
+    """A tf2onnx custom rewriter ``(graph, ops) -> ops`` for masked Keras LSTM, GRU and SimpleRNN loops.
+
+    ``target``: None for a model any runtime runs exactly where it compiles it; ``"openvino"`` to
+    also keep as Loops the layers OpenVINO's native recurrent ops cannot run (their activations)."""
     _check_mask_mode(mask_mode)
+    check_target(target)
 
     def rewrite_masked_lstm(graph, ops):
         if is_masked_recurrent_body(graph):
@@ -45,7 +50,7 @@ def make_rewriter(mask_mode: str = "post"):
             setattr(graph, COND_MATCH_ATTR, _read_condition_safely(graph))
         loops = [op for op in ops if op.type in ("While", "StatelessWhile")]
         if loops:
-            _rewrite_loops(graph, loops, mask_mode)
+            _rewrite_loops(graph, loops, mask_mode, target)
         _report_lowered_loops(graph, [op for op in ops if op.type == "Loop"], mask_mode)
         if _is_main_graph(graph):
             time_distributed.warn_traced_over_batch(graph, ops)
@@ -54,6 +59,7 @@ def make_rewriter(mask_mode: str = "post"):
 
     setattr(rewrite_masked_lstm, _MARK, True)
     rewrite_masked_lstm.mask_mode = mask_mode
+    rewrite_masked_lstm.target = target
     return rewrite_masked_lstm
 
 
@@ -99,7 +105,7 @@ def _report_lowered_loops(graph, loops, mask_mode):
             record(layer_name(loop), False, LOWERED_REASON, mask_mode)
 
 
-def _rewrite_loops(graph, loops, mask_mode):
+def _rewrite_loops(graph, loops, mask_mode, target):
     layers = []
     for loop in loops:
         body_graph = find_function(loop.get_attr_str("body"))
@@ -109,6 +115,9 @@ def _rewrite_loops(graph, loops, mask_mode):
         cond_graph = find_function(loop.get_attr_str("cond"))
         condition = getattr(cond_graph, COND_MATCH_ATTR, None) if cond_graph is not None else None
         layer = _match_loop_safely(graph, loop, body, condition) if not isinstance(body, NoMatch) else body
+        refusal = None if isinstance(layer, NoMatch) else target_refusal(layer, target)
+        if refusal:
+            layer = NoMatch(refusal)
         if isinstance(layer, NoMatch):
             logger.warning("masked recurrent layer '%s' left as a Loop: %s", layer_name(loop), layer.reason)
             record(layer_name(loop), False, layer.reason, mask_mode)
@@ -116,24 +125,32 @@ def _rewrite_loops(graph, loops, mask_mode):
             layers.append(layer)
     planner = MaskPlanner(graph, mask_mode)
     masks = BatchMasks(graph, layers)
-    for group in plan_nodes(layers):
-        names = " and ".join(f"'{layer.layer}'" for layer in group)
+    for layer in layers:
+        # before the rewrite rewires the loop's consumers
+        caveat = portability_caveat(layer)
+        not_for = {other: target_refusal(layer, other) for other in TARGETS if other != target}
         snapshot = GraphSnapshot(graph, planner, masks)
         try:
-            emit_group(graph, group, planner.tensors_for(masks.mask_for(group[0]), group[0].mask_post_padded))
+            emit_layer(graph, layer, planner.tensors_for(masks.mask_for(layer), layer.mask_post_padded))
         except Exception as error:  # pylint: disable=broad-except
-            snapshot.restore()  # the loops stand exactly as tf2onnx made them
+            snapshot.restore()  # the loop stands exactly as tf2onnx made it
             reason = f"rewrite failed: {type(error).__name__}: {error}"
-            logger.warning("masked recurrent layer %s left as a Loop: %s", names, reason)
-            for layer in group:
-                record(layer.layer, False, reason, mask_mode)
+            logger.warning("masked recurrent layer '%s' left as a Loop: %s", layer.layer, reason)
+            record(layer.layer, False, reason, mask_mode)
             continue
-        direction = "bidirectional" if len(group) == 2 else group[0].direction
-        for layer in group:
-            logger.info("masked %s layer '%s' (%d units) rewritten into a native ONNX %s "
-                        "(direction=%s, mask_mode=%s)", layer.keras_name, layer.layer, layer.hidden_size,
-                        layer.kind, direction, mask_mode)
-            record(layer.layer, True, f"{layer.kind} direction={direction}", mask_mode)
+        detail = f"{layer.kind} direction={layer.direction}"
+        logger.info("masked %s layer '%s' (%d units) rewritten into a native ONNX %s "
+                    "(direction=%s, mask_mode=%s)", layer.keras_name, layer.layer, layer.hidden_size,
+                    layer.kind, layer.direction, mask_mode)
+        if caveat:
+            logger.warning("masked %s layer '%s': %s", layer.keras_name, layer.layer, caveat)
+            detail += f"; {caveat}"
+        for other, reason in not_for.items():
+            if reason:
+                logger.info("masked %s layer '%s': for %s, convert with target=%r (%s)", layer.keras_name,
+                            layer.layer, other, other, reason)
+                detail += f"; for {other}, convert with target={other!r}"
+        record(layer.layer, True, detail, mask_mode, tuple(other for other, reason in not_for.items() if reason))
 
 
 class BatchMasks:
@@ -172,7 +189,7 @@ class BatchMasks:
 
 
 class GraphSnapshot:
-    """What rewriting one group can change, copied so that a failure half-way can be undone exactly.
+    """What rewriting one layer can change, copied so that a failure half-way can be undone exactly.
 
     tf2onnx has no transactions: emitting adds nodes, ``replace_all_inputs`` rewires consumers (in
     subgraphs too) and ``remove_node`` drops the loop, each updating the graph's private indices.
@@ -246,32 +263,32 @@ def _with_rewriter(original):
 class _Enabled(contextlib.AbstractContextManager):
     """Returned by :func:`enable`; on exit, restores what was in force before."""
 
-    def __init__(self, previous_mode):
-        self._previous_mode = previous_mode
+    def __init__(self, previous):
+        self._previous = previous
 
     def __exit__(self, *exc):
-        if self._previous_mode is None:
+        if self._previous is None:
             disable()
         else:
-            enable(self._previous_mode)
+            enable(self._previous.mask_mode, self._previous.target)
         return False
 
 
-def enable(mask_mode: str = "post") -> _Enabled:
+def enable(mask_mode: str = "post", target: Optional[str] = None) -> _Enabled:
     """Apply the rewrite in every tf2onnx conversion of this process from now on.
 
-    Enabling again changes the mode; the rewrite is never applied twice (not even when a
-    caller also passes it in ``custom_rewriter``). Use the result as a context manager to
-    restore the previous state on exit. In a Keras 3 process it also makes Keras trace
-    ``TimeDistributed`` correctly (:mod:`.time_distributed`).
+    ``target`` as in :func:`make_rewriter`. Enabling again changes the mode; the rewrite is
+    never applied twice (not even when a caller also passes it in ``custom_rewriter``). Use the
+    result as a context manager to restore the previous state on exit. In a Keras 3 process it
+    also makes Keras trace ``TimeDistributed`` correctly (:mod:`.time_distributed`).
     """
     global _original_process_parsed_graph, _enabled_rewriter  # pylint: disable=global-statement
-    _check_mask_mode(mask_mode)
-    previous = enabled_mode()
+    rewriter = make_rewriter(mask_mode, target)
+    previous = _enabled_rewriter
     if _original_process_parsed_graph is None:
         _original_process_parsed_graph = tfonnx.process_parsed_graph
         tfonnx.process_parsed_graph = _with_rewriter(_original_process_parsed_graph)
-    _enabled_rewriter = make_rewriter(mask_mode)
+    _enabled_rewriter = rewriter
     time_distributed.install()
     return _Enabled(previous)
 

@@ -22,8 +22,9 @@ class LayerReport:
 
     layer: str
     rewritten: bool
-    detail: str   # "LSTM direction=bidirectional" (or GRU, RNN) or the reason it stayed a Loop
+    detail: str   # "LSTM direction=reverse" (or GRU, RNN) or the reason it stayed a Loop
     mask_mode: str
+    not_for: tuple = ()  # rewritten: targets (runtimes) that cannot run it; convert with target=... for them
 
     def __str__(self):
         verdict = "native ONNX" if self.rewritten else "left as a Loop:"
@@ -62,8 +63,8 @@ class _Recorder(threading.local):
 _RECORDER = _Recorder()
 
 
-def record(layer: str, rewritten: bool, detail: str, mask_mode: str) -> None:
-    _RECORDER.pending.append(LayerReport(layer, rewritten, detail, mask_mode))
+def record(layer: str, rewritten: bool, detail: str, mask_mode: str, not_for: tuple = ()) -> None:
+    _RECORDER.pending.append(LayerReport(layer, rewritten, detail, mask_mode, not_for))
 
 
 def finish_conversion() -> ConversionReport:

@@ -91,22 +91,35 @@ def assert_matches_keras(model, onnx_model, spec, inputs, runtime="onnxruntime")
     return error
 
 
+def _runtimes_needing_a_target(rewriter) -> set:
+    """The runtimes that cannot run a layer the last conversion (with ``rewriter``) emitted."""
+    report = mlr.last_report()
+    if rewriter is None or report is None:
+        return set()
+    return {runtime for layer in report.layers for runtime in layer.not_for}
+
+
 def check_conversion(model, spec, inputs, rewriter="default", ops=None, opset=15):
     """Converts ``model`` with its declared ``spec`` and with the sampled static signature forms
     (:mod:`signatures`), and checks each conversion on every runtime (:mod:`runtimes`) against
     Keras on ``inputs``, at every position. ``ops``: the expected native op counts
     (``{"LSTM": 2}``), or a function of the signature form that gives them, checked with no
     Loop left. Returns the model converted with ``spec``."""
+    rewriter = mlr.rewrite_masked_lstm if rewriter == "default" else rewriter
     converted = None
     for form in signatures.forms_for():
         form_spec, batches = signatures.signature(spec, inputs, form)
         onnx_model = convert(model, form_spec, rewriter=rewriter, opset=opset)
+        needs_target = _runtimes_needing_a_target(rewriter)
         for op, count in ((ops(form) if callable(ops) else ops) or {}).items():
             assert_native(onnx_model, lstm=count, op=op)
         for runtime in runtimes.runtimes():
+            runtime_model = onnx_model
+            if runtime in needs_target:  # convert as a user targeting that runtime would
+                runtime_model = convert(model, form_spec, mlr.make_rewriter(rewriter.mask_mode, runtime), opset)
             for batch in batches:
                 try:
-                    assert_matches_keras(model, onnx_model, form_spec, batch, runtime)
+                    assert_matches_keras(model, runtime_model, form_spec, batch, runtime)
                 except AssertionError as error:
                     raise AssertionError(f"signature {form!r} ({[s.shape for s in form_spec]}): {error}") from error
         if converted is None:
@@ -136,6 +149,24 @@ def assert_native(onnx_model, lstm=1, op="LSTM"):
     counts = op_counts(onnx_model)
     assert counts["Loop"] == 0, counts
     assert counts[op] == lstm, counts
+
+
+def layer_directions(onnx_model, op="LSTM"):
+    """Sorted directions of the Keras layers behind the native ``op`` nodes: every node runs
+    forward (ONNX ``direction="forward"``), a backward layer over its rows reversed within their
+    length (its input comes from a ReverseSequence)."""
+    producers = {out: n for n in onnx_model.graph.node for out in n.output}
+    directions = []
+    for node in onnx_model.graph.node:
+        if node.op_type != op:
+            continue
+        attrs = {a.name: a for a in node.attribute}
+        assert attrs["direction"].s == b"forward", "every native node must run forward"
+        source = producers.get(node.input[0])
+        while source is not None and source.op_type in ("Where", "Pad"):  # the padding column
+            source = producers.get(source.input[1] if source.op_type == "Where" else source.input[0])
+        directions.append("reverse" if source is not None and source.op_type == "ReverseSequence" else "forward")
+    return sorted(directions)
 
 
 def post_padded_tokens(lengths, steps, vocab=50, seed=0):

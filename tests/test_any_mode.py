@@ -26,7 +26,7 @@ LAYERS = {
     "stacked": lambda: [keras.layers.LSTM(UNITS, return_sequences=True),
                         keras.layers.Bidirectional(keras.layers.LSTM(UNITS, return_sequences=True))],
 }
-LSTM_NODES = {"stacked": 2}
+LSTM_NODES = {"bidirectional": 2, "bidirectional last output": 2, "stacked": 3}  # a Bidirectional is two nodes
 
 
 def mask_input_model(name, with_initial_state=False):
