@@ -64,12 +64,19 @@ SHAPES = {"x": [BATCH, INPUT], "h": [BATCH, UNITS], "W": [INPUT, 2 * UNITS], "R"
           "b": [2 * UNITS], "Wt": [2 * UNITS, INPUT], "x1": [1, INPUT], "h1": [1, UNITS]}
 
 
+WEIGHTS = ("W", "R", "b", "Wt")
+
+
 def body_graph():
     """A graph whose inputs stand for a loop body's: step inputs x (or x1, batch 1), states h (h1),
-    and weights W, R, b (Wt: W stored transposed)."""
+    and weights W, R, b (Wt: W stored transposed). Like a While body, it returns the weights
+    unchanged (loop-invariant, so they read as constants) and the other inputs changed."""
     graph = Graph([], opset=15)
     for name, shape in SHAPES.items():
         graph.add_graph_input(name, TensorProto.FLOAT, shape)
+    for name, shape in SHAPES.items():
+        output = name if name in WEIGHTS else graph.make_node("Neg", [name]).output[0]
+        graph.add_graph_output(output, TensorProto.FLOAT, shape)
     return graph
 
 

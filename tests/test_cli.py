@@ -45,7 +45,7 @@ def run(module, *args, env_mode=None):
 def check_native(path, tokens, expected):
     onnx_model = onnx.load(str(path))
     counts = op_counts(onnx_model)
-    assert (counts["LSTM"], counts["Loop"]) == (1, 0), counts
+    assert (counts["LSTM"], counts["Loop"]) == (2, 0), counts  # a Bidirectional layer: two forward nodes
     sess = session(onnx_model)
     got = sess.run(None, {sess.get_inputs()[0].name: tokens})[0]
     np.testing.assert_allclose(got, expected, atol=1e-5)
