@@ -71,12 +71,17 @@ def carries_cell_state(layer: MaskedRecurrentLayer) -> bool:
     return layer.final_c is not None and bool(layer.while_node.graph.find_output_consumers(layer.final_c))
 
 
-def portability_caveat(layer: MaskedRecurrentLayer) -> Optional[str]:
-    """Why the emitted layer would depend on the runtime honouring ``sequence_lens``, or None."""
+def portability_refusal(layer: MaskedRecurrentLayer) -> Optional[str]:
+    """Why the layer cannot be emitted without depending on how a runtime treats padded steps, or None.
+
+    The final cell state is carried over padded steps by an input column that drives the input
+    gate to 0 and the forget gate to 1 there: only a saturating recurrent activation reaches
+    them. Otherwise the native node's ``Y_c`` would be right only where the runtime honours
+    ``sequence_lens`` (onnxruntime; OpenVINO only with static shapes), and the Loop stays."""
     if carries_cell_state(layer) and layer.activations[0].name not in SATURATING:
-        return (f"the final cell state depends on the runtime honouring sequence_lens past each row's length "
-                f"(onnxruntime does; OpenVINO only with static shapes): recurrent activation "
-                f"{layer.activations[0].name} cannot hold it over padded steps")
+        return (f"the final cell state is used and recurrent activation {layer.activations[0].name} cannot "
+                f"hold it over padded steps: a native LSTM would depend on the runtime honouring sequence_lens "
+                f"(OpenVINO does not with dynamic shapes)")
     return None
 
 
@@ -97,15 +102,14 @@ def target_refusal(layer: MaskedRecurrentLayer, target: Optional[str]) -> Option
 
     The Loop is what such a runtime can run: OpenVINO runs tf2onnx's masked Loops exactly where
     its native ops refuse the activation (measured on every activation the plugin supports)."""
-    if target is None:
-        return None
-    name = TARGET_NAMES[target]
+    portability = portability_refusal(layer)
+    if portability or target is None:
+        return portability
     unsupported = sorted({a.name for a in layer.activations} - set(TARGET_ACTIVATIONS[target]))
     if unsupported:
-        return (f"target {target}: {name}'s native {layer.kind} op compiles only "
+        return (f"target {target}: {TARGET_NAMES[target]}'s native {layer.kind} op compiles only "
                 f"{', '.join(TARGET_ACTIVATIONS[target])} activations, not {', '.join(unsupported)}")
-    caveat = portability_caveat(layer)
-    return f"target {target}: {caveat}" if caveat else None
+    return None
 
 
 def emit_layer(graph, layer: MaskedRecurrentLayer, masks: MaskTensors) -> None:
@@ -122,7 +126,7 @@ def _emit_recurrent_node(g, layer: MaskedRecurrentLayer, masks: MaskTensors) -> 
         x = _gather_steps(g, x, masks.reorder.gather_input, layer.input_size)
     if layer.direction == "reverse":
         x = _reverse_valid_steps(g, x, masks)
-    padding_column = carries_cell_state(layer) and portability_caveat(layer) is None
+    padding_column = carries_cell_state(layer)  # saturating: portability_refusal() let it through
     if padding_column:
         x = _with_padding_column(g, x, masks.valid_steps, layer.input_size)
     w, r, b = _onnx_weights(layer, padding_column)

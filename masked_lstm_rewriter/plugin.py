@@ -19,7 +19,7 @@ from tf2onnx.tf_loader import find_function
 
 from . import time_distributed
 from .batch import batch_root, same_batch
-from .emit import TARGETS, check_target, emit_layer, portability_caveat, target_refusal
+from .emit import TARGETS, check_target, emit_layer, target_refusal
 from .masks import MASK_MODES, MaskPlanner, broadcast_mask
 from .report import finish_conversion, record
 from .match import BODY_MATCH_ATTR, NoMatch, is_masked_recurrent_body, layer_name, match_body, match_loop
@@ -35,6 +35,12 @@ def _check_mask_mode(mask_mode: str) -> None:
         raise ValueError(f"mask_mode must be one of {MASK_MODES}, not {mask_mode!r}")
 
 
+# measured with OpenVINO 2026.4 (tests/test_openvino.py pins it)
+OPENVINO_GUARD_NOTE = ("OpenVINO enforces the \"post\" guard except in synchronous inference compiled with "
+                       "INFERENCE_NUM_THREADS=1, which drops every runtime error and returns empty or stale outputs: "
+                       "there, use mask_mode='any' (exact for any mask) or start_async() + wait()")
+
+
 def make_rewriter(mask_mode: str = "post", target: Optional[str] = None):
     """A tf2onnx custom rewriter ``(graph, ops) -> ops`` for masked Keras LSTM, GRU and SimpleRNN loops.
 
@@ -42,6 +48,8 @@ def make_rewriter(mask_mode: str = "post", target: Optional[str] = None):
     also keep as Loops the layers OpenVINO's native recurrent ops cannot run (their activations)."""
     _check_mask_mode(mask_mode)
     check_target(target)
+    if target == "openvino" and mask_mode == "post":
+        logger.info(OPENVINO_GUARD_NOTE)
 
     def rewrite_masked_lstm(graph, ops):
         if is_masked_recurrent_body(graph):
@@ -126,8 +134,6 @@ def _rewrite_loops(graph, loops, mask_mode, target):
     planner = MaskPlanner(graph, mask_mode)
     masks = BatchMasks(graph, layers)
     for layer in layers:
-        # before the rewrite rewires the loop's consumers
-        caveat = portability_caveat(layer)
         not_for = {other: target_refusal(layer, other) for other in TARGETS if other != target}
         snapshot = GraphSnapshot(graph, planner, masks)
         try:
@@ -142,9 +148,6 @@ def _rewrite_loops(graph, loops, mask_mode, target):
         logger.info("masked %s layer '%s' (%d units) rewritten into a native ONNX %s "
                     "(direction=%s, mask_mode=%s)", layer.keras_name, layer.layer, layer.hidden_size,
                     layer.kind, layer.direction, mask_mode)
-        if caveat:
-            logger.warning("masked %s layer '%s': %s", layer.keras_name, layer.layer, caveat)
-            detail += f"; {caveat}"
         for other, reason in not_for.items():
             if reason:
                 logger.info("masked %s layer '%s': for %s, convert with target=%r (%s)", layer.keras_name,

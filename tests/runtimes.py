@@ -19,8 +19,7 @@ try:
 except ImportError:  # pragma: no cover - openvino is in .[test]
     ov = None
 
-# exact float32 arithmetic (no bf16/f16 inference precision), one thread like onnxruntime
-OPENVINO_CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": 1}
+from masked_lstm_rewriter.corpus.check import OPENVINO_CONFIG  # exact float32, one thread
 
 
 def run_onnxruntime(onnx_model, feeds: dict) -> list:
@@ -31,10 +30,14 @@ def run_onnxruntime(onnx_model, feeds: dict) -> list:
     return sess.run(None, feeds)
 
 
-def run_openvino(onnx_model, feeds: dict) -> list:
-    """OpenVINO's ONNX front end on the CPU, compiled with the model's own (possibly dynamic) shapes."""
+def run_openvino(onnx_model, feeds: dict, static: bool = False) -> list:
+    """OpenVINO's ONNX front end on the CPU, compiled with the model's own (possibly dynamic)
+    shapes, or (``static``) with those of ``feeds``."""
     core = ov.Core()
-    compiled = core.compile_model(core.read_model(onnx_model.SerializeToString(), b""), "CPU", OPENVINO_CONFIG)
+    model = core.read_model(onnx_model.SerializeToString(), b"")
+    if static:
+        model.reshape({name: ov.PartialShape(list(value.shape)) for name, value in feeds.items()})
+    compiled = core.compile_model(model, "CPU", OPENVINO_CONFIG)
     results = compiled(feeds)
     return [np.asarray(results[compiled.output(o.name)]) for o in onnx_model.graph.output]
 

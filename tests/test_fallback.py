@@ -107,3 +107,33 @@ def test_the_reason_names_what_was_not_understood(layer, reason):
     assert detail == reason
     if "pre-activation" in reason:
         assert "activation ONNX" not in detail and "unsupported activation" not in detail
+
+
+# --- a layer whose native form would depend on how a runtime treats padded steps ------------------
+
+@pytest.mark.parametrize("recurrent_activation", ["tanh", "relu"])
+def test_cell_state_with_a_non_saturating_gate_stays_a_loop(caplog, recurrent_activation):
+    """The final c is carried over padded steps by gates driven to exactly 0 and 1, which tanh and
+    relu cannot reach: with c used, the layer stays a Loop (exact on every runtime); without, it
+    is native."""
+    layer = keras.layers.LSTM(UNITS, return_sequences=True, return_state=True,
+                              recurrent_activation=recurrent_activation)
+    model, spec, inputs = embedding_model(layer)
+    with caplog.at_level(logging.INFO, logger="masked_lstm_rewriter"):
+        onnx_model = convert(model, spec)
+    assert op_counts(onnx_model)["Loop"] == 1
+    reason = mlr.last_report().left_as_loop[0].detail
+    assert "cannot hold it over padded steps" in reason and recurrent_activation in reason.lower(), reason
+    assert any(reason in message for message in warnings_for(caplog))
+    assert_matches_keras(model, onnx_model, spec, inputs)
+
+    model, spec, inputs = embedding_model(keras.layers.LSTM(UNITS, return_sequences=True,
+                                                            recurrent_activation=recurrent_activation))
+    onnx_model = convert(model, spec)
+    assert (op_counts(onnx_model)["Loop"], op_counts(onnx_model)["LSTM"]) == (0, 1)
+    assert_matches_keras(model, onnx_model, spec, inputs)
+
+
+def test_unknown_target_is_refused():
+    with pytest.raises(ValueError, match="target must be"):
+        mlr.make_rewriter("post", target="tensorrt")

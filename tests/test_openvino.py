@@ -1,76 +1,152 @@
 # SPDX-License-Identifier: Apache-2.0
-"""What OpenVINO (its ONNX front end, CPU) does with the emitted models, beyond the corpus.
+"""OpenVINO (its ONNX front end, CPU) on the emitted models, beyond the numeric tests (which run
+on OpenVINO too when ``MLR_OPENVINO`` is on, see :mod:`runtimes`).
 
-Skipped when openvino is not installed. Two tests pin OpenVINO behaviour that the README
-documents (measured with 2024.6 and 2026.4): with a dynamic input dimension, OpenVINO ignores the
-LSTM's ``sequence_lens`` (wrong numbers: compile with static shapes), and it never checks a
-Reshape's element count (the post-padding guard cannot fail there). If one of them fails,
-OpenVINO changed: update the README and ``masked_lstm_rewriter/corpus/check.py``.
+Skipped when openvino is not installed. Each test compiles the model the way a user would: with
+the shapes it declares (dynamic), and where it says so with static ones too. One test pins the
+runtime behaviour the emitter is built around (OpenVINO ignores ``sequence_lens`` with dynamic
+shapes): if it fails, OpenVINO changed, and the README's OpenVINO notes should say so.
 """
 
-import numpy as np
-import pytest
+import logging
 
-from kerasutil import ATOL, MAX_ERRORS, convert, keras, keras_outputs, post_padded_tokens
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from kerasutil import ATOL, MAX_ERRORS, convert, keras, keras_outputs, op_counts, post_padded_tokens
 from models import UNITS, embedding_model, initial_state_model
 
 import masked_lstm_rewriter as mlr
 
 ov = pytest.importorskip("openvino")
-from masked_lstm_rewriter.corpus.check import OPENVINO_CONFIG, openvino_runner  # noqa: E402
+from runtimes import run_openvino  # noqa: E402
+
+SHAPES = ["dynamic", "static"]
 
 
-def run_openvino(onnx_model, spec, inputs, tmp_path, static=True):
-    path = str(tmp_path / "model.onnx")
-    with open(path, "wb") as handle:
-        handle.write(onnx_model.SerializeToString())
+def assert_exact_on_openvino(model, onnx_model, spec, inputs, static):
     feeds = {s.name: np.asarray(x) for s, x in zip(spec, inputs)}
-    names = [o.name for o in onnx_model.graph.output]
-    if static:
-        return openvino_runner(path)(names, feeds)
-    core = ov.Core()
-    compiled = core.compile_model(core.read_model(path), "CPU", OPENVINO_CONFIG)
-    results = compiled(feeds)
-    return [results[compiled.output(name)] for name in names]
-
-
-def max_error(model, inputs, got):
-    expected = keras_outputs(model, inputs)
+    expected, got = keras_outputs(model, inputs), run_openvino(onnx_model, feeds, static)
     assert [e.shape for e in expected] == [g.shape for g in got]
-    return max(float(np.max(np.abs(e - g))) for e, g in zip(expected, got))
+    error = max(float(np.max(np.abs(e - g))) for e, g in zip(expected, got))
+    MAX_ERRORS.append(error)
+    assert error <= ATOL, f"max |keras - openvino| = {error}"
+
+
+LAYERS = {
+    "lstm states": lambda: keras.layers.LSTM(UNITS, return_sequences=True, return_state=True),
+    "lstm go_backwards states": lambda: keras.layers.LSTM(UNITS, return_sequences=True, return_state=True,
+                                                          go_backwards=True),
+    "bidirectional lstm states": lambda: keras.layers.Bidirectional(
+        keras.layers.LSTM(UNITS, return_sequences=True, return_state=True)),
+    "gru go_backwards last": lambda: keras.layers.GRU(UNITS, go_backwards=True),
+    "simple_rnn states": lambda: keras.layers.SimpleRNN(UNITS, return_sequences=True, return_state=True),
+}
 
 
 @pytest.mark.parametrize("mode", ["post", "any"])
-def test_zero_length_rows_with_an_initial_state(tmp_path, mode):
-    """A row with no valid step keeps the initial state, as in Keras (the fix-ups; the README's claim)."""
+@pytest.mark.parametrize("static", [False, True], ids=SHAPES)
+@pytest.mark.parametrize("name", list(LAYERS))
+def test_rewritten_layers_are_exact(name, static, mode):
+    """Last outputs, final states and backward layers: the numbers OpenVINO got wrong with dynamic
+    shapes while the emitter relied on its sequence_lens."""
+    model, spec, inputs = embedding_model(LAYERS[name]())
+    if mode == "any":
+        inputs = [inputs[0][:, ::-1].copy()]  # pre-padded
+    onnx_model = convert(model, spec, rewriter=mlr.make_rewriter(mode))
+    assert op_counts(onnx_model)["Loop"] == 0
+    assert_exact_on_openvino(model, onnx_model, spec, inputs, static)
+
+
+@pytest.mark.parametrize("mode", ["post", "any"])
+@pytest.mark.parametrize("static", [False, True], ids=SHAPES)
+def test_zero_length_rows_with_an_initial_state(mode, static):
+    """A row with no valid step keeps the initial state, as in Keras."""
     model, spec, inputs = initial_state_model(
         keras.layers.LSTM(UNITS, return_sequences=True, return_state=True))
     onnx_model = convert(model, spec, rewriter=mlr.make_rewriter(mode))
-    error = max_error(model, inputs, run_openvino(onnx_model, spec, inputs, tmp_path))
-    MAX_ERRORS.append(error)
-    assert error <= ATOL
+    assert_exact_on_openvino(model, onnx_model, spec, inputs, static)
 
 
-def test_bidirectional_any_mode_with_a_pre_padded_batch(tmp_path):
-    model, spec, _ = embedding_model(keras.layers.Bidirectional(keras.layers.LSTM(UNITS, return_sequences=True)))
-    tokens = post_padded_tokens([7, 3, 0, 1, 6], 7)[:, ::-1].copy()  # pre-padded
-    onnx_model = convert(model, spec, rewriter=mlr.make_rewriter("any"))
-    error = max_error(model, [tokens], run_openvino(onnx_model, spec, [tokens], tmp_path))
-    MAX_ERRORS.append(error)
-    assert error <= ATOL
-
-
-def test_dynamic_shapes_still_ignore_sequence_lens(tmp_path):
-    """Documented limit: compiled with dynamic shapes, OpenVINO runs every step of every row."""
-    model, spec, inputs = embedding_model(keras.layers.LSTM(UNITS, return_sequences=True, return_state=True))
-    onnx_model = convert(model, spec)
-    assert max_error(model, inputs, run_openvino(onnx_model, spec, inputs, tmp_path)) <= ATOL
-    dynamic = max_error(model, inputs, run_openvino(onnx_model, spec, inputs, tmp_path, static=False))
-    assert dynamic > 1e-3, "OpenVINO now honours sequence_lens with dynamic shapes: update the README"
-
-
-def test_guard_is_not_enforced(tmp_path):
-    """Documented limit: OpenVINO does not check the guard's Reshape, so a pre-padded batch runs."""
+@pytest.mark.parametrize("static", [False, True], ids=SHAPES)
+def test_guard_fails_loudly(static):
+    """"post" on a pre-padded batch: OpenVINO refuses to run, naming the guard's message."""
     model, spec, inputs = embedding_model(keras.layers.LSTM(UNITS, return_sequences=True))
     tokens = inputs[0][:, ::-1].copy()  # pre-padded
-    run_openvino(convert(model, spec), spec, [tokens], tmp_path)  # no error, (wrong) numbers
+    with pytest.raises(Exception, match="the mask is not post-padded"):
+        run_openvino(convert(model, spec), {"tokens": tokens}, static)
+
+
+def test_single_thread_synchronous_inference_drops_runtime_errors():
+    """An OpenVINO 2026.4 limit the README documents: compiled with INFERENCE_NUM_THREADS=1, the
+    synchronous infer() drops any runtime error (here the guard's) and returns empty outputs, or
+    the previous request's; start_async() + wait() still raises. If this fails, OpenVINO changed:
+    update the README's OpenVINO notes."""
+    model, spec, inputs = embedding_model(keras.layers.LSTM(UNITS, return_sequences=True))
+    onnx_model = convert(model, spec)
+    core = ov.Core()
+    compiled = core.compile_model(core.read_model(onnx_model.SerializeToString(), b""), "CPU",
+                                  {"INFERENCE_NUM_THREADS": 1})
+    good = compiled({"tokens": inputs[0]})[compiled.output(0)].copy()
+    stale = compiled({"tokens": inputs[0][:, ::-1].copy()})[compiled.output(0)]  # pre-padded: no error
+    np.testing.assert_array_equal(stale, good)
+    request = compiled.create_infer_request()
+    request.start_async({"tokens": inputs[0][:, ::-1].copy()})
+    with pytest.raises(Exception, match="the mask is not post-padded"):
+        request.wait()
+
+
+def test_hard_sigmoid_for_openvino_stays_a_loop_that_openvino_runs(caplog):
+    """OpenVINO compiles no HardSigmoid inside its LSTM: by default the layer is native (for
+    onnxruntime) and the report says to target OpenVINO; with ``target="openvino"`` it stays the
+    Loop, which OpenVINO runs exactly."""
+    model, spec, inputs = embedding_model(
+        keras.layers.LSTM(UNITS, return_sequences=True, recurrent_activation="hard_sigmoid"))
+    native = convert(model, spec)
+    assert mlr.last_report().layers[0].not_for == ("openvino",)
+    with pytest.raises(Exception, match="Unsupported activation function"):
+        run_openvino(native, {"tokens": inputs[0]}, static=False)
+    with caplog.at_level(logging.WARNING, logger="masked_lstm_rewriter"):
+        targeted = convert(model, spec, rewriter=mlr.make_rewriter("post", target="openvino"))
+    assert op_counts(targeted)["Loop"] == 1
+    reason = mlr.last_report().left_as_loop[0].detail
+    assert "OpenVINO" in reason and "HardSigmoid" in reason, reason
+    assert any(reason in r.getMessage() for r in caplog.records)
+    for static in (False, True):
+        assert_exact_on_openvino(model, targeted, spec, inputs, static)
+
+
+def test_openvino_still_ignores_sequence_lens_with_dynamic_shapes():
+    """The runtime behaviour the emitter does not rely on: a bare LSTM node with sequence_lens,
+    compiled with a dynamic batch, returns Y_h after the last step of every row, not at its
+    length (compiled static, it honours them). If this fails, OpenVINO changed."""
+    steps, batch, features, hidden = 5, 2, 3, 4
+    rng = np.random.default_rng(0)
+    initializers = [helper.make_tensor(name, TensorProto.FLOAT, value.shape, value.ravel()) for name, value in (
+        ("W", rng.normal(size=(1, 4 * hidden, features)).astype(np.float32)),
+        ("R", rng.normal(size=(1, 4 * hidden, hidden)).astype(np.float32)))]
+    node = helper.make_node("LSTM", ["x", "W", "R", "", "lengths"], ["Y", "Y_h"], hidden_size=hidden)
+    graph = helper.make_graph(
+        [node], "lstm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [steps, "batch", features]),
+                         helper.make_tensor_value_info("lengths", TensorProto.INT32, ["batch"])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [steps, 1, "batch", hidden]),
+         helper.make_tensor_value_info("Y_h", TensorProto.FLOAT, [1, "batch", hidden])], initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)])
+    onnx.checker.check_model(model)
+    feeds = {"x": rng.normal(size=(steps, batch, features)).astype(np.float32),
+             "lengths": np.array([2, steps], np.int32)}
+    y, y_h = run_openvino(model, feeds, static=True)
+    np.testing.assert_allclose(y_h[0, 0], y[1, 0, 0], atol=ATOL)  # static: Y_h at the row's length
+    y, y_h = run_openvino(model, feeds, static=False)
+    assert not np.allclose(y_h[0, 0], y[1, 0, 0], atol=1e-3), \
+        "OpenVINO now honours sequence_lens with dynamic shapes: update the README's OpenVINO notes"
+
+
+def test_pre_padded_bidirectional_any_mode_on_openvino():
+    model, spec, _ = embedding_model(keras.layers.Bidirectional(keras.layers.LSTM(UNITS, return_sequences=True)))
+    tokens = post_padded_tokens([7, 3, 0, 1, 6], 7)[:, ::-1].copy()  # pre-padded, an empty row
+    onnx_model = convert(model, spec, rewriter=mlr.make_rewriter("any"))
+    for static in (False, True):
+        assert_exact_on_openvino(model, onnx_model, spec, [tokens], static)

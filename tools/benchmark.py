@@ -11,7 +11,7 @@ each converted (opset 15) four ways:
   any        the plugin, custom_rewriter=[make_rewriter("any")]
   unmasked   the same weights with mask_zero=False: stock tf2onnx gives a native LSTM/GRU over
              every step (the practical limit)
-  no-guard   (headline rows only) the "post" model with the guard's Reshape bypassed, as in
+  no-guard   (headline rows only) the "post" model with the guard's Split bypassed, as in
              tools/guard_cost.py
 
 Grid: batch {1, 8, 32, 128} x T {16, 64, 256} x fill {1.0, 0.75, 0.5} x onnxruntime intra-op
@@ -56,7 +56,7 @@ import sys
 import tempfile
 import time
 
-from toolutil import op_counts, quiet_stderr  # tools/ is on sys.path when run as a script
+from toolutil import op_counts, quiet_stderr, without_guard  # tools/ is on sys.path when run as a script
 
 TOLERANCE = 1e-5
 OPSET = 15
@@ -290,34 +290,6 @@ def git_state() -> str:
     except (OSError, subprocess.CalledProcessError):
         return "not a git checkout"
     return f"{head}" + (" + uncommitted changes in masked_lstm_rewriter/" if dirty else " (clean plugin sources)")
-
-
-def without_guard(onnx_model, guard_message: str):
-    """Copy of the model with the guard's Reshape bypassed and the nodes only it used removed
-    (as in tools/guard_cost.py), or None when the model has no guard."""
-    import onnx
-    model = onnx.ModelProto()
-    model.CopyFrom(onnx_model)
-    graph = model.graph
-    guards = [n for n in graph.node if n.name.startswith(guard_message)]
-    if not guards:
-        return None
-    for guard in guards:
-        for node in graph.node:
-            for i, name in enumerate(node.input):
-                if name == guard.output[0]:
-                    node.input[i] = guard.input[0]
-        graph.node.remove(guard)
-    while True:  # prune the nodes nothing reads any more, then the initializers
-        used = {name for n in graph.node for name in n.input} | {o.name for o in graph.output}
-        dead = [n for n in graph.node if not any(o in used for o in n.output)]
-        if not dead:
-            break
-        for node in dead:
-            graph.node.remove(node)
-    for init in [i for i in graph.initializer if i.name not in used]:
-        graph.initializer.remove(init)
-    return model
 
 
 class BenchmarkError(Exception):

@@ -9,7 +9,7 @@ times onnxruntime (1 thread, interleaved rounds, medians) on post-padded batches
   loop        stock tf2onnx (an ONNX Loop)
   plugin      masked_lstm_rewriter, mask_mode="post" (guard + fix-ups)
   any         masked_lstm_rewriter, mask_mode="any" (valid steps gathered to the front and back)
-  no-guard    the plugin's model with the guard's Reshape bypassed (for the guard's cost)
+  no-guard    the plugin's model with the guard's Split bypassed (for the guard's cost)
   unmasked    the same weights without a mask: stock tf2onnx's native LSTM over every step
 
 Usage: python tools/guard_cost.py [--keras keras3|tf_keras] [--steps 100] [--batches 1 32] [--rounds 30]
@@ -18,7 +18,6 @@ Usage: python tools/guard_cost.py [--keras keras3|tf_keras] [--steps 100] [--bat
 
 import argparse
 import os
-import sys
 import time
 
 
@@ -44,9 +43,9 @@ import numpy as np  # noqa: E402
 import onnxruntime as ort  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tf2onnx  # noqa: E402
+from toolutil import without_guard  # noqa: E402  (tools/ is on sys.path when run as a script)
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-import masked_lstm_rewriter as mlr  # noqa: E402
+import masked_lstm_rewriter as mlr  # noqa: E402  (toolutil put this checkout first on sys.path)
 
 keras = __import__("tf_keras" if ARGS.keras == "tf_keras" else "keras")
 logging.getLogger("tf2onnx").setLevel(logging.ERROR)
@@ -65,27 +64,6 @@ def build(mask_zero):
 def convert(model, rewriters=None):
     spec = (tf.TensorSpec((None, None), tf.int32, name="tokens"),)
     return tf2onnx.convert.from_keras(model, input_signature=spec, opset=15, custom_rewriter=rewriters)[0]
-
-
-def without_guard(onnx_model):
-    """Copy of the model with the guard's Reshape bypassed and the nodes only it used removed."""
-    import onnx  # pylint: disable=import-outside-toplevel
-    model = onnx.ModelProto()
-    model.CopyFrom(onnx_model)
-    graph = model.graph
-    guard = next(n for n in graph.node if n.name.startswith(mlr.GUARD_MESSAGE))
-    for node in graph.node:
-        for i, name in enumerate(node.input):
-            if name == guard.output[0]:
-                node.input[i] = guard.input[0]
-    graph.node.remove(guard)
-    while True:  # prune nodes nothing reads any more
-        used = {name for n in graph.node for name in n.input} | {o.name for o in graph.output}
-        dead = [n for n in graph.node if not any(o in used for o in n.output)]
-        if not dead:
-            return model
-        for node in dead:
-            graph.node.remove(node)
 
 
 def session(onnx_model):
@@ -110,7 +88,8 @@ def main():
     unmasked.set_weights(masked.get_weights())
     plugin = convert(masked, [mlr.rewrite_masked_lstm])
     sessions = {"loop": session(convert(masked)), "plugin": session(plugin),
-                "no-guard": session(without_guard(plugin)), "unmasked": session(convert(unmasked)),
+                "no-guard": session(without_guard(plugin, mlr.GUARD_MESSAGE)),
+                "unmasked": session(convert(unmasked)),
                 "any": session(convert(masked, [mlr.make_rewriter("any")]))}
     print(f"keras={ARGS.keras} steps={ARGS.steps} fill={ARGS.fill} bidirectional={ARGS.bidirectional} "
           f"onnxruntime={ort.__version__} 1 thread")
