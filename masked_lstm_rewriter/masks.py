@@ -69,6 +69,8 @@ class MaskTensors:
 
     lengths: str                 # [B] int32, valid steps per row (through the guard in "post")
     lengths_i64: str             # the same as int64 (ReverseSequence takes no other type)
+    # read before the guard: a runtime cannot infer the size of the guard's output (OpenVINO then
+    # loses the batch dimension of every tensor after it, and refuses a Squeeze downstream)
     last_step: str               # [1, B, 1] int32, max(length - 1, 0): where each row's last valid step is
     has_steps: str               # [B, 1] bool, length > 0
     mask_tm: str                 # [T, B, 1] bool, time-major mask in the model's time order
@@ -99,16 +101,16 @@ class MaskPlanner:
         lengths = gb.make_reduce_sum({"data": counts, "axes": [1], "keepdims": 0, "noop_with_empty_axes": 0})
         time_major = op("Transpose", mask, perm=[1, 0])
         mask_tm = gb.make_unsqueeze({"data": time_major, "axes": [2]})
-        valid_steps, reorder = mask_tm, None
+        valid_steps, reorder, guarded = mask_tm, None, lengths
         if self.mask_mode == "post" and not post_padded:
-            lengths = self._guard_post_padded(counts, lengths)
+            guarded = self._guard_post_padded(counts, lengths)
         elif self.mask_mode == "any" and not post_padded:
             reorder = self._reorder(time_major)
             valid_steps = reorder.valid_steps
         one = _const(g, "one_i32", np.array(1, np.int32))
         zero = _const(g, "zero_i32", np.array(0, np.int32))
         last_step = gb.make_unsqueeze({"data": op("Max", op("Sub", lengths, one), zero), "axes": [0, 2]})
-        return MaskTensors(lengths=lengths, lengths_i64=op("Cast", lengths, to=TensorProto.INT64),
+        return MaskTensors(lengths=guarded, lengths_i64=op("Cast", guarded, to=TensorProto.INT64),
                            last_step=last_step,
                            has_steps=gb.make_unsqueeze({"data": op("Greater", lengths, zero), "axes": [1]}),
                            mask_tm=mask_tm, valid_steps=valid_steps, reorder=reorder)
@@ -172,6 +174,9 @@ class MaskPlanner:
             reverse_zeros=OutputMap(reverse_index, is_valid))
 
 
+BROADCAST_NAME = "masked_lstm_rewriter_mask_broadcast"  # the Expand's name, for tests and readers of the graph
+
+
 def broadcast_mask(graph, mask: str, like: str, axis: int) -> str:
     """``mask`` [B', T] expanded to B rows, B the size of axis ``axis`` of ``like`` (the layer's
     input, or a tensor upstream of it that provably has its batch).
@@ -187,7 +192,7 @@ def broadcast_mask(graph, mask: str, like: str, axis: int) -> str:
     batch = g.make_node("Gather", [g.make_node("Shape", [like]).output[0],
                                    _const(g, "batch_axis", np.array([axis], np.int64))]).output[0]
     target = g.make_node("Concat", [batch, _const(g, "one", np.array([1], np.int64))], attr={"axis": 0}).output[0]
-    return g.make_node("Expand", [mask, target]).output[0]
+    return g.make_node("Expand", [mask, target], name=utils.make_name(BROADCAST_NAME)).output[0]
 
 
 def _const(graph, name, value):

@@ -1,9 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """A rewrite that fails half-way leaves no trace: the layer stays the Loop tf2onnx made, with a reason.
 
-Failures are injected at several points of one group's rewrite (while the mask tensors are made,
+Failures are injected at several points of one layer's rewrite (while the mask tensors are made,
 while the LSTM node is made, after the first consumer was rewired, after the loop was removed).
-Only the first group fails; later groups must still be rewritten, and a model whose every group
+Only the first layer fails; later layers must still be rewritten, and a model whose every layer
 fails must be exactly the stock tf2onnx model.
 """
 
@@ -46,12 +46,12 @@ def fail_once(monkeypatch, module, name, after=True, times=1, when=lambda *a, **
 
 
 def fail_in_graph_method(monkeypatch, method, times=1, when=lambda graph, *a, **k: True):
-    """Make ``Graph.method`` raise right after its first ``times`` qualifying calls during emit_group
+    """Make ``Graph.method`` raise right after its first ``times`` qualifying calls during emit_layer
     (``when(graph, *args)`` is asked before the call)."""
-    original_emit = emit.emit_group
+    original_emit = emit.emit_layer
     state = {"left": times}
 
-    def emit_group(graph, layers, tensors):
+    def emit_layer(graph, layer, tensors):
         cls = type(graph)
         original = getattr(cls, method)
 
@@ -65,15 +65,16 @@ def fail_in_graph_method(monkeypatch, method, times=1, when=lambda graph, *a, **
 
         setattr(cls, method, wrapper)
         try:
-            return original_emit(graph, layers, tensors)
+            return original_emit(graph, layer, tensors)
         finally:
             setattr(cls, method, original)
 
-    monkeypatch.setattr(plugin, "emit_group", emit_group)
+    monkeypatch.setattr(plugin, "emit_layer", emit_layer)
 
 
 def two_layer_model():
-    """Two stacked masked layers: two groups, one mask (shared mask tensors)."""
+    """Two stacked masked Keras layers: three recurrent layers (a Bidirectional is two), one mask
+    (shared mask tensors)."""
     return embedding_model(keras.layers.LSTM(UNITS, return_sequences=True),
                            keras.layers.Bidirectional(keras.layers.LSTM(UNITS, return_sequences=True)))
 
@@ -128,16 +129,16 @@ INJECTIONS = {
 
 
 @pytest.mark.parametrize("where", INJECTIONS)
-def test_failed_group_stays_a_loop_and_the_next_is_rewritten(caplog, monkeypatch, where):
+def test_failed_layer_stays_a_loop_and_the_next_are_rewritten(caplog, monkeypatch, where):
     model, spec, inputs = two_layer_model()
     INJECTIONS[where](monkeypatch)
-    check_rolled_back(caplog, model, spec, inputs, loops=1, lstms=1)
+    check_rolled_back(caplog, model, spec, inputs, loops=1, lstms=2)
     report = mlr.last_report()
     assert len(report.rewritten) == 2 and len(report.left_as_loop) == 1, report
 
 
 @pytest.mark.parametrize("where", ["lstm node", "after the first rewiring", "after removing the loop"])
-def test_every_group_failing_gives_the_stock_model(caplog, monkeypatch, where):
+def test_every_layer_failing_gives_the_stock_model(caplog, monkeypatch, where):
     model, spec, inputs = two_layer_model()
     stock = convert(model, spec, rewriter=unchanged)
     fail = {"lstm node": lambda: fail_in_graph_method(monkeypatch, "make_node", times=99,
@@ -156,7 +157,7 @@ def test_matcher_exception_on_one_layer_does_not_stop_the_others(caplog, monkeyp
     with caplog.at_level(logging.WARNING, logger="masked_lstm_rewriter"):
         onnx_model = convert(model, spec)
     counts = op_counts(onnx_model)
-    assert (counts["Loop"], counts["LSTM"]) == (1, 1), counts
+    assert (counts["Loop"], counts["LSTM"]) == (1, 2), counts
     assert_matches_keras(model, onnx_model, spec, inputs)
     (failed,) = mlr.last_report().left_as_loop
     assert failed.detail.startswith("unexpected loop wiring") and INJECTED in failed.detail
@@ -167,10 +168,10 @@ def test_snapshot_restores_the_graph_exactly(monkeypatch):
     seen = {}
     original_rewrite = plugin._rewrite_loops  # pylint: disable=protected-access
 
-    def rewrite(graph, loops, mask_mode):
+    def rewrite(graph, loops, mask_mode, target):
         snapshot = plugin.GraphSnapshot(graph)
         before = _state(graph)
-        original_rewrite(graph, loops, mask_mode)   # a full successful rewrite
+        original_rewrite(graph, loops, mask_mode, target)   # a full successful rewrite
         seen["changed"] = _state(graph) != before
         snapshot.restore()
         seen["restored"] = _state(graph) == before
