@@ -3,8 +3,8 @@
 
 Each runs the model with the input shapes it declares: a model converted with a dynamic
 signature is compiled with dynamic dimensions on OpenVINO too (as a user loading the file would),
-one converted with a static signature with static ones. ``MLR_OPENVINO=0`` leaves OpenVINO out;
-it is skipped where openvino is not installed.
+one converted with a static signature with static ones. OpenVINO is on by default (CI runs it);
+``MLR_OPENVINO=0`` leaves it out, and it is skipped where openvino is not installed.
 """
 
 from __future__ import annotations
@@ -47,5 +47,5 @@ RUNNERS = {"onnxruntime": run_onnxruntime, "openvino": run_openvino}
 
 def runtimes() -> tuple:
     """The runtimes numeric tests compare with Keras."""
-    use_openvino = ov is not None and os.environ.get("MLR_OPENVINO", "0") != "0"
+    use_openvino = ov is not None and os.environ.get("MLR_OPENVINO", "1") != "0"
     return ("onnxruntime", "openvino") if use_openvino else ("onnxruntime",)

@@ -13,6 +13,9 @@ each converted (opset 15) four ways:
              every step (the practical limit)
   no-guard   (headline rows only) the "post" model with the guard's Split bypassed, as in
              tools/guard_cost.py
+  ov-post    (headline rows only) the "post" model on OpenVINO (CPU, f32, as many inference
+             threads as onnxruntime's), compiled with the model's dynamic shapes
+  ov-loop    (headline rows only) stock tf2onnx's Loop on OpenVINO, where OpenVINO compiles it
 
 Grid: batch {1, 8, 32, 128} x T {16, 64, 256} x fill {1.0, 0.75, 0.5} x onnxruntime intra-op
 threads {1, all cores}. Fill is the mean count of valid steps per row over T; rows are
@@ -65,12 +68,16 @@ MODELS = ("lstm", "bilstm", "gru")
 MODEL_NAMES = {"lstm": "LSTM", "bilstm": "Bidirectional", "gru": "GRU"}
 NATIVE_OPS = {"lstm": "LSTM", "bilstm": "LSTM", "gru": "GRU"}  # the Keras layer, and the plugin's ONNX op
 VARIANTS = ("loop", "post", "any", "unmasked")
-HEADLINE_VARIANTS = VARIANTS + ("no-guard",)
+# OpenVINO (headline rows): the plugin's "post" model and stock tf2onnx's Loop, compiled with the
+# models' own dynamic shapes, as a user loading the file does
+OPENVINO_VARIANTS = {"ov-post": "post", "ov-loop": "loop"}
+HEADLINE_VARIANTS = VARIANTS + ("no-guard",) + tuple(OPENVINO_VARIANTS)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # (name, numerator, denominator): the ratios reported for every cell
 RATIOS = (("loop_over_post", "loop", "post"), ("post_over_unmasked", "post", "unmasked"),
-          ("any_over_post", "any", "post"), ("post_over_noguard", "post", "no-guard"))
+          ("any_over_post", "any", "post"), ("post_over_noguard", "post", "no-guard"),
+          ("ovpost_over_post", "ov-post", "post"), ("ovloop_over_ovpost", "ov-loop", "ov-post"))
 
 FULL = dict(batches=(1, 8, 32, 128), times=(16, 64, 256), fills=(1.0, 0.75, 0.5),
             headline_batches=(1, 32), headline_time=100, headline_fills=(1.0, 0.5),
@@ -183,6 +190,40 @@ def time_cell(sessions: dict, feed: dict, budget: float, min_rounds: int, max_ro
     return times, rounds, warm_rounds
 
 
+class OpenVinoSession:
+    """An OpenVINO CPU model behind onnxruntime's ``run(None, feed)``: compiled once with the
+    model's declared (dynamic) shapes, f32 precision, ``threads`` inference threads."""
+
+    def __init__(self, path: str, threads: int):
+        import openvino as ov
+        core = ov.Core()
+        with open(path, "rb") as handle:  # from memory: OpenVINO 2026.4 reads tf2onnx's Loops only so
+            model = core.read_model(handle.read(), b"")
+        self.compiled = core.compile_model(model, "CPU", openvino_config(threads))
+        self.request = self.compiled.create_infer_request()
+
+    def run(self, _, feed):
+        self.request.infer(feed)
+        return [self.request.get_output_tensor(i).data for i in range(len(self.compiled.outputs))]
+
+
+def openvino_config(threads: int) -> dict:
+    return {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": threads}
+
+
+def open_session(ort, options, variant: str, path: str, threads: int):
+    """An onnxruntime session, or for an OpenVINO variant an OpenVinoSession (None where OpenVINO
+    cannot compile the model: it is left out of the timing)."""
+    if variant not in OPENVINO_VARIANTS:
+        return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    try:
+        return OpenVinoSession(path, threads)
+    except Exception as error:  # noqa: BLE001  pylint: disable=broad-except
+        print(f"note: OpenVINO cannot compile {os.path.basename(path)}: {str(error).strip().splitlines()[-1]}",
+              flush=True)
+        return None
+
+
 def worker(job_path: str) -> int:
     import onnxruntime as ort
     with open(job_path) as handle:
@@ -195,8 +236,8 @@ def worker(job_path: str) -> int:
     options.log_severity_level = 3  # errors only
     sessions = {}
     for model, files in job["models"].items():
-        sessions[model] = {variant: ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-                           for variant, path in files.items()}
+        opened = {variant: open_session(ort, options, variant, path, threads) for variant, path in files.items()}
+        sessions[model] = {variant: session for variant, session in opened.items() if session is not None}
     results = []
     for cell in job["cells"]:
         variants = [v for v in cell["variants"] if v in sessions[cell["model"]]]
@@ -344,6 +385,44 @@ def check_structure(protos: dict):
                  f"(expected no Loop, at least one {op})")
         if variant == "loop" and not counts["Loop"]:
             fail(f"{model}/loop: stock tf2onnx gave no Loop (is the plugin enabled through TF2ONNX_MASKED_LSTM?)")
+
+
+def check_openvino_numerics(np, keras_models: dict, protos: dict, shapes: list, worst: dict, report: Report) -> set:
+    """The OpenVINO variants on the headline shapes vs Keras (dynamic shapes, as timed); returns
+    the (model, variant) pairs OpenVINO compiled. The plugin's must compile and match; stock
+    tf2onnx's Loop is timed where OpenVINO loads it."""
+    try:
+        import openvino as ov
+    except ImportError:
+        report("  OpenVINO: not installed (pip install openvino): no OpenVINO columns")
+        return set()
+    core, compiled = ov.Core(), set()
+    for model, (masked, _) in keras_models.items():
+        for variant, source in OPENVINO_VARIANTS.items():
+            try:
+                net = core.compile_model(core.read_model(protos[(model, source)].SerializeToString(), b""), "CPU",
+                                         openvino_config(1))
+            except Exception as error:  # noqa: BLE001  pylint: disable=broad-except
+                if source == "post":
+                    fail(f"OpenVINO cannot compile the plugin's {model} model: {error}")
+                report(f"  {MODEL_NAMES[model]:<13} {variant}: OpenVINO cannot compile it "
+                       f"({str(error).strip().splitlines()[-1][:100]})")
+                continue
+            for batch, steps, fill in shapes:
+                tokens = tokens_for(batch, steps, fill)
+                want = np.asarray(masked(tokens, training=False))
+                got = net.create_infer_request().infer({"tokens": tokens})[net.output(0)]
+                diff = float(np.max(np.abs(got - want))) if got.shape == want.shape else float("inf")
+                worst[(model, variant)] = max(worst.get((model, variant), 0.0), diff)
+                worst[(model, variant, batch, steps, fill)] = diff
+                if not diff <= TOLERANCE:
+                    fail(f"{model}/{variant} on OpenVINO differs from Keras by {diff:.3g} (> {TOLERANCE:g}) "
+                         f"at batch {batch}, T={steps}, fill {fill}")
+            compiled.add((model, variant))
+        report(f"  {MODEL_NAMES[model]:<13} OpenVINO {ov.__version__.split('-')[0]}, dynamic shapes, "
+               f"{len(shapes)} headline shapes: " + ", ".join(
+                   f"{v} {worst[(model, v)]:.2g}" for v in OPENVINO_VARIANTS if (model, v) in compiled))
+    return compiled
 
 
 def check_numerics(np, ort, keras_models: dict, protos: dict, shapes: list, report: Report) -> dict:
@@ -598,6 +677,7 @@ def main(argv=None) -> int:
     report(f"numerics: every model on every shape vs Keras, tolerance {TOLERANCE:g}:")
     with quiet_stderr(quiet):
         worst = check_numerics(np, ort, keras_models, protos, head_shapes + grid_shapes, report)
+        openvino_models = check_openvino_numerics(np, keras_models, protos, head_shapes, worst, report)
     report()
 
     # timing, in one child process per thread count
@@ -613,6 +693,8 @@ def main(argv=None) -> int:
                     onnx.save(bare, onnx_files[model]["no-guard"])
                 else:
                     report(f"note: {model}: the plugin's model has no guard node; no no-guard variant")
+        for (model, variant) in openvino_models:
+            onnx_files[model][variant] = onnx_files[model][OPENVINO_VARIANTS[variant]]
         grid_cell = dict(set="grid", variants=list(VARIANTS), budget=settings["budget"],
                          min_rounds=settings["min_rounds"], max_rounds=settings["max_rounds"],
                          warmup=settings["warmup"])
@@ -644,16 +726,22 @@ def main(argv=None) -> int:
     report(f"headline: T={settings['headline_time']}, 1 intra-op thread, medians in ms of interleaved rounds "
            f"(ratios: median over median, [p10-p90] of the per-round ratios)")
     report(f"  {'model':<13} {'batch':>5} {'fill':>4} {'Loop':>7} {'post':>7} {'any':>7} {'unmasked':>8} "
-           f"{'no-guard':>8} {'Loop/post':>17} {'post/unmasked':>17} {'any/post':>17} {'rounds':>6}")
+           f"{'no-guard':>8} {'OV post':>7} {'OV Loop':>7} {'Loop/post':>17} {'post/unmasked':>17} "
+           f"{'any/post':>17} {'OV post/post':>17} {'rounds':>6}")
     for row in sorted((r for r in ratio_rows if r["set"] == "headline"),
                       key=lambda r: (MODELS.index(r["model"]), -r["fill"], r["batch"])):
         def ratio(key, row=row):
             return f"{row[key]:.2f} [{row[key + '_p10']:.2f}-{row[key + '_p90']:.2f}]"
-        noguard = f"{row['noguard_ms']:>8.3f}" if row["noguard_ms"] != "" else f"{'-':>8}"
+        def ms(key, width, row=row):
+            return f"{row[key]:>{width}.3f}" if row[key] != "" else f"{'-':>{width}}"
+
+        def ratio_or_dash(key, row=row):
+            return ratio(key) if row[key] != "" else "-"
         report(f"  {MODEL_NAMES[row['model']]:<13} {row['batch']:>5} {row['fill']:>4.2f} {row['loop_ms']:>7.3f} "
-               f"{row['post_ms']:>7.3f} {row['any_ms']:>7.3f} {row['unmasked_ms']:>8.3f} {noguard} "
+               f"{row['post_ms']:>7.3f} {row['any_ms']:>7.3f} {row['unmasked_ms']:>8.3f} {ms('noguard_ms', 8)} "
+               f"{ms('ovpost_ms', 7)} {ms('ovloop_ms', 7)} "
                f"{ratio('loop_over_post'):>17} {ratio('post_over_unmasked'):>17} {ratio('any_over_post'):>17} "
-               f"{row['rounds']:>6}")
+               f"{ratio_or_dash('ovpost_over_post'):>17} {row['rounds']:>6}")
     report()
     evaluate_targets(ratio_rows, settings, report)
     report()
