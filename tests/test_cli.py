@@ -33,8 +33,8 @@ def saved_model(tmp_path_factory):
     return path, inputs[0], np.asarray(model(inputs[0]))
 
 
-def run(module, *args, env_mode=None):
-    env = dict(os.environ)
+def run(module, *args, env_mode=None, env=None):
+    env = dict(os.environ, **(env or {}))
     env.pop("TF2ONNX_MASKED_LSTM", None)
     if env_mode is not None:
         env["TF2ONNX_MASKED_LSTM"] = env_mode
@@ -69,7 +69,8 @@ def test_drop_in_command_converts_and_reports(saved_model, tmp_path, mode):
     (["--saved-model", "{model}", "--output", "{tmp}/no/dir/model.onnx"], "does not exist"),
     (["--saved-model", "{model}", "--output", "{out}", "--mask-mode", "pre"], "--mask-mode must be one of"),
     (["--saved-model", "{tmp}", "--output", "{out}"], "conversion failed"),
-], ids=["missing model", "unknown option", "no output directory", "bad mask mode", "unreadable model"])
+    (["--saved-model", "{model}", "--output", "{out}", "--target", "tensorrt"], "target must be"),
+], ids=["missing model", "unknown option", "no output directory", "bad mask mode", "unreadable model", "bad target"])
 def test_drop_in_command_bad_input(saved_model, tmp_path, args, message):
     values = {"missing": tmp_path / "missing", "out": tmp_path / "model.onnx", "model": saved_model[0],
               "tmp": tmp_path}
@@ -114,6 +115,30 @@ def test_environment_switch_rejects_other_values_before_converting(saved_model, 
     assert done.returncode != 0
     assert "TF2ONNX_MASKED_LSTM='yes': expected one of post, any" in done.stderr
     assert not out.exists()
+
+
+@pytest.fixture(scope="module")
+def hard_sigmoid_model(tmp_path_factory):
+    """A SavedModel of an Embedding-masked LSTM with hard_sigmoid gates (OpenVINO has no native form)."""
+    model, spec, _ = embedding_model(keras.layers.LSTM(UNITS, return_sequences=True,
+                                                       recurrent_activation="hard_sigmoid"))
+    return save_model(model, spec, tmp_path_factory.mktemp("cli") / "hard_sigmoid")
+
+
+@pytest.mark.parametrize("command", ["drop-in", "environment"])
+def test_target_openvino_keeps_what_openvino_cannot_compile_a_loop(hard_sigmoid_model, tmp_path, command):
+    out = tmp_path / "model.onnx"
+    if command == "drop-in":
+        done = run("masked_lstm_rewriter", "--saved-model", hard_sigmoid_model, "--output", out,
+                   "--target", "openvino")
+    else:
+        done = run("tf2onnx.convert", "--saved-model", hard_sigmoid_model, "--output", out, env_mode="post",
+                   env={"TF2ONNX_MASKED_LSTM_TARGET": "openvino"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    counts = op_counts(onnx.load(str(out)))
+    assert (counts["Loop"], counts["LSTM"]) == (1, 0), counts
+    if command == "drop-in":
+        assert "OpenVINO's native LSTM op compiles only" in done.stdout
 
 
 @pytest.fixture(scope="module")
