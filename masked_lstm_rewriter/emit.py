@@ -173,7 +173,8 @@ def _with_padding_column(g, x: str, valid_steps: str, width: int) -> str:
 
 
 def _last_valid_step(g, y: str, masks: MaskTensors, hidden: int) -> str:
-    """[1, B, H]: ``y`` [T, B, H] at each row's last valid step, zeros for a row with none."""
+    """[1, B, H]: ``y`` [T, B, H] at each row's last valid step, zeros for a row with none (its index,
+    -1, reads the last step, which the Where then replaces)."""
     index = g.make_node("Expand", [masks.last_step, _const(g, "hidden_shape", np.array([1, 1, hidden], np.int64))]
                         ).output[0]
     gathered = g.make_node("GatherElements", [y, index], attr={"axis": 0}).output[0]

@@ -5,8 +5,8 @@
   position of each row's last valid step, and whether the row has one.
 * ``mask_mode="post"``: the post-padding guard. ``sequence_lens`` only describes rows whose
   valid steps all come first, i.e. whose mask never rises. The lengths reach the recurrent ops
-  through a one-output Split whose size is the batch size plus the number of rises: any other
-  row makes the Split fail, with the node's name (the problem and the remedy) in the error. The
+  through a one-output Split whose size is the number of falls of the rows framed as
+  ``[1, mask, 0]``, the batch size plus the number of rises: any other row makes the Split fail, with the node's name (the problem and the remedy) in the error. The
   ONNX standard makes a split that does not add up an error, and onnxruntime and OpenVINO
   (dynamic and static shapes) both enforce it; OpenVINO does not check a Reshape's element count.
 * ``mask_mode="any"``: a :class:`Reorder`. Skipping masked steps is the same as running over
@@ -71,7 +71,9 @@ class MaskTensors:
     lengths_i64: str             # the same as int64 (ReverseSequence takes no other type)
     # read before the guard: a runtime cannot infer the size of the guard's output (OpenVINO then
     # loses the batch dimension of every tensor after it, and refuses a Squeeze downstream)
-    last_step: str               # [1, B, 1] int32, max(length - 1, 0): where each row's last valid step is
+    last_step: str               # [B, 1] int32 (as [1, B, 1] over [T, B, H]), length - 1: where each row's
+                                 # last valid step is in the node layout (-1 for a row with none, which
+                                 # GatherElements reads as the last step: the fix-ups replace it)
     has_steps: str               # [B, 1] bool, length > 0
     mask_tm: str                 # [T, B, 1] bool, time-major mask in the model's time order
     valid_steps: str             # [T, B, 1] bool, step < length: the valid steps in the node layout
@@ -95,36 +97,46 @@ class MaskPlanner:
         return self._cache[mask]
 
     def _emit(self, mask: str, post_padded: bool) -> MaskTensors:
+        """Every count is read off the mask as [B, T, 1], the tensor Keras transposes into the
+        time-major mask the fix-ups need (the optimizer merges both with Keras's own): reductions
+        over it give the [B] lengths and the [B, 1] ones (which broadcast as [1, B, 1] over
+        [T, B, H]) without a Reshape, and the guard's total as a [1] tensor, without a Shape."""
         g, gb = self.graph, GraphBuilder(self.graph)
         op = lambda kind, *inputs, **attr: g.make_node(kind, list(inputs), attr=attr).output[0]  # noqa: E731
-        counts = op("Cast", mask, to=TensorProto.INT32)
-        lengths = gb.make_reduce_sum({"data": counts, "axes": [1], "keepdims": 0, "noop_with_empty_axes": 0})
-        time_major = op("Transpose", mask, perm=[1, 0])
-        mask_tm = gb.make_unsqueeze({"data": time_major, "axes": [2]})
+        mask_bt1 = gb.make_unsqueeze({"data": mask, "axes": [2]})
+        mask_tm = op("Transpose", mask_bt1, perm=[1, 0, 2])
+        counts = op("Cast", mask_bt1, to=TensorProto.INT32)                 # [B, T, 1]
+        lengths = gb.make_reduce_sum({"data": counts, "axes": [1, 2], "keepdims": 0, "noop_with_empty_axes": 0})
+        lengths_col = gb.make_reduce_sum({"data": counts, "axes": [1], "keepdims": 0, "noop_with_empty_axes": 0})
         valid_steps, reorder, guarded = mask_tm, None, lengths
         if self.mask_mode == "post" and not post_padded:
             guarded = self._guard_post_padded(counts, lengths)
         elif self.mask_mode == "any" and not post_padded:
-            reorder = self._reorder(time_major)
+            reorder = self._reorder(op("Transpose", mask, perm=[1, 0]))
             valid_steps = reorder.valid_steps
-        one = _const(g, "one_i32", np.array(1, np.int32))
-        zero = _const(g, "zero_i32", np.array(0, np.int32))
-        last_step = gb.make_unsqueeze({"data": op("Max", op("Sub", lengths, one), zero), "axes": [0, 2]})
         return MaskTensors(lengths=guarded, lengths_i64=op("Cast", guarded, to=TensorProto.INT64),
-                           last_step=last_step,
-                           has_steps=gb.make_unsqueeze({"data": op("Greater", lengths, zero), "axes": [1]}),
+                           last_step=op("Sub", lengths_col, _const(g, "one_i32", np.array(1, np.int32))),
+                           has_steps=op("Greater", lengths_col, _const(g, "zero_i32", np.array(0, np.int32))),
                            mask_tm=mask_tm, valid_steps=valid_steps, reorder=reorder)
 
     def _guard_post_padded(self, counts: str, lengths: str) -> str:
-        """``lengths`` routed through a Split that fails unless every row is post-padded."""
-        g, gb = self.graph, GraphBuilder(self.graph)
-        before = gb.make_slice({"data": counts, "starts": [0], "ends": [-1], "axes": [1]})
-        after = gb.make_slice({"data": counts, "starts": [1], "ends": [np.iinfo(np.int64).max], "axes": [1]})
-        rises = g.make_node("Cast", [g.make_node("Less", [before, after]).output[0]],
-                            attr={"to": TensorProto.INT64}).output[0]
-        # one reduction over every axis (a scalar): each node costs ~2.5 us at batch 1
-        total = gb.make_reduce_sum({"data": rises, "axes": [0, 1], "keepdims": 0, "noop_with_empty_axes": 0})
-        size = g.make_node("Add", [g.make_node("Shape", [lengths]).output[0], total]).output[0]
+        """``lengths`` routed through a Split that fails unless every row is post-padded.
+
+        Each row framed as ``[1, mask, 0]`` falls (a valid step followed by a padded one) exactly
+        once more than its mask rises: once in all when it is post-padded, more often otherwise.
+        So the frames of a batch of B rows fall B times in all exactly when every row is
+        post-padded, and that total is the size of the one-output Split of the [B] lengths."""
+        g = self.graph
+        op = lambda kind, *inputs, **attr: g.make_node(kind, list(inputs), attr=attr).output[0]  # noqa: E731
+        # [B, T + 1, 1]: each frame without its last step, and without its first
+        head = op("Pad", counts, _const(g, "pads", np.array([0, 1, 0, 0, 0, 0], np.int64)),
+                  _const(g, "one_i32", np.array(1, np.int32)))
+        tail = op("Pad", counts, _const(g, "pads", np.array([0, 0, 0, 0, 1, 0], np.int64)),
+                  _const(g, "zero_i32", np.array(0, np.int32)))
+        falls = op("Cast", op("Greater", head, tail), to=TensorProto.INT64)
+        # reduced to a [1] tensor, the Split's size, in one node: each costs ~1-3 us at batch 1
+        size = GraphBuilder(g).make_reduce_sum({"data": falls, "axes": [0, 1], "keepdims": 0,
+                                                "noop_with_empty_axes": 0})
         # OpenVINO's error names the output tensor, onnxruntime's the node: both carry the message
         name = utils.make_name(GUARD_MESSAGE)
         return g.make_node("Split", [lengths, size], attr={"axis": 0}, name=name, outputs=[name]).output[0]
