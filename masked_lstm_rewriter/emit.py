@@ -43,6 +43,7 @@ from tf2onnx.graph_builder import GraphBuilder
 
 from .masks import MaskTensors
 from .match import MaskedRecurrentLayer
+from .schedule import RecurrentNode, emit_node
 
 # the ONNX ops' order of the gate blocks in W, R and B
 ONNX_GATE_ORDER = {"LSTM": ("i", "o", "f", "c"), "GRU": ("z", "r", "h"), "RNN": ("h",)}
@@ -119,7 +120,8 @@ def emit_layer(graph, layer: MaskedRecurrentLayer, masks: MaskTensors) -> None:
 
 
 def _emit_recurrent_node(g, layer: MaskedRecurrentLayer, masks: MaskTensors) -> NodeOutputs:
-    """The forward ONNX LSTM, GRU or RNN node over the layer's steps in the node layout."""
+    """The forward ONNX LSTM, GRU or RNN node over the layer's steps in the node layout (or, for a
+    batch that may be large, the same in length-ordered segments when that pays: :mod:`.schedule`)."""
     gb = GraphBuilder(g)
     x = layer.x
     if masks.reorder is not None:
@@ -131,22 +133,20 @@ def _emit_recurrent_node(g, layer: MaskedRecurrentLayer, masks: MaskTensors) -> 
         x = _with_padding_column(g, x, masks.valid_steps, layer.input_size)
     w, r, b = _onnx_weights(layer, padding_column)
     b = _const(g, "B", b) if layer.bias is not None or layer.recurrent_bias else ""
-    initial = [""] * (2 if layer.kind == "LSTM" else 1)  # zeros
-    if not layer.zero_initial_state:
-        initial = [gb.make_unsqueeze({"data": state, "axes": [0]})
-                   for state in (layer.initial_h, layer.initial_c) if state is not None]
+    initial = () if layer.zero_initial_state else tuple(
+        state for state in (layer.initial_h, layer.initial_c) if state is not None)
     attr = {"hidden_size": layer.hidden_size, "direction": "forward", **_activation_attrs(layer.activations)}
     if layer.kind == "GRU":
         attr["linear_before_reset"] = layer.linear_before_reset
-    node = g.make_node(
-        layer.kind, [x, _const(g, "W", w), _const(g, "R", r), b, masks.lengths] + initial,
-        output_count=3 if layer.kind == "LSTM" else 2, attr=attr,
-        name=utils.make_name(f"{layer.layer}/masked_{layer.kind.lower()}"))
-    y = gb.make_squeeze({"data": node.output[0], "axes": [1]})
+    node = RecurrentNode(kind=layer.kind, x=x, weights=(_const(g, "W", w), _const(g, "R", r), b), lengths=masks.lengths,
+                         initial=initial, attr=attr, name=f"{layer.layer}/masked_{layer.kind.lower()}",
+                         hidden=layer.hidden_size, wants_c=carries_cell_state(layer))
+    # an LSTM's final cell state past its row's length is exact only with the padding column
+    segments = masks.segments if padding_column or not carries_cell_state(layer) else None
+    y, c_last = emit_node(g, node, segments)
     h_last_step = _last_valid_step(g, y, masks, layer.hidden_size)
     if layer.direction == "reverse":
         y = _reverse_valid_steps(g, y, masks)
-    c_last = gb.make_squeeze({"data": node.output[2], "axes": [0]}) if layer.kind == "LSTM" else None
     return NodeOutputs(y=y, h_last=gb.make_squeeze({"data": h_last_step, "axes": [0]}),
                        h_last_step=h_last_step, c_last=c_last)
 

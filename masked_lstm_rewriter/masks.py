@@ -30,6 +30,8 @@ from onnx import TensorProto
 from tf2onnx import utils
 from tf2onnx.graph_builder import GraphBuilder
 
+from .schedule import SegmentPlan, plan_segments, schedulable
+
 GUARD_MESSAGE = ("masked_lstm_rewriter: the mask is not post-padded (a row has padding before or "
                  "between valid steps); reconvert with mask_mode='any'")
 MASK_MODES = ("post", "any")
@@ -78,6 +80,7 @@ class MaskTensors:
     mask_tm: str                 # [T, B, 1] bool, time-major mask in the model's time order
     valid_steps: str             # [T, B, 1] bool, step < length: the valid steps in the node layout
     reorder: Optional[Reorder]   # mask_mode="any" on a mask not known to be post-padded
+    segments: Optional[SegmentPlan] = None  # the length-ordered schedule (None: a static batch too small)
 
 
 class MaskPlanner:
@@ -114,7 +117,10 @@ class MaskPlanner:
         elif self.mask_mode == "any" and not post_padded:
             reorder = self._reorder(op("Transpose", mask, perm=[1, 0]))
             valid_steps = reorder.valid_steps
-        return MaskTensors(lengths=guarded, lengths_i64=op("Cast", guarded, to=TensorProto.INT64),
+        # the plan reads the lengths before the guard (as the fix-ups do) and its batch size after it,
+        # so that every path still runs the guard first
+        segments = plan_segments(g, lengths, guarded, mask_tm) if schedulable(g, mask) else None
+        return MaskTensors(lengths=guarded, lengths_i64=op("Cast", guarded, to=TensorProto.INT64), segments=segments,
                            last_step=op("Sub", lengths_col, _const(g, "one_i32", np.array(1, np.int32))),
                            has_steps=op("Greater", lengths_col, _const(g, "zero_i32", np.array(0, np.int32))),
                            mask_tm=mask_tm, valid_steps=valid_steps, reorder=reorder)

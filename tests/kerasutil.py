@@ -20,6 +20,7 @@ import signatures
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))
 from toolutil import op_counts  # noqa: E402,F401  (one op counter for tests and tools)
+from masked_lstm_rewriter.corpus.ops import scheduled_layers, walk_nodes  # noqa: E402,F401
 
 FLAVOUR = "tf_keras" if os.environ.get("TF_USE_LEGACY_KERAS") == "1" else "keras3"
 if FLAVOUR == "tf_keras":
@@ -154,10 +155,10 @@ def assert_native(onnx_model, lstm=1, op="LSTM"):
 def layer_directions(onnx_model, op="LSTM"):
     """Sorted directions of the Keras layers behind the native ``op`` nodes: every node runs
     forward (ONNX ``direction="forward"``), a backward layer over its rows reversed within their
-    length (its input comes from a ReverseSequence)."""
-    producers = {out: n for n in onnx_model.graph.node for out in n.output}
+    length (its input comes from a ReverseSequence). A scheduled layer counts once (its single node)."""
+    producers = {out: n for n in walk_nodes(onnx_model.graph, segments=True) for out in n.output}
     directions = []
-    for node in onnx_model.graph.node:
+    for node in walk_nodes(onnx_model.graph):
         if node.op_type != op:
             continue
         attrs = {a.name: a for a in node.attribute}

@@ -6,15 +6,30 @@ from __future__ import annotations
 import collections
 
 RECURRENT_OPS = ("LSTM", "GRU", "RNN")
+# the plugin's length-ordered schedule (masked_lstm_rewriter/schedule.py): an If per layer whose
+# else branch is the layer's node and whose then branch runs the same layer in segments
+SCHEDULE_PREFIX = "masked_lstm_rewriter_schedule"
 
 
-def walk_nodes(graph):
-    """Every node of ``graph`` and of its subgraphs (a Loop's body, an If's branches)."""
+def walk_nodes(graph, segments: bool = False):
+    """Every node of ``graph`` and of its subgraphs (a Loop's body, an If's branches). A layer the
+    plugin schedules counts once, as its single node: the segments' branch is walked only with
+    ``segments=True``."""
     for node in graph.node:
         yield node
         for attr in node.attribute:
+            if not segments and node.op_type == "If" and node.name.startswith(SCHEDULE_PREFIX) \
+                    and attr.name == "then_branch":
+                continue
             for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
-                yield from walk_nodes(sub)
+                yield from walk_nodes(sub, segments)
+
+
+def scheduled_layers(model_proto) -> int:
+    """How many layers carry the length-ordered schedule (an If choosing segments or the single node)."""
+    return sum(1 for node in walk_nodes(model_proto.graph) if node.op_type == "If"
+               and node.name.startswith(SCHEDULE_PREFIX) and any(
+                   n.op_type in RECURRENT_OPS for a in node.attribute if a.name == "else_branch" for n in a.g.node))
 
 
 def op_counts(model_proto) -> collections.Counter:

@@ -1,0 +1,335 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Stage 2c, schedule: run a layer's recurrent node in time segments over a shrinking set of rows.
+
+onnxruntime's recurrent kernels compute every row up to the batch's longest row. With
+long-tailed lengths (text batches that are not bucketed) most of that work is padding. The
+schedule makes the cost follow the valid steps (packed sequences):
+
+* once per mask (:func:`plan_segments`), the rows are ordered by length, longest first (``TopK``),
+  and the time axis is cut into ``SEGMENTS`` segments at the lengths of the rows at fixed ranks
+  (``RANKS``: the median row, the quarter, ...), made strictly increasing and below the longest
+  length. Segment k runs only the rows still valid at its first step, a prefix of the ordered
+  rows (``active``);
+* for each layer (:func:`emit_node`), each segment is one forward node over its slice of the
+  ordered input, starting from the states the previous segment ended with for the rows it
+  keeps. Those rows are valid at every step of the previous segment, so the states are exact on
+  any runtime whatever it does with padded steps (no ``sequence_lens`` is passed): rows that end
+  inside a segment are read at their last valid step only, by index, and an LSTM's cell state
+  over the padding steps of such a row is held by the padding column (:mod:`.emit`). The
+  segments' outputs are stacked and gathered back, in one ``Gather``, into the [T, B, H] node
+  layout in the caller's row order: what the single node gives at every valid step. The fix-ups
+  downstream are the same;
+* whether it pays is decided at run time: an ``If`` per mask computes the plan only for batches
+  of at least ``MIN_BATCH`` rows (else a few constants), and an ``If`` per layer runs the
+  segments when the estimated cost (the rows times steps the segments cover, plus a fixed cost
+  per segment and per plan) is below ``GAIN`` of the single node's (batch times longest row),
+  and the single node otherwise, exactly as without a schedule. With a static batch below
+  ``MIN_BATCH`` neither ``If`` is emitted.
+
+Every index is computed in the graph from the lengths; nothing depends on how a runtime treats
+padded steps (OpenVINO ignores ``sequence_lens`` with dynamic shapes).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import numpy as np
+from onnx import TensorProto, helper
+from tf2onnx import utils
+
+# segment boundaries: the lengths of the rows at these ranks (fractions of the batch, in 16ths,
+# longest row first) -- chosen with a cost model of onnxruntime's LSTM (per node ~15 us, per step
+# ~1.45 us per row, at least ~3 us) over lognormal, uniform and one-long-row batches
+RANKS_16THS = (12, 8, 4, 2, 1)
+SEGMENTS = len(RANKS_16THS) + 1
+MIN_BATCH = 8           # below this many rows the single node always runs (measured: tools/benchmark.py)
+SEGMENT_COST = 10       # a segment's fixed cost, in row-steps of the recurrent op
+PLAN_COST = 70          # the plan's and the gathers' cost, in row-steps
+GAIN = (3, 4)           # run the segments when their estimated cost is below 3/4 of the single node's
+SCHEDULE_NAME = "masked_lstm_rewriter_schedule"   # the If nodes' names start with it (corpus/ops.py)
+
+
+@dataclasses.dataclass(frozen=True)
+class SegmentPlan:
+    """Per mask: what every layer sharing it needs to run in segments (the plan If's outputs: few,
+    so that a small batch pays little for the If's placeholders)."""
+
+    use: str             # [1] bool: run the layers in segments
+    bounds: str          # [5 * S] int64: per segment (first step, 0), then (end step, rows), then the rows
+    rows: str            # [2, B] int64: the rows longest first; each row's final cell state in the stacked ones
+    gather_y: str        # [T, 1, B] int64: each (t, b) of the node layout's row in the stacked outputs
+
+
+@dataclasses.dataclass(frozen=True)
+class RecurrentNode:
+    """One layer's forward ONNX node, as the emitter built its inputs (node layout)."""
+
+    kind: str            # "LSTM", "GRU" or "RNN"
+    x: str               # [T, B, I] input in the node layout
+    weights: tuple       # (W, R, B or "")
+    lengths: str         # [B] int32 sequence_lens (the single node only)
+    initial: tuple       # (initial_h, initial_c) as [B, H] tensors, or () for zeros
+    attr: dict
+    name: str
+    hidden: int
+    wants_c: bool        # the final cell state is used
+
+
+def schedulable(graph, mask: str) -> bool:
+    """Can a batch of this mask have ``MIN_BATCH`` rows or more (a static batch below cannot)?"""
+    shape = graph.get_shape(mask)
+    rows = shape[0] if shape else None
+    return rows is None or rows < 0 or rows >= MIN_BATCH
+
+
+def plan_segments(graph, counts: str, guarded: str, time_major: str) -> SegmentPlan:
+    """The plan over the lengths ``counts`` ([B] int32, node layout) and the number of steps (axis 0
+    of ``time_major``): an If on the batch size (read off ``guarded``, the lengths through the
+    "post" guard, so that the guard runs first on every path; placeholders below ``MIN_BATCH``
+    rows) holding the segments, whether they pay, and, only where they do, the gather indices (a
+    nested If)."""
+    batch = _op(graph, "Shape", guarded)                                      # [1]
+    big = _op(graph, "GreaterOrEqual", batch, _const(graph, "min_batch", [MIN_BATCH]))  # [1]: an If's condition
+
+    def plan(g):
+        lengths = _op(g, "Cast", counts, to=TensorProto.INT64)
+        use, order, starts, ends, active = _compute_segments(g, lengths, batch)
+        bounds = _op(g, "Concat", *starts, *ends, active, axis=0)
+
+        def indices(inner):
+            steps = _op(inner, "Squeeze", _op(inner, "Slice", _op(inner, "Shape", time_major),
+                                              _const(inner, "zero", [0]), _const(inner, "one", [1])),
+                        _const(inner, "axes", [0]))
+            first, end = (_op(inner, "Slice", bounds, _const(inner, "at", [at]),
+                              _const(inner, "to", [at + 2 * SEGMENTS]), _const(inner, "axis", [0]),
+                              _const(inner, "step", [2])) for at in (0, 2 * SEGMENTS))
+            active = _op(inner, "Slice", bounds, _const(inner, "at", [4 * SEGMENTS]),
+                         _const(inner, "to", [5 * SEGMENTS]), _const(inner, "axis", [0]))
+            return list(_gather_indices(inner, lengths, steps, order, first, end, active))
+
+        gather_y, gather_c = _if(g, use, "indices", indices, lambda inner: [_const(inner, "placeholder", [[[0]]]), order])
+        rows = _op(g, "Concat", *(_op(g, "Unsqueeze", t, _const(g, "axes", [0])) for t in (order, gather_c)), axis=0)
+        return [use, bounds, rows, gather_y]
+
+    def placeholders(g):
+        false = g.make_const(utils.make_name("no_schedule"), np.array([False])).output[0]
+        return [false, _const(g, "placeholder", [0] * (5 * SEGMENTS)), _const(g, "placeholder", [[0], [0]]),
+                _const(g, "placeholder", [[[0]]])]
+
+    return SegmentPlan(*_if(graph, big, "plan", plan, placeholders))
+
+
+def _if(graph, condition: str, name: str, then_branch, else_branch) -> list:
+    """An If on ``condition`` whose branches are built by the two functions (graph -> output tensors)."""
+    branches = {}
+    for key, build in (("then_branch", then_branch), ("else_branch", else_branch)):
+        branches[key] = _branch(graph)
+        _set_outputs(branches[key], build(branches[key]))
+    inner = branches["then_branch"].outputs
+    node = graph.make_node("If", [condition], output_count=len(inner), branches=branches,
+                           name=utils.make_name(f"{SCHEDULE_NAME}_{name}"))
+    for outer, tensor in zip(node.output, inner):
+        graph.set_dtype(outer, branches["then_branch"].get_dtype(tensor))
+        graph.set_shape(outer, None)
+    return list(node.output)
+
+
+def emit_node(graph, node: RecurrentNode, plan: Optional[SegmentPlan]) -> tuple:
+    """(y [T, B, H], final c [B, H] or None) in the node layout: the single node, or, with a plan,
+    an If between the segments and it. Each branch returns its results unsqueezed, as the node does
+    (the Squeezes after the If alias them; inside a branch, they would copy)."""
+    if plan is None:
+        outputs = _single(graph, node)
+    else:
+        outputs = _if(graph, plan.use, node.name.replace("/", "_"), lambda g: _segments(g, node, plan),
+                      lambda g: _single(g, node))
+        for output, shape in zip(outputs, ([-1, 1, -1, node.hidden], [1, -1, node.hidden])):
+            graph.set_shape(output, shape)  # what the converters of the consumers read (a Concat's axis)
+    y = _op(graph, "Squeeze", outputs[0], _const(graph, "axes", [1]))
+    return y, (_op(graph, "Squeeze", outputs[1], _const(graph, "axes", [0])) if node.wants_c else None)
+
+
+def _single(g, node: RecurrentNode) -> list:
+    """The layer as one node over the whole batch (what the plugin emits without a schedule)."""
+    initial = [_op(g, "Unsqueeze", state, _const(g, "axes", [0])) for state in node.initial]
+    initial = initial or [""] * (2 if node.kind == "LSTM" else 1)
+    out = g.make_node(node.kind, [node.x, *node.weights, node.lengths] + initial,
+                      output_count=3 if node.kind == "LSTM" else 2, attr=node.attr, name=utils.make_name(node.name))
+    return [out.output[0]] + ([out.output[2]] if node.wants_c else [])
+
+
+def _segments(g, node: RecurrentNode, plan: SegmentPlan) -> list:
+    """The layer as one node per segment over the ordered rows, gathered back into the node layout."""
+    def part(at, size):
+        return _op(g, "Slice", plan.bounds, _const(g, "at", [at]), _const(g, "to", [at + size]), _const(g, "axis", [0]))
+
+    order = _op(g, "Gather", plan.rows, _scalar(g, 0), axis=0)
+    ordered = _op(g, "Gather", node.x, order, axis=1)
+    states = [_op(g, "Gather", state, order, axis=0) for state in node.initial]
+    active = [part(4 * SEGMENTS + index, 1) for index in range(SEGMENTS)]
+    if states:
+        states = [_op(g, "Unsqueeze", _slice_rows(g, state, active[0], 0), _const(g, "axes", [0]))
+                  for state in states]
+    flat_y, flat_c = [], []
+    for index in range(SEGMENTS):
+        x = _op(g, "Slice", ordered, part(2 * index, 2), part(2 * (SEGMENTS + index), 2), _const(g, "axes", [0, 1]))
+        if index and states:
+            states = [_slice_rows(g, state, active[index], 1) for state in states]
+        inputs = [x, *node.weights, ""] + (states or [""] * (2 if node.kind == "LSTM" else 1))
+        out = g.make_node(node.kind, inputs, output_count=3 if node.kind == "LSTM" else 2, attr=node.attr,
+                          name=utils.make_name(f"{node.name}_segment{index}"))
+        rows = _const(g, "rows", [-1, node.hidden])
+        flat_y.append(_op(g, "Reshape", out.output[0], rows))
+        states = list(out.output[1:])
+        if node.wants_c:
+            flat_c.append(_op(g, "Reshape", out.output[2], rows))
+    outputs = [_op(g, "Gather", _op(g, "Concat", *flat_y, axis=0), plan.gather_y, axis=0)]
+    if node.wants_c:
+        zeros = g.make_const(utils.make_name("zero_state"), np.zeros((1, node.hidden), np.float32)).output[0]
+        gather_c = _op(g, "Gather", plan.rows, _const(g, "second", [1]), axis=0)      # [1, B]
+        outputs.append(_op(g, "Gather", _op(g, "Concat", *flat_c, zeros, axis=0), gather_c, axis=0))
+    return outputs
+
+
+def _slice_rows(g, tensor: str, rows: str, axis: int) -> str:
+    """The first ``rows`` ([1] int64) entries of ``tensor`` along ``axis``."""
+    return _op(g, "Slice", tensor, _const(g, "zero", [0]), rows, _const(g, "axis", [axis]))
+
+
+def _compute_segments(g, lengths: str, batch: str) -> tuple:
+    """(use, order, starts, ends, active) for a batch with these ``lengths`` (see the module's docstring)."""
+    segments = SEGMENTS
+    sorted_lengths, order = g.make_node("TopK", [lengths, batch], output_count=2,
+                                        attr={"axis": 0, "largest": 1, "sorted": 1}).output
+    longest = _op(g, "Slice", sorted_lengths, _const(g, "zero", [0]), _const(g, "one", [1]), _const(g, "axis", [0]))
+    # boundary k (k = 1 .. S-1): the length of the row at rank RANKS[k-1], then made strictly
+    # increasing from 0 (the largest of q_j - j over j <= k, plus k) and at most longest - (S - k)
+    ranks = _op(g, "Div", _op(g, "Mul", batch, _const(g, "ranks", RANKS_16THS)), _const(g, "sixteen", [16]))
+    quantiles = _op(g, "Concat", _const(g, "zero", [0]), _op(g, "Gather", sorted_lengths, ranks, axis=0), axis=0)
+    index = _const(g, "segment_index", list(range(segments)))
+    below = np.triu(np.full((segments, segments), -(1 << 40), np.int64), 1)   # [k, j]: j > k excluded
+    lifted = _op(g, "Add", _op(g, "Unsqueeze", _op(g, "Sub", quantiles, index), _const(g, "axes", [0])),
+                 g.make_const(utils.make_name("not_before"), below).output[0])
+    rising = _op(g, "Add", _reduce_max(g, lifted, 1), index)
+    ceiling = _op(g, "Add", longest, _const(g, "ceiling", [k - segments for k in range(segments)]))
+    first = _op(g, "Min", rising, ceiling)                                    # [S] first step of each segment
+    end = _op(g, "Concat", _op(g, "Slice", first, _const(g, "one", [1]), _const(g, "many", [segments]),
+                               _const(g, "axis", [0])), longest, axis=0)  # [S] end step
+    column = _op(g, "Unsqueeze", lengths, _const(g, "axes", [1]))             # [B, 1]
+    active = _op(g, "ReduceSum", _op(g, "Cast", _op(g, "Greater", column, first), to=TensorProto.INT64),
+                 _const(g, "axes", [0]), keepdims=0)                          # [S] rows valid at each first step
+    use = _worth_it(g, batch, longest, active, _op(g, "Sub", end, first))
+    starts = _pairs(g, first, _const(g, "zeros", [0] * segments))
+    ends = _pairs(g, end, active)
+    return use, order, starts, ends, active
+
+
+def _worth_it(g, batch: str, longest: str, active: str, length: str) -> str:
+    """Bool scalar: every segment has a step (the longest row has at least SEGMENTS steps) and the
+    segments' estimated cost is below GAIN of the single node's, in row-steps: a node runs at least
+    ~2 rows' worth of work per step, plus SEGMENT_COST per segment and PLAN_COST."""
+    rows = _op(g, "Max", active, _const(g, "two", [2]))
+    covered = _op(g, "ReduceSum", _op(g, "Mul", rows, length), _const(g, "axes", [0]), keepdims=1)
+    cost = _op(g, "Add", covered, _const(g, "fixed", [SEGMENT_COST * SEGMENTS + PLAN_COST]))
+    single = _op(g, "Mul", batch, longest)
+    cheaper = _op(g, "Less", _op(g, "Mul", cost, _const(g, "gain_den", [GAIN[1]])),
+                  _op(g, "Mul", single, _const(g, "gain_num", [GAIN[0]])))
+    long_enough = _op(g, "GreaterOrEqual", longest, _const(g, "segments", [SEGMENTS]))
+    return _op(g, "And", cheaper, long_enough)                               # [1]: an If's condition
+
+
+def _pairs(g, left: str, right: str) -> tuple:
+    """Per segment, the [2] tensor (left[k], right[k]) of two [S] tensors."""
+    stacked = _op(g, "Concat", _op(g, "Unsqueeze", left, _const(g, "axes", [1])),
+                  _op(g, "Unsqueeze", right, _const(g, "axes", [1])), axis=1)
+    flat = _op(g, "Reshape", stacked, _const(g, "flat", [-1]))
+    return tuple(g.make_node("Split", [flat, _const(g, "twos", [2] * SEGMENTS)], output_count=SEGMENTS,
+                             attr={"axis": 0}).output)
+
+
+def _gather_indices(g, lengths: str, steps: str, order: str, first: str, end: str, active: str) -> tuple:
+    """([T, 1, B], [B]) rows of the stacked segment outputs (and final cell states) for each position of
+    the node layout, in the caller's row order. Step t of row b is read at t' = min(t, length - 1)
+    (at least 0): each valid step where it is, some valid row past them (the fix-ups replace
+    those); a row's cell state from the segment of its last valid step, zeros for an empty row."""
+    count = _op(g, "Squeeze", _op(g, "Shape", order), _const(g, "axes", [0]))
+    rank = _op(g, "ScatterElements", order, order, _op(g, "Range", _scalar(g, 0), count, _scalar(g, 1)),
+               axis=0)                                                         # [B] each row's place in ``order``
+    time = _op(g, "Unsqueeze", _op(g, "Range", _scalar(g, 0), steps, _scalar(g, 1)), _const(g, "axes", [1]))
+    last = _op(g, "Max", _op(g, "Sub", lengths, _const(g, "one", [1])), _const(g, "zero", [0]))  # [B]
+    read = _op(g, "Min", time, last)                                          # [T, B] t'
+    later = _op(g, "Slice", first, _const(g, "one", [1]), _const(g, "many", [SEGMENTS]), _const(g, "axis", [0]))
+
+    def segment_of(t, axis):
+        """Which segment step ``t`` falls in: the count of later segments' first steps at or before it."""
+        at_or_after = _op(g, "GreaterOrEqual", _op(g, "Unsqueeze", t, _const(g, "axes", [axis])), later)
+        return _op(g, "ReduceSum", _op(g, "Cast", at_or_after, to=TensorProto.INT64), _const(g, "axes", [axis]),
+                   keepdims=0)
+
+    segment = segment_of(read, 2)                                             # [T, B]
+    rows = _op(g, "Gather", active, segment, axis=0)
+    offsets = _op(g, "CumSum", _op(g, "Mul", active, _op(g, "Sub", end, first)), _const(g, "axis", [0]),
+                  exclusive=1)
+    within = _op(g, "Mul", _op(g, "Sub", read, _op(g, "Gather", first, segment, axis=0)), rows)
+    column = _op(g, "Min", rank, _op(g, "Sub", rows, _const(g, "one", [1])))
+    gather_y = _op(g, "Add", _op(g, "Add", _op(g, "Gather", offsets, segment, axis=0), within), column)
+    gather_y = _op(g, "Unsqueeze", gather_y, _const(g, "axes", [1]))       # [T, 1, B]: Y's layout
+    state_offsets = _op(g, "CumSum", active, _const(g, "axis", [0]), exclusive=1)
+    stacked = _op(g, "Add", _op(g, "Gather", state_offsets, segment_of(last, 1), axis=0), rank)
+    total = _op(g, "ReduceSum", active, _const(g, "axes", [0]), keepdims=1)   # the zeros row
+    gather_c = _op(g, "Where", _op(g, "Greater", lengths, _const(g, "zero", [0])), stacked, total)
+    return gather_y, gather_c
+
+
+def _reduce_max(g, tensor: str, axis: int) -> str:
+    """ReduceMax over ``axis`` without keeping it (its axes became an input in opset 18)."""
+    if g.opset >= 18:
+        return _op(g, "ReduceMax", tensor, _const(g, "axes", [axis]), keepdims=0)
+    return _op(g, "ReduceMax", tensor, axes=[axis], keepdims=0)
+
+
+def _scalar(g, value: int) -> str:
+    return g.make_const(utils.make_name("scalar"), np.array(value, np.int64)).output[0]
+
+
+def _branch(graph):
+    """An empty subgraph of ``graph`` (an If's branch), reading ``graph``'s tensors by name."""
+    branch = graph.create_new_graph_with_same_config()
+    branch.parent_graph = graph
+    return branch
+
+
+def _set_outputs(branch, tensors: list) -> None:
+    """The branch's outputs: the tensors it computes as they are (onnxruntime writes them straight
+    into the If's outputs), an Identity of a tensor from outside or of one listed twice."""
+    outputs = []
+    for tensor in tensors:
+        if branch.get_node_by_output_in_current_graph(tensor) is None or tensor in outputs:
+            node = branch.make_node("Identity", [tensor])
+            branch.set_dtype(node.output[0], branch.get_dtype(tensor) or _outer_dtype(branch, tensor))
+            tensor = node.output[0]
+        if branch.get_dtype(tensor) is None:
+            branch.set_dtype(tensor, _outer_dtype(branch, tensor))
+        branch.set_shape(tensor, None)
+        outputs.append(tensor)
+    branch.outputs = outputs
+
+
+def _outer_dtype(branch, tensor: str):
+    graph = branch.parent_graph
+    while graph is not None:
+        dtype = graph.get_dtype(tensor)
+        if dtype is not None:
+            return dtype
+        graph = graph.parent_graph
+    return None
+
+
+def _op(g, kind: str, *inputs, **attr) -> str:
+    return g.make_node(kind, list(inputs), attr=attr).output[0]
+
+
+def _const(g, name: str, values) -> str:
+    return g.make_const(utils.make_name(name), np.array(values, np.int64)).output[0]
