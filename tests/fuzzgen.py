@@ -33,6 +33,7 @@ from models import FEATURES, token_mask
 
 import masked_lstm_rewriter as mlr
 from masked_lstm_rewriter.cell import REFUSED_ACTIVATION_REASONS
+from masked_lstm_rewriter.schedule import MIN_BATCH, SEGMENTS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,7 +62,9 @@ DIRECTIONS = ("forward", "go_backwards", "bidirectional")
 MERGE_MODES = ("concat", "sum", "mul", "ave", None)
 MASK_SOURCES = ("embedding", "masking", "explicit", "computed")
 MASK_VALUES = (0.0, -1.0, 2.5)
-BATCH_KINDS = ("post", "pre", "holes", "both ends", "mixed", "random")
+# "long-tailed": post-padded, one full row among short and empty ones, at least the schedule's
+# MIN_BATCH rows: the batches that run masked_lstm_rewriter/schedule.py's segments
+BATCH_KINDS = ("post", "pre", "holes", "both ends", "mixed", "random", "long-tailed")
 ROW_KINDS = ("post", "pre", "holes", "both ends", "empty", "full")
 MODES = ("any", "post")
 VOCAB = 20
@@ -161,8 +164,12 @@ def signature_for(case: ModelCase) -> str:
 
 @st.composite
 def batch_cases(draw, kind=None):
+    kind = kind or draw(st.sampled_from(BATCH_KINDS))
+    if kind == "long-tailed":
+        return BatchCase(rows=draw(st.integers(MIN_BATCH, MAX_ROWS)), steps=draw(st.integers(SEGMENTS, MAX_STEPS)),
+                         kind=kind, seed=draw(st.integers(0, 2**16)))
     return BatchCase(rows=draw(st.integers(1, MAX_ROWS)), steps=draw(st.integers(1, MAX_STEPS)),
-                     kind=kind or draw(st.sampled_from(BATCH_KINDS)), seed=draw(st.integers(0, 2**16)))
+                     kind=kind, seed=draw(st.integers(0, 2**16)))
 
 
 def batch_lists(size=4):
@@ -314,11 +321,20 @@ def _row(kind, steps, rng):
     return row
 
 
+def long_tailed_mask(rows: int, steps: int, rng) -> np.ndarray:
+    """Post-padded rows: one full, the others geometric lengths around steps / 8 (empty ones too)."""
+    lengths = np.minimum(rng.geometric(min(1.0, 8.0 / steps), rows) - 1, steps)
+    lengths[rng.integers(rows)] = steps
+    return np.arange(steps)[None, :] < lengths[:, None]
+
+
 def batch_mask(batch: BatchCase) -> np.ndarray:
     """[rows, steps] bool mask of the batch's kind; "mixed" draws each row's kind, "random" each bit."""
     rng = np.random.default_rng(batch.seed)
     if batch.kind == "random":
         return rng.random((batch.rows, batch.steps)) < 0.5
+    if batch.kind == "long-tailed":
+        return long_tailed_mask(batch.rows, batch.steps, rng)
     if batch.kind == "mixed":
         kinds = rng.choice(ROW_KINDS, batch.rows)
     elif batch.kind in ("post", "pre"):  # with empty and full rows now and then

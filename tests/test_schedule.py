@@ -1,0 +1,156 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The length-ordered schedule (masked_lstm_rewriter/schedule.py): exact at every position, for
+every layer kind, direction and mask mode, on batches that run it and on batches that do not."""
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+
+from kerasutil import (assert_matches_keras, check_conversion, convert, keras, layer_directions, onnx_outputs,
+                       post_padded_tokens, scheduled_layers, walk_nodes)
+from models import FEATURES, UNITS, embedding_model, explicit_mask_model, initial_state_model
+
+import masked_lstm_rewriter as mlr
+from masked_lstm_rewriter.schedule import MIN_BATCH, SCHEDULE_NAME, SEGMENTS
+
+STEPS = 40
+# long-tailed: one full row, most short ones, a few empty, rows in no particular order
+LONG_TAILED = [40, 3, 0, 5, 2, 9, 1, 4, 0, 6, 2, 3, 14, 1, 2, 7]
+# rows longest first, the reverse of the order the schedule sorts them into, and ties
+REVERSED = [40, 0, 1, 1, 1, 2, 2, 3, 3, 3, 4, 5, 6, 40, 1, 0][::-1]
+TIES = [30] * 8 + [2] * 8 + [40]
+BATCHES = {"long-tailed": LONG_TAILED, "reversed": REVERSED, "ties": TIES}
+
+
+def tokens(lengths, seed=0):
+    return post_padded_tokens(lengths, STEPS, 50, seed)
+
+
+def schedule_taken(onnx_model, feeds) -> list:
+    """Whether each plan (one per mask) chose the segments on this batch: its If's first output."""
+    model = onnx.ModelProto()
+    model.CopyFrom(onnx_model)
+    plans = [n for n in model.graph.node if n.op_type == "If" and n.name.startswith(SCHEDULE_NAME + "_plan")]
+    for plan in plans:
+        model.graph.output.append(helper.make_tensor_value_info(plan.output[0], onnx.TensorProto.BOOL, None))
+    results = onnx_outputs(model, [type("Spec", (), {"name": k}) for k in feeds], list(feeds.values()))
+    return [bool(np.asarray(r).all()) for r in results[len(results) - len(plans):]]
+
+
+def check_scheduled(model, spec, batches, ops, taken=True, rewriter="default"):
+    """Exact on every batch under the signature forms, and the dynamic model runs the segments on
+    each batch (``taken``); returns that model."""
+    onnx_model = None
+    for inputs in batches:
+        onnx_model = check_conversion(model, spec, inputs, rewriter=rewriter, ops=ops)
+        assert scheduled_layers(onnx_model) == sum(ops.values()), "every layer carries the schedule"
+        feeds = {s.name: np.asarray(x) for s, x in zip(spec, inputs)}
+        assert all(schedule_taken(onnx_model, feeds)) == taken, [len(i) for i in inputs]
+    return onnx_model
+
+
+LAYERS = {
+    "lstm": lambda **o: keras.layers.LSTM(UNITS, **o),
+    "gru": lambda **o: keras.layers.GRU(UNITS, **o),
+    "gru_reset_before": lambda **o: keras.layers.GRU(UNITS, reset_after=False, **o),
+    "simple_rnn": lambda **o: keras.layers.SimpleRNN(UNITS, **o),
+}
+OPS = {"lstm": "LSTM", "gru": "GRU", "gru_reset_before": "GRU", "simple_rnn": "RNN"}
+
+
+@pytest.mark.parametrize("mode", ["post", "any"])
+@pytest.mark.parametrize("direction", ["forward", "go_backwards", "bidirectional"])
+@pytest.mark.parametrize("kind", list(LAYERS))
+def test_every_kind_direction_and_mode(kind, direction, mode):
+    """Sequences and states (LSTM: the cell state through the padding column) at every position."""
+    options = dict(return_sequences=True, return_state=direction != "bidirectional")
+    layer = LAYERS[kind](go_backwards=direction == "go_backwards", **options)
+    if direction == "bidirectional":
+        layer = keras.layers.Bidirectional(layer)
+    model, spec, _ = embedding_model(layer)
+    batches = [[tokens(BATCHES["long-tailed"])], [tokens(BATCHES["reversed"], 1)]]
+    count = 2 if direction == "bidirectional" else 1
+    check_scheduled(model, spec, batches, {OPS[kind]: count}, rewriter=mlr.make_rewriter(mode))
+
+
+@pytest.mark.parametrize("name", list(BATCHES))
+def test_row_orders_and_ties(name):
+    model, spec, _ = embedding_model(keras.layers.LSTM(UNITS, return_sequences=True, return_state=True))
+    check_scheduled(model, spec, [[tokens(BATCHES[name])]], {"LSTM": 1})
+
+
+def test_any_mode_with_holes_and_pre_padding():
+    """mask_mode="any" schedules the compacted rows: pre-padded rows and holes, long-tailed."""
+    layer = keras.layers.Bidirectional(keras.layers.GRU(UNITS, return_sequences=True))
+    model, spec, _ = embedding_model(layer)
+    batch = tokens(LONG_TAILED, 3)
+    batch[1] = np.roll(batch[1], 10)          # pre-padded
+    batch[4, 1] = 0                           # a hole
+    batch[12] = np.roll(batch[12], 5)         # both ends
+    check_scheduled(model, spec, [[batch]], {"GRU": 2}, rewriter=mlr.make_rewriter("any"))
+
+
+def test_initial_state():
+    """Initial states are ordered with the rows and sliced to each segment's rows; empty rows keep them."""
+    model, spec, inputs = initial_state_model(keras.layers.LSTM(UNITS, return_sequences=True, return_state=True))
+    rows = len(LONG_TAILED)
+    rng = np.random.default_rng(5)
+    batch = [tokens(LONG_TAILED)] + [rng.normal(size=(rows, UNITS)).astype(np.float32) for _ in range(2)]
+    check_scheduled(model, spec, [batch], {"LSTM": 1})
+
+
+def test_stacked_layers_share_one_plan():
+    """One sort and one plan per mask, whatever the number of layers over it."""
+    model, spec, _ = embedding_model(keras.layers.LSTM(UNITS, return_sequences=True),
+                                     keras.layers.Bidirectional(keras.layers.GRU(UNITS, return_sequences=True)),
+                                     keras.layers.SimpleRNN(UNITS, go_backwards=True))
+    onnx_model = check_scheduled(model, spec, [[tokens(LONG_TAILED)]], {"LSTM": 1, "GRU": 2, "RNN": 1})
+    plans = [n for n in walk_nodes(onnx_model.graph) if n.op_type == "If" and n.name.startswith(SCHEDULE_NAME + "_plan")]
+    topk = [n for n in walk_nodes(onnx_model.graph, segments=True) if n.op_type == "TopK"]
+    assert len(plans) == 1 and len(topk) == 1, (len(plans), len(topk))
+    assert layer_directions(onnx_model, "GRU") == ["forward", "reverse"]
+
+
+def test_explicit_mask_input_with_return_state():
+    model, spec, _ = explicit_mask_model(keras.layers.LSTM(UNITS, return_sequences=True, return_state=True))
+    rng = np.random.default_rng(2)
+    features = rng.normal(size=(len(LONG_TAILED), STEPS, FEATURES)).astype(np.float32)
+    mask = np.arange(STEPS)[None, :] < np.asarray(LONG_TAILED)[:, None]
+    check_scheduled(model, spec, [[features, mask]], {"LSTM": 1})
+
+
+@pytest.mark.parametrize("lengths", [[7], [5, 0, 3], [STEPS] * MIN_BATCH, [3] * 12, [0] * 10],
+                         ids=["batch 1", "small batch", "full rows", "equal lengths", "all empty"])
+def test_batches_that_keep_the_single_node(lengths):
+    """Small batches, full or equal rows, too few steps: the single node runs, as without a schedule."""
+    model, spec, _ = embedding_model(keras.layers.LSTM(UNITS, return_sequences=True, return_state=True))
+    check_scheduled(model, spec, [[tokens(lengths)]], {"LSTM": 1}, taken=False)
+
+
+def test_static_small_batch_has_no_schedule():
+    """A static batch below MIN_BATCH rows never pays: no If at all, the graph of the single node."""
+    import tensorflow as tf
+    model, _, _ = embedding_model(keras.layers.LSTM(UNITS, return_sequences=True))
+    onnx_model = convert(model, (tf.TensorSpec((1, None), tf.int32, name="tokens"),))
+    assert not any(n.op_type == "If" for n in onnx_model.graph.node)
+
+
+def test_post_guard_still_fails_on_a_scheduled_batch():
+    """The guard runs before the plan: a pre-padded row in a long-tailed batch fails loudly."""
+    model, spec, _ = embedding_model(keras.layers.LSTM(UNITS, return_sequences=True))
+    onnx_model = convert(model, spec)
+    batch = tokens(LONG_TAILED)
+    batch[3] = np.roll(batch[3], 4)
+    with pytest.raises(Exception) as failure:
+        onnx_outputs(onnx_model, spec, [batch])
+    assert "not post-padded" in str(failure.value)
+
+
+def test_segments_cover_long_tailed_batches():
+    """The plan has SEGMENTS segments; a long row among short ones is scheduled."""
+    model, spec, _ = embedding_model(keras.layers.GRU(UNITS, return_sequences=True))
+    onnx_model = convert(model, spec)
+    segments = [n for n in walk_nodes(onnx_model.graph, segments=True) if n.op_type == "GRU"]
+    assert len(segments) == SEGMENTS + 1
+    assert_matches_keras(model, onnx_model, spec, [tokens([STEPS] + [1] * 15)])
