@@ -80,10 +80,12 @@ RATIOS = (("loop_over_post", "loop", "post"), ("post_over_unmasked", "post", "un
           ("ovpost_over_post", "ov-post", "post"), ("ovloop_over_ovpost", "ov-loop", "ov-post"))
 
 FULL = dict(batches=(1, 8, 32, 128), times=(16, 64, 256), fills=(1.0, 0.75, 0.5),
+            dist_batches=(1, 8, 32, 128), dist_time=100, dist_budget=4.0, dist_min_rounds=40, dist_max_rounds=1000,
             headline_batches=(1, 32), headline_time=100, headline_fills=(1.0, 0.5),
             budget=1.5, min_rounds=15, max_rounds=300, warmup=0.3,
             headline_budget=8.0, headline_min_rounds=100, headline_max_rounds=2000, conversions=5)
 QUICK = dict(batches=(1, 32), times=(16, 64), fills=(1.0, 0.5),
+             dist_batches=(1, 32), dist_time=100, dist_budget=1.0, dist_min_rounds=10, dist_max_rounds=200,
              headline_batches=(1, 32), headline_time=100, headline_fills=(1.0, 0.5),
              budget=0.25, min_rounds=5, max_rounds=40, warmup=0.05,
              headline_budget=1.5, headline_min_rounds=20, headline_max_rounds=400, conversions=2)
@@ -105,11 +107,61 @@ def lengths_for(batch: int, steps: int, fill: float):
     return np.random.default_rng(1000 * batch + steps).permutation(lengths)
 
 
+def cell_tokens(cell: dict):
+    """The batch a timing cell runs: of its distribution, or of its evenly spread fill."""
+    if cell.get("dist"):
+        return distribution_tokens(cell["dist"], cell["batch"], cell["time"])
+    return tokens_for(cell["batch"], cell["time"], cell["fill"])
+
+
+def shape_tokens(batch: int, steps: int, fill):
+    """The batch of a numerics shape: ``fill`` is an evenly spread fill or a distribution's name."""
+    return distribution_tokens(fill, batch, steps) if isinstance(fill, str) else tokens_for(batch, steps, fill)
+
+
 def tokens_for(batch: int, steps: int, fill: float):
     """A post-padded batch of token ids (0 is the padding id)."""
     import numpy as np
     lengths = lengths_for(batch, steps, fill)
     rng = np.random.default_rng(7 * batch + 13 * steps + int(100 * fill))
+    tokens = rng.integers(1, VOCAB, (batch, steps)).astype(np.int32)
+    tokens[np.arange(steps)[None, :] >= lengths[:, None]] = 0
+    return tokens
+
+
+# realistic length distributions (name -> description), next to the grid's evenly spread fills
+DISTRIBUTIONS = {
+    "full": "every row full",
+    "uniform": "lengths uniform over 50-100% of T",
+    "lognormal": "long-tailed: lognormal lengths, median 0.2 T, sigma 0.75, clipped to [1, T], one row of T",
+    "one-long": "one row of T, the others 5-15% of T",
+}
+
+
+def distribution_lengths(name: str, batch: int, steps: int):
+    """Valid steps per row drawn from distribution ``name`` (fixed seed per batch and T), post-padded."""
+    import numpy as np
+    rng = np.random.default_rng(100 * batch + steps + 7)
+    if name == "full":
+        lengths = np.full(batch, steps)
+    elif name == "uniform":
+        lengths = rng.integers(steps // 2, steps + 1, batch)
+    elif name == "lognormal":
+        lengths = np.rint(rng.lognormal(np.log(0.2 * steps), 0.75, batch))
+        lengths[rng.integers(batch)] = steps
+    elif name == "one-long":
+        lengths = rng.integers(max(1, steps // 20), max(2, (3 * steps) // 20) + 1, batch)
+        lengths[rng.integers(batch)] = steps
+    else:
+        raise ValueError(f"unknown distribution {name!r}; known: {', '.join(DISTRIBUTIONS)}")
+    return np.clip(lengths, 1, steps).astype(int)
+
+
+def distribution_tokens(name: str, batch: int, steps: int):
+    """A post-padded batch of token ids whose lengths follow distribution ``name``."""
+    import numpy as np
+    lengths = distribution_lengths(name, batch, steps)
+    rng = np.random.default_rng(11 * batch + steps)
     tokens = rng.integers(1, VOCAB, (batch, steps)).astype(np.int32)
     tokens[np.arange(steps)[None, :] >= lengths[:, None]] = 0
     return tokens
@@ -242,14 +294,15 @@ def worker(job_path: str) -> int:
     for cell in job["cells"]:
         variants = [v for v in cell["variants"] if v in sessions[cell["model"]]]
         chosen = {v: sessions[cell["model"]][v] for v in variants}
-        feed = {"tokens": tokens_for(cell["batch"], cell["time"], cell["fill"])}
+        feed = {"tokens": cell_tokens(cell)}
         before, wall_start = cpu_snapshot(), time.perf_counter()
         times, rounds, warm = time_cell(chosen, feed, cell["budget"], cell["min_rounds"], cell["max_rounds"],
                                         cell["warmup"])
         load = other_load(before, cpu_snapshot(), time.perf_counter() - wall_start)
         result = dict(cell, times=times, rounds=rounds, warmup_rounds=warm, threads=threads, other_load=load)
         results.append(result)
-        print(format_cell(result) + ("  (headline)" if cell["set"] == "headline" else ""), flush=True)
+        print(format_cell(result) + {"headline": "  (headline)", "dist": f"  ({cell.get('dist')})"}.get(cell["set"], ""),
+              flush=True)
     with open(job["results"], "w") as handle:
         json.dump(results, handle)
     return 0
@@ -409,7 +462,7 @@ def check_openvino_numerics(np, keras_models: dict, protos: dict, shapes: list, 
                        f"({str(error).strip().splitlines()[-1][:100]})")
                 continue
             for batch, steps, fill in shapes:
-                tokens = tokens_for(batch, steps, fill)
+                tokens = shape_tokens(batch, steps, fill)
                 want = np.asarray(masked(tokens, training=False))
                 got = net.create_infer_request().infer({"tokens": tokens})[net.output(0)]
                 diff = float(np.max(np.abs(got - want))) if got.shape == want.shape else float("inf")
@@ -420,7 +473,7 @@ def check_openvino_numerics(np, keras_models: dict, protos: dict, shapes: list, 
                          f"at batch {batch}, T={steps}, fill {fill}")
             compiled.add((model, variant))
         report(f"  {MODEL_NAMES[model]:<13} OpenVINO {ov.__version__.split('-')[0]}, dynamic shapes, "
-               f"{len(shapes)} headline shapes: " + ", ".join(
+               f"{len(shapes)} headline and distribution shapes: " + ", ".join(
                    f"{v} {worst[(model, v)]:.2g}" for v in OPENVINO_VARIANTS if (model, v) in compiled))
     return compiled
 
@@ -435,7 +488,7 @@ def check_numerics(np, ort, keras_models: dict, protos: dict, shapes: list, repo
         sessions = {v: ort.InferenceSession(protos[(model, v)].SerializeToString(), options,
                                             providers=["CPUExecutionProvider"]) for v in VARIANTS}
         for batch, steps, fill in shapes:
-            tokens = tokens_for(batch, steps, fill)
+            tokens = shape_tokens(batch, steps, fill)
             expected = {"masked": np.asarray(masked(tokens, training=False)),
                         "unmasked": np.asarray(unmasked(tokens, training=False))}
             largest[model] = max(largest.get(model, 0.0), float(np.max(np.abs(expected["masked"]))))
@@ -481,9 +534,10 @@ def summarise(results: list, worst: dict) -> tuple:
     ratio_rows, latency_rows = [], []
     for cell in results:
         times = cell["times"]
-        lengths = lengths_for(cell["batch"], cell["time"], cell["fill"])
-        base = dict(model=cell["model"], set=cell["set"], threads=cell["threads"], batch=cell["batch"],
-                    time=cell["time"], fill=cell["fill"])
+        lengths = (distribution_lengths(cell["dist"], cell["batch"], cell["time"]) if cell.get("dist")
+                   else lengths_for(cell["batch"], cell["time"], cell["fill"]))
+        base = dict(model=cell["model"], set=cell["set"], dist=cell.get("dist") or "", threads=cell["threads"],
+                    batch=cell["batch"], time=cell["time"], fill=cell["fill"])
         row = dict(base, fill_actual=round(float(np.mean(lengths)) / cell["time"], 4),
                    max_length=int(np.max(lengths)), rounds=cell["rounds"], other_load=round(cell["other_load"], 3))
         for variant in HEADLINE_VARIANTS:
@@ -496,7 +550,7 @@ def summarise(results: list, worst: dict) -> tuple:
         ratio_rows.append(row)
         for variant, values in times.items():
             diff = worst.get((cell["model"], "post" if variant == "no-guard" else variant,
-                              cell["batch"], cell["time"], cell["fill"]), "")
+                              cell["batch"], cell["time"], cell.get("dist") or cell["fill"]), "")
             latency_rows.append(dict(base, variant=variant, rounds=len(values),
                                      **{k: round(v, 4) for k, v in stats(values).items()},
                                      max_abs_diff_vs_keras=(f"{diff:.3g}" if diff != "" else "")))
@@ -515,6 +569,20 @@ def find(rows: list, **match):
         if all(row[k] == v for k, v in match.items()):
             return row
     return None
+
+
+def report_distributions(ratio_rows: list, settings: dict, report: Report):
+    """The realistic length distributions: latency of each variant, the plugin's speed-ups."""
+    report(f"length distributions: T={settings['dist_time']}, 1 intra-op thread, medians in ms of interleaved rounds")
+    for name, text in DISTRIBUTIONS.items():
+        report(f"  {name}: {text}")
+    report(f"  {'model':<13} {'batch':>5} {'lengths':<10} {'fill':>5} {'Loop':>7} {'post':>7} {'any':>7} "
+           f"{'unmasked':>8} {'Loop/post':>9} {'unm/post':>8} {'rounds':>6}")
+    for row in sorted((r for r in ratio_rows if r["set"] == "dist"),
+                      key=lambda r: (MODELS.index(r["model"]), r["batch"], list(DISTRIBUTIONS).index(r["dist"]))):
+        report(f"  {MODEL_NAMES[row['model']]:<13} {row['batch']:>5} {row['dist']:<10} {row['fill_actual']:>5.2f} "
+               f"{row['loop_ms']:>7.3f} {row['post_ms']:>7.3f} {row['any_ms']:>7.3f} {row['unmasked_ms']:>8.3f} "
+               f"{row['loop_over_post']:>9.2f} {1 / row['post_over_unmasked']:>8.2f} {row['rounds']:>6}")
 
 
 def evaluate_targets(ratio_rows: list, settings: dict, report: Report):
@@ -562,6 +630,20 @@ def evaluate_targets(ratio_rows: list, settings: dict, report: Report):
                      f"{tag}batch {row['batch']}, T={steps}, 1 thread, fill {row['fill']!r}: guard cost "
                      f"(post vs no-guard) {pct(row['post_over_noguard'])} {spread(row, 'post_over_noguard')} "
                      f"(target at most +3%)")
+    for model in MODELS:
+        dist = {(r["batch"], r["dist"]): r for r in ratio_rows if r["set"] == "dist" and r["model"] == model}
+        tag = "" if model == "lstm" else f"[{MODEL_NAMES[model]}] "
+        row = dist.get((32, "lognormal"))
+        if row:
+            line(1 / row["post_over_unmasked"] >= 2.0,
+                 f"{tag}long-tailed batch 32 (fill {row['fill_actual']:.2f}): plugin {1 / row['post_over_unmasked']:.2f}x "
+                 f"faster than the unmasked native op (target >= 2x)")
+            line(row["loop_over_post"] >= 2.5,
+                 f"{tag}long-tailed batch 32: plugin {row['loop_over_post']:.2f}x faster than the Loop (target >= 2.5x)")
+        row = dist.get((1, "full"))
+        if row:
+            line(row["post_over_unmasked"] <= 1.03,
+                 f"{tag}batch 1, full row: plugin vs unmasked {pct(row['post_over_unmasked'])} (target within +3%)")
     report(f"targets: {passes} PASS, {misses} MISS (targets are reported, not enforced)")
 
     grid = [r for r in ratio_rows if r["set"] == "grid"]
@@ -674,10 +756,11 @@ def main(argv=None) -> int:
     grid_shapes = [(b, t, f) for t in settings["times"] for b in settings["batches"] for f in settings["fills"]]
     head_shapes = [(b, settings["headline_time"], f) for b in settings["headline_batches"]
                    for f in settings["headline_fills"]]
+    dist_shapes = [(b, settings["dist_time"], d) for b in settings["dist_batches"] for d in DISTRIBUTIONS]
     report(f"numerics: every model on every shape vs Keras, tolerance {TOLERANCE:g}:")
     with quiet_stderr(quiet):
-        worst = check_numerics(np, ort, keras_models, protos, head_shapes + grid_shapes, report)
-        openvino_models = check_openvino_numerics(np, keras_models, protos, head_shapes, worst, report)
+        worst = check_numerics(np, ort, keras_models, protos, head_shapes + dist_shapes + grid_shapes, report)
+        openvino_models = check_openvino_numerics(np, keras_models, protos, head_shapes + dist_shapes, worst, report)
     report()
 
     # timing, in one child process per thread count
@@ -701,12 +784,18 @@ def main(argv=None) -> int:
         head_cell = dict(set="headline", variants=list(HEADLINE_VARIANTS), budget=settings["headline_budget"],
                          min_rounds=settings["headline_min_rounds"], max_rounds=settings["headline_max_rounds"],
                          warmup=max(settings["warmup"], 0.2))
+        dist_cell = dict(set="dist", variants=list(VARIANTS), budget=settings["dist_budget"],
+                         min_rounds=settings["dist_min_rounds"], max_rounds=settings["dist_max_rounds"],
+                         warmup=max(settings["warmup"], 0.2))
         cells_by_threads = {}
         for threads in args.threads:
             cells = []
             if threads == 1:
                 cells += [dict(head_cell, model=m, batch=b, time=t, fill=f) for m in args.models
                           for b, t, f in head_shapes]
+                cells += [dict(dist_cell, model=m, batch=b, time=t, dist=d,
+                               fill=round(float(np.mean(distribution_lengths(d, b, t))) / t, 4))
+                          for m in args.models for b, t, d in dist_shapes]
             cells += [dict(grid_cell, model=m, batch=b, time=t, fill=f) for m in args.models for b, t, f in grid_shapes]
             cells_by_threads[threads] = cells
         total = sum(len(c) for c in cells_by_threads.values())
@@ -743,6 +832,8 @@ def main(argv=None) -> int:
                f"{ratio('loop_over_post'):>17} {ratio('post_over_unmasked'):>17} {ratio('any_over_post'):>17} "
                f"{ratio_or_dash('ovpost_over_post'):>17} {row['rounds']:>6}")
     report()
+    report_distributions(ratio_rows, settings, report)
+    report()
     evaluate_targets(ratio_rows, settings, report)
     report()
 
@@ -762,6 +853,7 @@ def main(argv=None) -> int:
                     f"points: medians; bars: interquartile range of the per-round ratios")
         try:
             paths += plot_benchmark.plot(paths[0], args.out, subtitle=subtitle)
+            paths += plot_benchmark.plot_fill(paths[0], args.out, subtitle=subtitle)
         except ImportError as error:
             report(f"note: no plot ({error}); pip install matplotlib")
 

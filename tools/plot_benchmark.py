@@ -140,3 +140,44 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+FILL_FILE_NAMES = {"lstm": "fill.png", "bilstm": "fill_bidirectional.png", "gru": "fill_gru.png"}
+VARIANT_STYLES = {"loop": ("#d62728", "stock tf2onnx (Loop)"), "post": ("#1f77b4", 'plugin "post"'),
+                  "any": ("#2ca02c", 'plugin "any"'), "unmasked": ("#7f7f7f", "unmasked native op, every step")}
+
+
+def plot_fill(csv_path: str, out_dir: str, subtitle: str = "") -> list[str]:
+    """Latency against fill (the mean share of valid steps) for the realistic length distributions
+    (rows with set "dist"): one PNG per model, one panel per batch size, one line per variant."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in read_rows(csv_path) if r["set"] == "dist"]
+    written = []
+    for model in [m for m in MODEL_TITLES if any(r["model"] == m for r in rows)]:
+        mine = [r for r in rows if r["model"] == model]
+        batches = sorted({int(r["batch"]) for r in mine})
+        figure, axes = plt.subplots(1, len(batches), figsize=(4.2 * len(batches), 4.0), squeeze=False)
+        for axis, batch in zip(axes[0], batches):
+            cells = sorted((r for r in mine if int(r["batch"]) == batch), key=lambda r: _num(r, "fill_actual"))
+            fills = [_num(r, "fill_actual") for r in cells]
+            for variant, (colour, label) in VARIANT_STYLES.items():
+                axis.plot(fills, [_num(r, f"{variant}_ms") for r in cells], "o-", color=colour, label=label)
+            for r, fill in zip(cells, fills):
+                axis.annotate(r["dist"], (fill, _num(r, "post_ms")), fontsize=7, textcoords="offset points",
+                              xytext=(3, -10))
+            axis.set_title(f"batch {batch}, T={cells[0]['time']}, 1 thread", fontsize=9)
+            axis.set_xlabel("fill (mean share of valid steps per row)")
+            axis.set_ylabel("latency, ms (median)")
+            axis.set_ylim(bottom=0)
+            axis.grid(alpha=0.3)
+        axes[0][0].legend(fontsize=7)
+        figure.suptitle(f"{MODEL_TITLES[model]}: latency against fill\n{subtitle}", fontsize=9)
+        figure.tight_layout()
+        path = os.path.join(out_dir, FILL_FILE_NAMES[model])
+        figure.savefig(path, dpi=110)
+        plt.close(figure)
+        written.append(path)
+    return written
