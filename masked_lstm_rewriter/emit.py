@@ -140,10 +140,9 @@ def _emit_recurrent_node(g, layer: MaskedRecurrentLayer, masks: MaskTensors) -> 
         attr["linear_before_reset"] = layer.linear_before_reset
     node = RecurrentNode(kind=layer.kind, x=x, weights=(_const(g, "W", w), _const(g, "R", r), b), lengths=masks.lengths,
                          initial=initial, attr=attr, name=f"{layer.layer}/masked_{layer.kind.lower()}",
-                         hidden=layer.hidden_size, wants_c=carries_cell_state(layer))
-    # an LSTM's final cell state past its row's length is exact only with the padding column
-    segments = masks.segments if padding_column or not carries_cell_state(layer) else None
-    y, c_last = emit_node(g, node, segments)
+                         hidden=layer.hidden_size, wants_c=padding_column)
+    # in segments, an LSTM's final cell state past its row's length is held by the padding column
+    y, c_last = emit_node(g, node, masks.segments)
     h_last_step = _last_valid_step(g, y, masks, layer.hidden_size)
     if layer.direction == "reverse":
         y = _reverse_valid_steps(g, y, masks)
