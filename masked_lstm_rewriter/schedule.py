@@ -86,39 +86,40 @@ def schedulable(graph, mask: str) -> bool:
 
 def plan_segments(graph, counts: str, guarded: str, time_major: str) -> SegmentPlan:
     """The plan over the lengths ``counts`` ([B] int32, node layout) and the number of steps (axis 0
-    of ``time_major``): an If on the batch size (read off ``guarded``, the lengths through the
-    "post" guard, so that the guard runs first on every path; placeholders below ``MIN_BATCH``
-    rows) holding the segments, whether they pay, and, only where they do, the gather indices (a
-    nested If)."""
+    of ``time_major``), in two Ifs: the segments and whether they pay, for batches of at least
+    ``MIN_BATCH`` rows (else placeholders), with the batch size read off ``guarded`` (the lengths
+    through the "post" guard, so that the guard runs first on every path); then the gather indices,
+    only where the segments pay. (Not one If nested in the other: OpenVINO 2026.4 refuses such a
+    model read from a file, "'then' and 'else' branches have to have the same number of outputs".)"""
     batch = _op(graph, "Shape", guarded)                                      # [1]
     big = _op(graph, "GreaterOrEqual", batch, _const(graph, "min_batch", [MIN_BATCH]))  # [1]: an If's condition
 
     def plan(g):
         lengths = _op(g, "Cast", counts, to=TensorProto.INT64)
         use, order, starts, ends, active = _compute_segments(g, lengths, batch)
-        bounds = _op(g, "Concat", *starts, *ends, active, axis=0)
-
-        def indices(inner):
-            steps = _op(inner, "Squeeze", _op(inner, "Slice", _op(inner, "Shape", time_major),
-                                              _const(inner, "zero", [0]), _const(inner, "one", [1])),
-                        _const(inner, "axes", [0]))
-            first, end = (_op(inner, "Slice", bounds, _const(inner, "at", [at]),
-                              _const(inner, "to", [at + 2 * SEGMENTS]), _const(inner, "axis", [0]),
-                              _const(inner, "step", [2])) for at in (0, 2 * SEGMENTS))
-            active = _op(inner, "Slice", bounds, _const(inner, "at", [4 * SEGMENTS]),
-                         _const(inner, "to", [5 * SEGMENTS]), _const(inner, "axis", [0]))
-            return list(_gather_indices(inner, lengths, steps, order, first, end, active))
-
-        gather_y, gather_c = _if(g, use, "indices", indices, lambda inner: [_const(inner, "placeholder", [[[0]]]), order])
-        rows = _op(g, "Concat", *(_op(g, "Unsqueeze", t, _const(g, "axes", [0])) for t in (order, gather_c)), axis=0)
-        return [use, bounds, rows, gather_y]
+        return [use, _op(g, "Concat", *starts, *ends, active, axis=0), order, lengths]
 
     def placeholders(g):
         false = g.make_const(utils.make_name("no_schedule"), np.array([False])).output[0]
-        return [false, _const(g, "placeholder", [0] * (5 * SEGMENTS)), _const(g, "placeholder", [[0], [0]]),
-                _const(g, "placeholder", [[[0]]])]
+        return [false, _const(g, "placeholder", [0] * (5 * SEGMENTS)), _const(g, "placeholder", [0]),
+                _const(g, "placeholder", [0])]
 
-    return SegmentPlan(*_if(graph, big, "plan", plan, placeholders))
+    use, bounds, order, lengths = _if(graph, big, "plan", plan, placeholders)
+
+    def indices(g):
+        steps = _op(g, "Squeeze", _op(g, "Slice", _op(g, "Shape", time_major), _const(g, "zero", [0]),
+                                      _const(g, "one", [1])), _const(g, "axes", [0]))
+        first, end = (_op(g, "Slice", bounds, _const(g, "at", [at]), _const(g, "to", [at + 2 * SEGMENTS]),
+                          _const(g, "axis", [0]), _const(g, "step", [2])) for at in (0, 2 * SEGMENTS))
+        active = _op(g, "Slice", bounds, _const(g, "at", [4 * SEGMENTS]), _const(g, "to", [5 * SEGMENTS]),
+                     _const(g, "axis", [0]))
+        gather_y, gather_c = _gather_indices(g, lengths, steps, order, first, end, active)
+        rows = _op(g, "Concat", *(_op(g, "Unsqueeze", t, _const(g, "axes", [0])) for t in (order, gather_c)), axis=0)
+        return [rows, gather_y]
+
+    rows, gather_y = _if(graph, use, "indices", indices,
+                         lambda g: [_const(g, "placeholder", [[0], [0]]), _const(g, "placeholder", [[[0]]])])
+    return SegmentPlan(use=use, bounds=bounds, rows=rows, gather_y=gather_y)
 
 
 def _if(graph, condition: str, name: str, then_branch, else_branch) -> list:
@@ -303,10 +304,12 @@ def _branch(graph):
 
 def _set_outputs(branch, tensors: list) -> None:
     """The branch's outputs: the tensors it computes as they are (onnxruntime writes them straight
-    into the If's outputs), an Identity of a tensor from outside or of one listed twice."""
+    into the If's outputs), an Identity of a tensor from outside, of a constant (OpenVINO drops a
+    branch output that is an initializer) or of one listed twice."""
     outputs = []
     for tensor in tensors:
-        if branch.get_node_by_output_in_current_graph(tensor) is None or tensor in outputs:
+        producer = branch.get_node_by_output_in_current_graph(tensor)
+        if producer is None or producer.is_const() or tensor in outputs:
             node = branch.make_node("Identity", [tensor])
             branch.set_dtype(node.output[0], branch.get_dtype(tensor) or _outer_dtype(branch, tensor))
             tensor = node.output[0]
