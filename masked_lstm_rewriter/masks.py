@@ -86,11 +86,12 @@ class MaskTensors:
 class MaskPlanner:
     """Emits, once per mask tensor, what the layers using it need."""
 
-    def __init__(self, graph, mask_mode: str = "post"):
+    def __init__(self, graph, mask_mode: str = "post", schedule: bool = False):
         if mask_mode not in MASK_MODES:
             raise ValueError(f"mask_mode must be one of {MASK_MODES}, not {mask_mode!r}")
         self.graph = graph
         self.mask_mode = mask_mode
+        self.schedule = schedule  # emit the length-aware schedule's plan (schedule.py)
         self._cache = {}
 
     def tensors_for(self, mask: str, post_padded: bool = False) -> MaskTensors:
@@ -119,7 +120,7 @@ class MaskPlanner:
             valid_steps = reorder.valid_steps
         # the plan reads the lengths before the guard (as the fix-ups do) and its batch size after it,
         # so that every path still runs the guard first
-        segments = plan_segments(g, lengths, guarded, mask_tm) if schedulable(g, mask) else None
+        segments = plan_segments(g, lengths, guarded, mask_tm) if self.schedule and schedulable(g, mask) else None
         return MaskTensors(lengths=guarded, lengths_i64=op("Cast", guarded, to=TensorProto.INT64), segments=segments,
                            last_step=op("Sub", lengths_col, _const(g, "one_i32", np.array(1, np.int32))),
                            has_steps=op("Greater", lengths_col, _const(g, "zero_i32", np.array(0, np.int32))),

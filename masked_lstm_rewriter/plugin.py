@@ -41,11 +41,15 @@ OPENVINO_GUARD_NOTE = ("OpenVINO enforces the \"post\" guard except in synchrono
                        "there, use mask_mode='any' (exact for any mask) or start_async() + wait()")
 
 
-def make_rewriter(mask_mode: str = "post", target: Optional[str] = None):
+def make_rewriter(mask_mode: str = "post", target: Optional[str] = None, schedule: bool = False):
     """A tf2onnx custom rewriter ``(graph, ops) -> ops`` for masked Keras LSTM, GRU and SimpleRNN loops.
 
     ``target``: None for a model any runtime runs exactly where it compiles it; ``"openvino"`` to
-    also keep as Loops the layers OpenVINO's native recurrent ops cannot run (their activations)."""
+    also keep as Loops the layers OpenVINO's native recurrent ops cannot run (their activations).
+    ``schedule``: emit the length-aware schedule (:mod:`.schedule`), which runs long-tailed batches
+    of 8 rows or more in length-ordered segments, chosen at run time. Off by default: OpenVINO
+    2026.4 computes some layers inside its ``If`` wrongly (a ``Bidirectional``'s forward half,
+    dynamic shapes); onnxruntime is exact."""
     _check_mask_mode(mask_mode)
     check_target(target)
     if target == "openvino" and mask_mode == "post":
@@ -58,7 +62,7 @@ def make_rewriter(mask_mode: str = "post", target: Optional[str] = None):
             setattr(graph, COND_MATCH_ATTR, _read_condition_safely(graph))
         loops = [op for op in ops if op.type in ("While", "StatelessWhile")]
         if loops:
-            _rewrite_loops(graph, loops, mask_mode, target)
+            _rewrite_loops(graph, loops, mask_mode, target, schedule)
         _report_lowered_loops(graph, [op for op in ops if op.type == "Loop"], mask_mode)
         if _is_main_graph(graph):
             time_distributed.warn_traced_over_batch(graph, ops)
@@ -68,6 +72,7 @@ def make_rewriter(mask_mode: str = "post", target: Optional[str] = None):
     setattr(rewrite_masked_lstm, _MARK, True)
     rewrite_masked_lstm.mask_mode = mask_mode
     rewrite_masked_lstm.target = target
+    rewrite_masked_lstm.schedule = schedule
     return rewrite_masked_lstm
 
 
@@ -113,7 +118,7 @@ def _report_lowered_loops(graph, loops, mask_mode):
             record(layer_name(loop), False, LOWERED_REASON, mask_mode)
 
 
-def _rewrite_loops(graph, loops, mask_mode, target):
+def _rewrite_loops(graph, loops, mask_mode, target, schedule=False):
     layers = []
     for loop in loops:
         body_graph = find_function(loop.get_attr_str("body"))
@@ -131,7 +136,7 @@ def _rewrite_loops(graph, loops, mask_mode, target):
             record(layer_name(loop), False, layer.reason, mask_mode)
         else:
             layers.append(layer)
-    planner = MaskPlanner(graph, mask_mode)
+    planner = MaskPlanner(graph, mask_mode, schedule)
     masks = BatchMasks(graph, layers)
     for layer in layers:
         not_for = {other: target_refusal(layer, other) for other in TARGETS if other != target}
@@ -273,11 +278,11 @@ class _Enabled(contextlib.AbstractContextManager):
         if self._previous is None:
             disable()
         else:
-            enable(self._previous.mask_mode, self._previous.target)
+            enable(self._previous.mask_mode, self._previous.target, self._previous.schedule)
         return False
 
 
-def enable(mask_mode: str = "post", target: Optional[str] = None) -> _Enabled:
+def enable(mask_mode: str = "post", target: Optional[str] = None, schedule: bool = False) -> _Enabled:
     """Apply the rewrite in every tf2onnx conversion of this process from now on.
 
     ``target`` as in :func:`make_rewriter`. Enabling again changes the mode; the rewrite is
@@ -286,7 +291,7 @@ def enable(mask_mode: str = "post", target: Optional[str] = None) -> _Enabled:
     also makes Keras trace ``TimeDistributed`` correctly (:mod:`.time_distributed`).
     """
     global _original_process_parsed_graph, _enabled_rewriter  # pylint: disable=global-statement
-    rewriter = make_rewriter(mask_mode, target)
+    rewriter = make_rewriter(mask_mode, target, schedule)
     previous = _enabled_rewriter
     if _original_process_parsed_graph is None:
         _original_process_parsed_graph = tfonnx.process_parsed_graph
