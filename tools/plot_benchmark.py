@@ -144,6 +144,7 @@ if __name__ == "__main__":
 
 FILL_FILE_NAMES = {"lstm": "fill.png", "bilstm": "fill_bidirectional.png", "gru": "fill_gru.png"}
 VARIANT_STYLES = {"loop": ("#d62728", "stock tf2onnx (Loop)"), "post": ("#1f77b4", 'plugin "post"'),
+                  "sched": ("#9467bd", 'plugin "post", schedule=True'),
                   "any": ("#2ca02c", 'plugin "any"'), "unmasked": ("#7f7f7f", "unmasked native op, every step")}
 
 
@@ -166,7 +167,7 @@ def plot_fill(csv_path: str, out_dir: str, subtitle: str = "") -> list[str]:
             for variant, (colour, label) in VARIANT_STYLES.items():
                 axis.plot(fills, [_num(r, f"{variant}_ms") for r in cells], "o-", color=colour, label=label)
             for r, fill in zip(cells, fills):
-                axis.annotate(r["dist"], (fill, _num(r, "post_ms")), fontsize=7, textcoords="offset points",
+                axis.annotate(r["dist"], (fill, _num(r, "sched_ms")), fontsize=7, textcoords="offset points",
                               xytext=(3, -10))
             axis.set_title(f"batch {batch}, T={cells[0]['time']}, 1 thread", fontsize=9)
             axis.set_xlabel("fill (mean share of valid steps per row)")

@@ -26,14 +26,15 @@ def without_guard(onnx_model, guard_message: str):
     guards = [n for n in graph.node if n.name.startswith(guard_message)]
     if not guards:
         return None
+    from masked_lstm_rewriter.corpus.ops import walk_nodes
     for guard in guards:
-        for node in graph.node:
+        for node in walk_nodes(graph, segments=True):  # If branches read outer tensors by name too
             for i, name in enumerate(node.input):
                 if name == guard.output[0]:
                     node.input[i] = guard.input[0]
         graph.node.remove(guard)
     while True:  # prune the nodes nothing reads any more, then the initializers
-        used = {name for n in graph.node for name in n.input} | {o.name for o in graph.output}
+        used = {name for n in walk_nodes(graph, segments=True) for name in n.input} | {o.name for o in graph.output}
         dead = [n for n in graph.node if not any(o in used for o in n.output)]
         if not dead:
             break
