@@ -21,6 +21,7 @@ import contextlib
 import dataclasses
 import functools
 import hashlib
+import os
 from typing import Callable, Optional
 
 import numpy as np
@@ -69,6 +70,9 @@ ROW_KINDS = ("post", "pre", "holes", "both ends", "empty", "full")
 MODES = ("any", "post")
 VOCAB = 20
 MAX_ROWS, MAX_STEPS = 16, 20
+# MLR_FUZZ_SCHEDULE=1: convert with the length-aware schedule (make_rewriter(schedule=True)),
+# which the "long-tailed" batches run
+SCHEDULE = os.environ.get("MLR_FUZZ_SCHEDULE", "0") == "1"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -433,7 +437,7 @@ REFUSED_REASONS = set(REFUSED_ACTIVATION_REASONS.values())
 def convert_and_report(model, spec, mode, case: ModelCase, result: CaseResult):
     """The ONNX model in ``mode``. Every layer must be rewritten except the refused ones, which
     must stay Loops for their reason; anything else left as a Loop is recorded as a failure."""
-    onnx_model = convert(model, spec, rewriter=mlr.make_rewriter(mode))
+    onnx_model = convert(model, spec, rewriter=mlr.make_rewriter(mode, schedule=SCHEDULE))
     report = mlr.last_report()
     for layer in report.left_as_loop:
         if layer.detail not in REFUSED_REASONS:

@@ -12,7 +12,15 @@ from kerasutil import (assert_matches_keras, check_conversion, convert, keras, l
 from models import FEATURES, UNITS, embedding_model, explicit_mask_model, initial_state_model
 
 import masked_lstm_rewriter as mlr
+import runtimes
 from masked_lstm_rewriter.schedule import MIN_BATCH, SCHEDULE_NAME, SEGMENTS
+
+
+@pytest.fixture(autouse=True)
+def onnxruntime_only(monkeypatch):
+    """The exactness tests run on onnxruntime: OpenVINO 2026.4 computes some layers inside the
+    schedule's If wrongly (pinned below), which is why the schedule is off by default."""
+    monkeypatch.setattr(runtimes, "runtimes", lambda: ("onnxruntime",))
 
 STEPS = 40
 # long-tailed: one full row, most short ones, a few empty, rows in no particular order
@@ -38,7 +46,10 @@ def schedule_taken(onnx_model, feeds) -> list:
     return [bool(np.asarray(r).all()) for r in results[len(results) - len(plans):]]
 
 
-def check_scheduled(model, spec, batches, ops, taken=True, rewriter="default"):
+SCHEDULED = mlr.make_rewriter("post", schedule=True)
+
+
+def check_scheduled(model, spec, batches, ops, taken=True, rewriter=SCHEDULED):
     """Exact on every batch under the signature forms, and the dynamic model runs the segments on
     each batch (``taken``); returns that model."""
     onnx_model = None
@@ -71,7 +82,7 @@ def test_every_kind_direction_and_mode(kind, direction, mode):
     model, spec, _ = embedding_model(layer)
     batches = [[tokens(BATCHES["long-tailed"])], [tokens(BATCHES["reversed"], 1)]]
     count = 2 if direction == "bidirectional" else 1
-    check_scheduled(model, spec, batches, {OPS[kind]: count}, rewriter=mlr.make_rewriter(mode))
+    check_scheduled(model, spec, batches, {OPS[kind]: count}, rewriter=mlr.make_rewriter(mode, schedule=True))
 
 
 @pytest.mark.parametrize("name", list(BATCHES))
@@ -88,7 +99,7 @@ def test_any_mode_with_holes_and_pre_padding():
     batch[1] = np.roll(batch[1], 10)          # pre-padded
     batch[4, 1] = 0                           # a hole
     batch[12] = np.roll(batch[12], 5)         # both ends
-    check_scheduled(model, spec, [[batch]], {"GRU": 2}, rewriter=mlr.make_rewriter("any"))
+    check_scheduled(model, spec, [[batch]], {"GRU": 2}, rewriter=mlr.make_rewriter("any", schedule=True))
 
 
 def test_initial_state():
@@ -132,14 +143,14 @@ def test_static_small_batch_has_no_schedule():
     """A static batch below MIN_BATCH rows never pays: no If at all, the graph of the single node."""
     import tensorflow as tf
     model, _, _ = embedding_model(keras.layers.LSTM(UNITS, return_sequences=True))
-    onnx_model = convert(model, (tf.TensorSpec((1, None), tf.int32, name="tokens"),))
+    onnx_model = convert(model, (tf.TensorSpec((1, None), tf.int32, name="tokens"),), rewriter=SCHEDULED)
     assert not any(n.op_type == "If" for n in onnx_model.graph.node)
 
 
 def test_post_guard_still_fails_on_a_scheduled_batch():
     """The guard runs before the plan: a pre-padded row in a long-tailed batch fails loudly."""
     model, spec, _ = embedding_model(keras.layers.LSTM(UNITS, return_sequences=True))
-    onnx_model = convert(model, spec)
+    onnx_model = convert(model, spec, rewriter=SCHEDULED)
     batch = tokens(LONG_TAILED)
     batch[3] = np.roll(batch[3], 4)
     with pytest.raises(Exception) as failure:
@@ -150,7 +161,47 @@ def test_post_guard_still_fails_on_a_scheduled_batch():
 def test_segments_cover_long_tailed_batches():
     """The plan has SEGMENTS segments; a long row among short ones is scheduled."""
     model, spec, _ = embedding_model(keras.layers.GRU(UNITS, return_sequences=True))
-    onnx_model = convert(model, spec)
+    onnx_model = convert(model, spec, rewriter=SCHEDULED)
     segments = [n for n in walk_nodes(onnx_model.graph, segments=True) if n.op_type == "GRU"]
     assert len(segments) == SEGMENTS + 1
     assert_matches_keras(model, onnx_model, spec, [tokens([STEPS] + [1] * 15)])
+
+
+def test_off_by_default():
+    """Without ``schedule=True`` the graph is the single node's, with no If."""
+    model, spec, _ = embedding_model(keras.layers.LSTM(UNITS, return_sequences=True))
+    onnx_model = convert(model, spec)
+    assert not any(n.op_type == "If" for n in onnx_model.graph.node)
+
+
+def _openvino_error(model, spec, inputs, path=None):
+    """Largest difference from Keras on OpenVINO (dynamic shapes), the model read from ``path`` if given."""
+    ov = pytest.importorskip("openvino")
+    onnx_model = convert(model, spec, rewriter=SCHEDULED)
+    core = ov.Core()
+    if path is not None:
+        onnx.save(onnx_model, str(path))
+        source = core.read_model(str(path))
+    else:
+        source = core.read_model(onnx_model.SerializeToString(), b"")
+    compiled = core.compile_model(source, "CPU", runtimes.OPENVINO_CONFIG)
+    got = compiled.create_infer_request().infer({spec[0].name: inputs[0]})
+    expected = keras.ops.convert_to_numpy(model(inputs[0])) if hasattr(keras, "ops") else np.asarray(model(inputs[0]))
+    return float(np.max(np.abs(np.asarray(got[compiled.output(0)]) - expected)))
+
+
+@pytest.mark.parametrize("lengths", [LONG_TAILED, [5, 0, 3]], ids=["segments", "single node"])
+def test_openvino_forward_layer_from_a_file(tmp_path, lengths):
+    """A forward layer with the schedule is exact on OpenVINO, read from a file (the plan and the
+    indices are two Ifs, not nested: OpenVINO refuses a file with the nested form)."""
+    model, spec, _ = embedding_model(keras.layers.LSTM(UNITS, return_sequences=True))
+    assert _openvino_error(model, spec, [tokens(lengths)], tmp_path / "model.onnx") <= 1e-5
+
+
+@pytest.mark.xfail(strict=True, reason="OpenVINO 2026.4 bug: a Bidirectional's forward half inside an If "
+                                        "(its output's only consumer a Where) comes out wrong")
+def test_openvino_bidirectional_is_wrong():
+    """Pinned: why the schedule is off by default. Moving that Where into the If's branches made
+    this model exact (measured), but other patterns are not checked yet."""
+    model, spec, _ = embedding_model(keras.layers.Bidirectional(keras.layers.LSTM(UNITS, return_sequences=True)))
+    assert _openvino_error(model, spec, [tokens([5, 0, 3])]) <= 1e-5
