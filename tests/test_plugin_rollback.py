@@ -168,10 +168,10 @@ def test_snapshot_restores_the_graph_exactly(monkeypatch):
     seen = {}
     original_rewrite = plugin._rewrite_loops  # pylint: disable=protected-access
 
-    def rewrite(graph, loops, mask_mode, target):
+    def rewrite(graph, loops, mask_mode, target, *options):
         snapshot = plugin.GraphSnapshot(graph)
         before = _state(graph)
-        original_rewrite(graph, loops, mask_mode, target)   # a full successful rewrite
+        original_rewrite(graph, loops, mask_mode, target, *options)   # a full successful rewrite
         seen["changed"] = _state(graph) != before
         snapshot.restore()
         seen["restored"] = _state(graph) == before
