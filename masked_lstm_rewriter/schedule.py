@@ -27,7 +27,9 @@ schedule makes the cost follow the valid steps (packed sequences):
   ``MIN_BATCH`` neither ``If`` is emitted.
 
 Every index is computed in the graph from the lengths; nothing depends on how a runtime treats
-padded steps (OpenVINO ignores ``sequence_lens`` with dynamic shapes).
+padded steps (OpenVINO ignores ``sequence_lens`` with dynamic shapes). Opt-in
+(``make_rewriter(schedule=True)``): OpenVINO 2026.4 computes a ``Bidirectional``'s forward half
+inside the layer's If wrongly (tests/test_schedule.py pins it); onnxruntime is exact.
 """
 
 from __future__ import annotations
