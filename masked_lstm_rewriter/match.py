@@ -31,6 +31,16 @@ from .trip import shape_dim, trip_count_reason
 
 BODY_MATCH_ATTR = "_masked_lstm_rewriter_body"
 # Keras's order of the gate blocks in its kernels, by ONNX op (the cell kind)
+# the dtypes a layer may compute in besides float32, and why such a layer stays a Loop (measured with
+# onnxruntime 1.31 and OpenVINO 2026.4 on bare ONNX LSTM, GRU and RNN nodes: tests/test_float64.py)
+DTYPE_REASONS = {
+    TensorProto.DOUBLE: "float64 layer: onnxruntime (1.31) has no float64 kernel for the native LSTM, GRU or RNN "
+                        "(LSTM and GRU fail at run time, 'does not support double yet'; RNN fails to load), and "
+                        "OpenVINO (2026.4) runs them in float32; the Loop computes in float64, as Keras does",
+    TensorProto.FLOAT16: "float16 layer: onnxruntime (1.31) runs the native LSTM, GRU and RNN in float32 (casting "
+                         "around them), so they do not round each step to float16 as Keras does; the Loop "
+                         "computes in float16",
+}
 GATES = {"LSTM": ("i", "f", "c", "o"), "GRU": ("z", "r", "h"), "RNN": ("h",)}
 KERAS_NAMES = {"LSTM": "LSTM", "GRU": "GRU", "RNN": "SimpleRNN"}
 
@@ -279,9 +289,12 @@ def match_body(graph) -> Union[BodyMatch, NoMatch]:
     if masked_output_index != output_index and not passes_through(graph, masked_output_index):
         return NoMatch("the output at masked steps is computed in an unrecognised way")
 
-    x_items = [n for n in graph.get_nodes() if n.type == "TensorListGetItem"
-               and n.get_attr_value("element_dtype") == TensorProto.FLOAT and n.input[1] == time.output[0]]
-    if len(x_items) != 1:
+    x_items = [n for n in graph.get_nodes() if n.type == "TensorListGetItem" and n.input[1] == time.output[0]
+               and n.get_attr_value("element_dtype") != TensorProto.BOOL]
+    dtype = x_items[0].get_attr_value("element_dtype") if len(x_items) == 1 else None
+    if dtype in DTYPE_REASONS:
+        return NoMatch(DTYPE_REASONS[dtype])
+    if dtype != TensorProto.FLOAT:
         return NoMatch("the step input is not a single float32 list read (dtype other than float32?)")
     x_item = x_items[0]
     stack = _state_stack(graph, carried, h_new, x_item.output[0])
