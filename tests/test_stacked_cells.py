@@ -63,6 +63,10 @@ CASES = {
     "bidirectional lstm gru": (
         lambda: K.Bidirectional(K.RNN([K.LSTMCell(4), K.GRUCell(3)], return_sequences=True), merge_mode="concat"),
         {"LSTM": 2, "GRU": 2}),
+    "bidirectional lstm gru states sum": (
+        lambda: K.Bidirectional(K.RNN([K.LSTMCell(4), K.GRUCell(3)], return_sequences=True, return_state=True),
+                                merge_mode="sum"),
+        {"LSTM": 2, "GRU": 2}),
 }
 
 
