@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from kerasutil import assert_matches_keras, assert_native, check_conversion, convert, keras, randomize_weights
+from kerasutil import FLAVOUR, assert_matches_keras, assert_native, check_conversion, convert, keras, randomize_weights
 from models import FEATURES, UNITS, embedding_model, masking_model
 
 import masked_lstm_rewriter as mlr
@@ -76,7 +76,16 @@ KINDS = {
 }
 
 
-@pytest.mark.parametrize("name", list(LAYERS))
+# Known gap (README, Limits): with tf_keras and a fully static signature (the form this test
+# samples for "stacked"), the upper layer's loop bound is a constant folded from a length that
+# tf2onnx no longer knows statically, so the trip count is not proven and that layer stays an
+# exact Loop.
+TF_KERAS_STATIC_STACK = pytest.mark.xfail(FLAVOUR == "tf_keras", strict=True,
+                                          reason="tf_keras, fully static stack: upper loop's trip count unproven")
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=TF_KERAS_STATIC_STACK) if n == "stacked" else n
+                                  for n in LAYERS])
 def test_every_kind_of_mask_in_one_batch(name):
     """Every signature form and runtime (check_conversion), one batch holding every kind of row."""
     model, spec = mask_input_model(name)
