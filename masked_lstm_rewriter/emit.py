@@ -22,7 +22,7 @@ row's length:
   more column, 1 at padded steps, whose weights drive the input gate to exactly 0 and the
   forget gate to exactly 1 there, so that ``c`` is carried unchanged over padded steps whatever
   the runtime does with them (this needs a recurrent activation that saturates exactly:
-  sigmoid or hard_sigmoid; otherwise the layer depends on ``sequence_lens`` and says so).
+  sigmoid or hard_sigmoid; otherwise :func:`portability_refusal` keeps the layer a Loop).
 
 Then the fix-ups make every output Keras's at every position:
 
