@@ -24,10 +24,11 @@ from typing import Optional, Union
 import numpy as np
 from onnx import TensorProto
 from tf2onnx.graph_matcher import GraphMatcher, OpTypePattern
+from tf2onnx.tf_loader import find_function
 
 from .cell import (READ_OPS, REFUSED_ACTIVATION_REASONS, Activation, LinearForm, LinearReader, Product,
                    passes_through, producer, read_activation, scalar_value, skip_identity)
-from .trip import shape_dim, trip_count_reason
+from .trip import TimeAxis, is_step_count, trip_count_reason
 
 BODY_MATCH_ATTR = "_masked_lstm_rewriter_body"
 # Keras's order of the gate blocks in its kernels, by ONNX op (the cell kind)
@@ -313,6 +314,8 @@ def match_body(graph) -> Union[BodyMatch, NoMatch]:
         return NoMatch("outputs are written at an unrecognised position")
     if not _is_increment(_loop_output_producer(graph, time_index), time.output[0]):
         return NoMatch("the step counter does not advance by one")
+    if _loop_output_producer(graph, output_list_index) is not write:
+        return NoMatch("the output list carried to the next step is not the one the step wrote")
 
     cells = _read_cells(graph, x_item.output[0], stack, carried)
     if isinstance(cells, NoMatch):
@@ -648,10 +651,12 @@ def match_loop(graph, while_node, body: BodyMatch, condition=None) -> Union[Mask
     if not _is_zero_scalar(graph, while_node.input[body.time_index]):
         return NoMatch("the loop does not start at step 0")
     list_tensor = producer(graph, while_node.input[body.x_list_index]).input[0]  # x, or x reversed in time
-    steps = trip_count_reason(graph, while_node, condition, body.counters, body.invariants, {x, list_tensor},
-                              _same_time_axis(graph, _batch_major_source(graph, x)))
+    time_axis = _time_axis(graph, [x, list_tensor])
+    steps = trip_count_reason(graph, while_node, condition, body.counters, body.invariants, time_axis)
     if steps is not None:
         return NoMatch(steps)
+    if not _reserves_one_element_per_output(graph, while_node.input[body.output_list_index], body, time_axis):
+        return NoMatch(OUTPUT_LIST_REASON)
     if not _is_zeros(graph, while_node.input[body.masked_output_index]):
         return NoMatch("the output at masked steps does not start as zeros")
 
@@ -674,7 +679,7 @@ def match_loop(graph, while_node, body: BodyMatch, condition=None) -> Union[Mask
         direction="reverse" if x_reversed or mask_reversed else "forward",
         x_reader=_list_reader(graph, x_list, x_reversed),
         x_source=_batch_major_source(graph, x), mask=mask,
-        mask_post_padded=_is_sequence_mask_over_time(graph, mask, x),
+        mask_post_padded=_is_sequence_mask_over_time(graph, mask, time_axis),
         output_carried=body.output_carried,
         sequence_outputs=[n.output[0] for n in stacks], writes_sequence=body.writes_sequence,
         last_output=while_node.output[body.output_index])
@@ -750,12 +755,12 @@ def _batch_major_mask(graph, mask_tm) -> Union[str, NoMatch]:
     return mask
 
 
-def _is_sequence_mask_over_time(graph, mask: str, x_tm: str) -> bool:
+def _is_sequence_mask_over_time(graph, mask: str, time_axis: TimeAxis) -> bool:
     """Is ``mask`` ``sequence_mask(lengths, T)`` with T provably the layer's number of steps?
 
     ``Less(Range(0, maxlen, 1), lengths[:, None])`` is post-padded by construction; the proof
-    needs maxlen to be ``shape(t)[1]`` of a tensor t sharing the layer's time axis (its input,
-    or what an Embedding looked up), or a constant equal to a known static length.
+    needs maxlen to be the length of a tensor's time axis (the layer's input, what an Embedding
+    looked up...), or a constant equal to a known static length.
     """
     less = producer(graph, mask)
     if less is None or less.type != "Less":
@@ -769,30 +774,89 @@ def _is_sequence_mask_over_time(graph, mask: str, x_tm: str) -> bool:
         lengths = producer(graph, lengths.input[0])
     if lengths is None or lengths.type != "ExpandDims" or _const_value(graph, lengths.input[1]) not in (-1, 1):
         return False
-    maxlen = steps.input[1]
-    static = (graph.get_shape(x_tm) or [-1])[0]
-    if graph.is_const(maxlen):
-        return static not in (None, -1) and _const_value(graph, maxlen) == static
-    return shape_dim(graph, maxlen, 1) in _same_time_axis(graph, _batch_major_source(graph, x_tm))
+    return is_step_count(graph, steps.input[1], time_axis)
 
 
-def _same_time_axis(graph, tensor: str) -> set:
-    """Batch-major tensors that provably have ``tensor``'s [B, T] leading dimensions: it, and
-    going back through an Embedding lookup and through casts."""
-    found = set()
-    while tensor is not None and tensor not in found:
-        found.add(tensor)
+OUTPUT_LIST_REASON = "the output list does not hold exactly one element per time step (or one, for the last output)"
+
+
+def _reserves_one_element_per_output(graph, output_list: str, body: BodyMatch, time_axis: TimeAxis) -> bool:
+    """Is the list the loop writes its outputs to reserved with T elements (one per step; Keras's
+    ``return_sequences=True``) or with one (the last output only)? Else the stacked list is longer
+    than what the native op returns."""
+    reserve = producer(graph, output_list)
+    if reserve is None or reserve.type != "TensorListReserve":
+        return False
+    size = reserve.input[1]
+    if body.writes_sequence:
+        return is_step_count(graph, size, time_axis)
+    return _const_value(graph, size) in (1, [1])
+
+
+def _time_axis(graph, time_major: list) -> TimeAxis:
+    """Every ``(tensor, axis)`` provably as long as the time axis of the ``time_major`` tensors (all
+    the same length, on axis 0), found going back through the ops that keep that axis: casts,
+    transposes, reversals, concatenations along another axis, an Embedding lookup; and the static
+    number of steps, from those tensors' shapes or the length of a recurrent layer's stacked outputs."""
+    dims, pending = set(), [(t, 0) for t in time_major]
+    while pending:
+        tensor, axis = pending.pop()
+        if (tensor, axis) in dims:
+            continue
+        dims.add((tensor, axis))
         node = producer(graph, tensor)
-        tensor = None
-        if node is None:
-            break
-        if node.type in ("Identity", "Cast"):
-            tensor = node.input[0]
-        elif node.type == "GatherV2" and graph.is_const(node.input[0]) and _is_zero_scalar(graph, node.input[2]):
-            tensor = node.input[1]  # embedding lookup: [B, T] ids -> [B, T, E]
-        elif node.type == "SelectV2" and _is_id_wraparound(graph, node):
-            tensor = node.input[2]
-    return found
+        pending.extend(_same_axis_inputs(graph, node, axis) if node is not None else ())
+    static = {_static_length(graph, tensor, axis) for tensor, axis in dims} - {None}
+    return TimeAxis(frozenset(dims), static.pop() if len(static) == 1 else None)
+
+
+def _same_axis_inputs(graph, node, axis: int) -> list:
+    """The ``(input, axis)`` pairs whose axis is as long as axis ``axis`` of ``node``'s output."""
+    if node.type in ("Identity", "Cast", "ReverseV2"):
+        return [(node.input[0], axis)]
+    if node.type == "Transpose":
+        perm = _const_value(graph, node.input[1])
+        return [(node.input[0], perm[axis])] if isinstance(perm, list) and axis < len(perm) else []
+    if node.type == "ConcatV2":
+        along, rank = _const_value(graph, node.input[-1]), len(graph.get_shape(node.output[0]) or [])
+        if not isinstance(along, int) or rank == 0 or along % rank == axis:
+            return []
+        return [(t, axis) for t in node.input[:-1]]
+    if node.type == "GatherV2" and graph.is_const(node.input[0]) and _is_zero_scalar(graph, node.input[2]):
+        ids_rank = len(graph.get_shape(node.input[1]) or [])
+        return [(node.input[1], axis)] if axis < ids_rank else []  # embedding lookup: [B, T] -> [B, T, E]
+    if node.type == "SelectV2" and _is_id_wraparound(graph, node):
+        return [(node.input[2], axis)]
+    return []
+
+
+def _static_length(graph, tensor: str, axis: int) -> Optional[int]:
+    """The static length of ``tensor``'s ``axis``: from its shape, or for a recurrent layer's stacked
+    outputs (whose shape TensorFlow leaves unknown), from the size its output list was reserved with."""
+    shape = graph.get_shape(tensor)
+    if shape is not None and len(shape) > axis and shape[axis] is not None and shape[axis] >= 0:
+        return shape[axis]
+    node = producer(graph, tensor)
+    if axis == 0 and node is not None and node.type == "TensorListStack":
+        size = _stacked_list_size(graph, node.input[0])
+        value = _const_value(graph, size) if size is not None else None
+        return value if isinstance(value, int) else None
+    return None
+
+
+def _stacked_list_size(graph, output_list: str) -> Optional[str]:
+    """The number of elements of a masked recurrent loop's output list after the loop: the size it
+    was reserved with, since the body (a :class:`BodyMatch`) only writes into it in place."""
+    loop = producer(graph, output_list)
+    if loop is None or loop.type not in ("While", "StatelessWhile"):
+        return None
+    body_graph = find_function(loop.get_attr_str("body"))
+    body = getattr(body_graph, BODY_MATCH_ATTR, None) if body_graph is not None else None
+    index = list(loop.output).index(output_list)
+    if not isinstance(body, BodyMatch) or body.output_list_index != index:
+        return None
+    reserve = producer(graph, loop.input[index])
+    return reserve.input[1] if reserve is not None and reserve.type == "TensorListReserve" else None
 
 
 def _is_id_wraparound(graph, select) -> bool:

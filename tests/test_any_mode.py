@@ -76,16 +76,7 @@ KINDS = {
 }
 
 
-# Known gap (README, Limits): with tf_keras and a fully static signature (the form this test
-# samples for "stacked"), the upper layer's loop bound is a constant folded from a length that
-# tf2onnx no longer knows statically, so the trip count is not proven and that layer stays an
-# exact Loop.
-TF_KERAS_STATIC_STACK = pytest.mark.xfail(FLAVOUR == "tf_keras", strict=True,
-                                          reason="tf_keras, fully static stack: upper loop's trip count unproven")
-
-
-@pytest.mark.parametrize("name", [pytest.param(n, marks=TF_KERAS_STATIC_STACK) if n == "stacked" else n
-                                  for n in LAYERS])
+@pytest.mark.parametrize("name", LAYERS)
 def test_every_kind_of_mask_in_one_batch(name):
     """Every signature form and runtime (check_conversion), one batch holding every kind of row."""
     model, spec = mask_input_model(name)
