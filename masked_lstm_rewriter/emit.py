@@ -3,6 +3,11 @@
 
 What each mask needs (lengths, the guard or the reorder) comes from :mod:`.masks`.
 
+Each cell of the layer is one native node (a layer has one cell; ``keras.layers.RNN([cell, ...])``
+several): the first reads the layer's input, each other one the steps the node below produced,
+exactly as that node ran them (its valid steps first, reversed for a backward layer). The top
+cell's node gives the layer's outputs; every cell gives its own final states.
+
 The emitted graph gives Keras's numbers on any runtime that computes each row's valid steps
 correctly, whether or not it honours ``sequence_lens`` past them (OpenVINO ignores it with
 dynamic shapes; onnxruntime stops at the length). So it reads nothing a runtime computes past a
@@ -17,7 +22,7 @@ row's length:
   more column, 1 at padded steps, whose weights drive the input gate to exactly 0 and the
   forget gate to exactly 1 there, so that ``c`` is carried unchanged over padded steps whatever
   the runtime does with them (this needs a recurrent activation that saturates exactly:
-  sigmoid or hard_sigmoid; otherwise the layer depends on ``sequence_lens`` and says so).
+  sigmoid or hard_sigmoid; otherwise :func:`portability_refusal` keeps the layer a Loop).
 
 Then the fix-ups make every output Keras's at every position:
 
@@ -42,7 +47,7 @@ from tf2onnx import utils
 from tf2onnx.graph_builder import GraphBuilder
 
 from .masks import MaskTensors
-from .match import MaskedRecurrentLayer
+from .match import MaskedRecurrentLayer, RecurrentCell
 from .schedule import RecurrentNode, emit_node
 
 # the ONNX ops' order of the gate blocks in W, R and B
@@ -62,14 +67,15 @@ class NodeOutputs:
     """One layer's raw ONNX results, in the node layout (post-padded rows, compacted in "any")."""
 
     y: str            # [T, B, H]: valid steps in time order (reversed back for a backward layer)
+    y_node: str       # [T, B, H]: the node's steps as it ran them (what a stacked cell's node reads)
     h_last: str       # [B, H]: the output at the last valid step, zeros for a row with none
     h_last_step: str  # [1, B, H]: the same, broadcasting over the time axis
     c_last: Optional[str]  # [B, H], LSTM only: the cell state after the last valid step
 
 
-def carries_cell_state(layer: MaskedRecurrentLayer) -> bool:
+def carries_cell_state(cell: RecurrentCell) -> bool:
     """Is the LSTM's final cell state used, so that it must not depend on the runtime's padding?"""
-    return layer.final_c is not None and bool(layer.while_node.graph.find_output_consumers(layer.final_c))
+    return cell.final_c is not None and bool(cell.while_node.graph.find_output_consumers(cell.final_c))
 
 
 def portability_refusal(layer: MaskedRecurrentLayer) -> Optional[str]:
@@ -79,10 +85,11 @@ def portability_refusal(layer: MaskedRecurrentLayer) -> Optional[str]:
     gate to 0 and the forget gate to 1 there: only a saturating recurrent activation reaches
     them. Otherwise the native node's ``Y_c`` would be right only where the runtime honours
     ``sequence_lens`` (onnxruntime; OpenVINO only with static shapes), and the Loop stays."""
-    if carries_cell_state(layer) and layer.activations[0].name not in SATURATING:
-        return (f"the final cell state is used and recurrent activation {layer.activations[0].name} cannot "
-                f"hold it over padded steps: a native LSTM would depend on the runtime honouring sequence_lens "
-                f"(OpenVINO does not with dynamic shapes)")
+    for cell in layer.cells:
+        if carries_cell_state(cell) and cell.activations[0].name not in SATURATING:
+            return (f"the final cell state is used and recurrent activation {cell.activations[0].name} cannot "
+                    f"hold it over padded steps: a native LSTM would depend on the runtime honouring sequence_lens "
+                    f"(OpenVINO does not with dynamic shapes)")
     return None
 
 
@@ -106,47 +113,61 @@ def target_refusal(layer: MaskedRecurrentLayer, target: Optional[str]) -> Option
     portability = portability_refusal(layer)
     if portability or target is None:
         return portability
-    unsupported = sorted({a.name for a in layer.activations} - set(TARGET_ACTIVATIONS[target]))
-    if unsupported:
-        return (f"target {target}: {TARGET_NAMES[target]}'s native {layer.kind} op compiles only "
-                f"{', '.join(TARGET_ACTIVATIONS[target])} activations, not {', '.join(unsupported)}")
+    for cell in layer.cells:
+        unsupported = sorted({a.name for a in cell.activations} - set(TARGET_ACTIVATIONS[target]))
+        if unsupported:
+            return (f"target {target}: {TARGET_NAMES[target]}'s native {cell.kind} op compiles only "
+                    f"{', '.join(TARGET_ACTIVATIONS[target])} activations, not {', '.join(unsupported)}")
     return None
 
 
 def emit_layer(graph, layer: MaskedRecurrentLayer, masks: MaskTensors) -> None:
-    """One ONNX node for ``layer``, then its Keras outputs; finally the loop's consumers are pointed at them."""
-    out = _emit_recurrent_node(graph, layer, masks)
-    _rewire(graph, layer, *_keras_outputs(graph, layer, out, masks))
+    """One ONNX node per cell of ``layer``, each reading the steps of the one below, then the Keras
+    outputs (of the top cell) and every cell's final states; finally the loop's consumers are
+    pointed at them."""
+    x_node, states = _layer_input(graph, layer, masks), []
+    for cell in layer.cells:
+        out = _emit_recurrent_node(graph, layer, cell, masks, x_node)
+        states.append(_keras_states(graph, cell, masks, out.h_last, out.c_last))
+        x_node = out.y_node
+    _rewire(graph, layer, *_keras_outputs(graph, layer, out, masks), states)
 
 
-def _emit_recurrent_node(g, layer: MaskedRecurrentLayer, masks: MaskTensors) -> NodeOutputs:
-    """The forward ONNX LSTM, GRU or RNN node over the layer's steps in the node layout (or, for a
-    batch that may be large, the same in length-ordered segments when that pays: :mod:`.schedule`)."""
-    gb = GraphBuilder(g)
+def _layer_input(g, layer: MaskedRecurrentLayer, masks: MaskTensors) -> str:
+    """The layer's input [T, B, I] in the node layout: each row's valid steps first ("any" moves
+    them there), reversed within the row's length for a backward layer."""
     x = layer.x
     if masks.reorder is not None:
         x = _gather_steps(g, x, masks.reorder.gather_input, layer.input_size)
     if layer.direction == "reverse":
         x = _reverse_valid_steps(g, x, masks)
-    padding_column = carries_cell_state(layer)  # saturating: portability_refusal() let it through
+    return x
+
+
+def _emit_recurrent_node(g, layer: MaskedRecurrentLayer, cell: RecurrentCell, masks: MaskTensors,
+                         x: str) -> NodeOutputs:
+    """The forward ONNX LSTM, GRU or RNN node of ``cell`` over ``x``, its input in the node layout."""
+    gb = GraphBuilder(g)
+    padding_column = carries_cell_state(cell)  # saturating: portability_refusal() let it through
     if padding_column:
-        x = _with_padding_column(g, x, masks.valid_steps, layer.input_size)
-    w, r, b = _onnx_weights(layer, padding_column)
-    b = _const(g, "B", b) if layer.bias is not None or layer.recurrent_bias else ""
-    initial = () if layer.zero_initial_state else tuple(
-        state for state in (layer.initial_h, layer.initial_c) if state is not None)
-    attr = {"hidden_size": layer.hidden_size, "direction": "forward", **_activation_attrs(layer.activations)}
-    if layer.kind == "GRU":
-        attr["linear_before_reset"] = layer.linear_before_reset
-    node = RecurrentNode(kind=layer.kind, x=x, weights=(_const(g, "W", w), _const(g, "R", r), b), lengths=masks.lengths,
-                         initial=initial, attr=attr, name=f"{layer.layer}/masked_{layer.kind.lower()}",
-                         hidden=layer.hidden_size, wants_c=padding_column)
+        x = _with_padding_column(g, x, masks.valid_steps, cell.input_size)
+    w, r, b = _onnx_weights(cell, padding_column)
+    b = _const(g, "B", b) if cell.bias is not None or cell.recurrent_bias else ""
+    initial = () if cell.zero_initial_state else tuple(
+        state for state in (cell.initial_h, cell.initial_c) if state is not None)
+    attr = {"hidden_size": cell.hidden_size, "direction": "forward", **_activation_attrs(cell.activations)}
+    if cell.kind == "GRU":
+        attr["linear_before_reset"] = cell.linear_before_reset
+    node = RecurrentNode(kind=cell.kind, x=x, weights=(_const(g, "W", w), _const(g, "R", r), b), lengths=masks.lengths,
+                         initial=initial, attr=attr, name=f"{layer.layer}/masked_{cell.kind.lower()}",
+                         hidden=cell.hidden_size, wants_c=padding_column)
     # in segments, an LSTM's final cell state past its row's length is held by the padding column
     y, c_last = emit_node(g, node, masks.segments)
-    h_last_step = _last_valid_step(g, y, masks, layer.hidden_size)
+    y_node = y
+    h_last_step = _last_valid_step(g, y, masks, cell.hidden_size)
     if layer.direction == "reverse":
         y = _reverse_valid_steps(g, y, masks)
-    return NodeOutputs(y=y, h_last=gb.make_squeeze({"data": h_last_step, "axes": [0]}),
+    return NodeOutputs(y=y, y_node=y_node, h_last=gb.make_squeeze({"data": h_last_step, "axes": [0]}),
                        h_last_step=h_last_step, c_last=c_last)
 
 
@@ -180,24 +201,24 @@ def _last_valid_step(g, y: str, masks: MaskTensors, hidden: int) -> str:
     return g.make_node("Where", [masks.has_steps, gathered, _zero(g)]).output[0]
 
 
-def _onnx_weights(layer: MaskedRecurrentLayer, padding_column: bool = False) -> tuple:
+def _onnx_weights(cell: RecurrentCell, padding_column: bool = False) -> tuple:
     """W [1, G*H, I], R [1, G*H, H] and B [1, 2*G*H] in the ONNX op's gate order.
 
     Keras's bias is ONNX's Wb; Rb is zeros except where the layer has a separate recurrent bias
     (a GRU with ``reset_after=True``, whose reset gate multiplies ``h @ R + Rb``). With
     ``padding_column`` (LSTM), W gets one more input column: -PADDING_DRIVE into the input
     gate, +PADDING_DRIVE into the forget gate."""
-    order = ONNX_GATE_ORDER[layer.kind]
-    zeros = np.zeros(layer.hidden_size, np.float32)
-    kernels = [layer.kernel[g].T for g in order]
+    order = ONNX_GATE_ORDER[cell.kind]
+    zeros = np.zeros(cell.hidden_size, np.float32)
+    kernels = [cell.kernel[g].T for g in order]
     if padding_column:
         drive = {"i": -PADDING_DRIVE, "f": PADDING_DRIVE}
-        kernels = [np.concatenate([k, np.full((layer.hidden_size, 1), drive.get(g, 0.0), np.float32)], axis=1)
+        kernels = [np.concatenate([k, np.full((cell.hidden_size, 1), drive.get(g, 0.0), np.float32)], axis=1)
                    for g, k in zip(order, kernels)]
     w = _stack_gates(kernels)
-    r = _stack_gates([layer.recurrent[g].T for g in order])
-    wb = _stack_gates([zeros if layer.bias is None else layer.bias[g] for g in order])
-    rb = _stack_gates([layer.recurrent_bias.get(g, zeros) for g in order])
+    r = _stack_gates([cell.recurrent[g].T for g in order])
+    wb = _stack_gates([zeros if cell.bias is None else cell.bias[g] for g in order])
+    rb = _stack_gates([cell.recurrent_bias.get(g, zeros) for g in order])
     return w, r, np.concatenate([wb, rb], axis=1)
 
 
@@ -218,15 +239,15 @@ def _activation_attrs(activations) -> dict:
 
 
 def _keras_outputs(g, layer: MaskedRecurrentLayer, out: NodeOutputs, masks: MaskTensors):
-    """(sequence in Keras's order, sequence in the model's time order, last output, final h, c)."""
+    """(sequence in Keras's order, sequence in the model's time order, last output), from the top
+    cell's node."""
     gb = GraphBuilder(g)
-    final_h, final_c = _keras_states(g, layer, masks, out.h_last, out.c_last)
     last_output = out.h_last  # the carried output: zeros for a row with no valid step
     in_time_order = None
     if masks.reorder is not None:
         # mask_mode="any": the node ran over the valid steps moved to the front; map back
         where = masks.reorder.output_map(layer.direction, layer.output_carried)
-        mapped = _gather_steps(g, out.y, where.index, layer.hidden_size)
+        mapped = _gather_steps(g, out.y, where.index, layer.top.hidden_size)
         in_time_order = g.make_node("Where", [where.keep, mapped, _zero(g)]).output[0]
         if layer.direction == "reverse":
             sequence = _reverse_time(gb, in_time_order)
@@ -248,7 +269,7 @@ def _keras_outputs(g, layer: MaskedRecurrentLayer, out: NodeOutputs, masks: Mask
         last_output = _step(gb, sequence, -1)
     if not layer.writes_sequence:
         sequence = in_time_order = gb.make_unsqueeze({"data": last_output, "axes": [0]})
-    return sequence, in_time_order, last_output, final_h, final_c
+    return sequence, in_time_order, last_output
 
 
 def _step(gb, sequence, index):
@@ -267,31 +288,43 @@ def _reverse_time(gb, tensor):
                           "steps": [-1]})
 
 
-def _keras_states(g, layer: MaskedRecurrentLayer, masks: MaskTensors, h_last, c_last):
-    """(final h, final c) as Keras has them: a row with no valid step keeps the initial state.
+def _keras_states(g, cell: RecurrentCell, masks: MaskTensors, h_last, c_last):
+    """(final h, final c) of ``cell`` as Keras has them: a row with no valid step keeps the initial state.
 
     With a zero initial state that is zeros, which ``h_last`` already is there (and ``c_last``:
     the padding column holds it, and runtimes that skip such a row return zeros)."""
-    if layer.zero_initial_state:
+    if cell.zero_initial_state:
         return h_last, c_last
-    final_h = g.make_node("Where", [masks.has_steps, h_last, layer.initial_h]).output[0]
-    final_c = None if c_last is None else g.make_node("Where", [masks.has_steps, c_last, layer.initial_c]).output[0]
+    final_h = g.make_node("Where", [masks.has_steps, h_last, cell.initial_h]).output[0]
+    final_c = None if c_last is None else g.make_node("Where", [masks.has_steps, c_last, cell.initial_c]).output[0]
     return final_h, final_c
 
 
-def _rewire(g, layer: MaskedRecurrentLayer, sequence, in_time_order, last_output, final_h, final_c):
-    """Point every consumer of the loop at the new tensors, then remove the loop."""
+def _rewire(g, layer: MaskedRecurrentLayer, sequence, in_time_order, last_output, states):
+    """Point every consumer of the loop at the new tensors (``states``: each cell's final h and c),
+    then remove the loop."""
     for stacked in layer.sequence_outputs:
         if in_time_order is not None and layer.writes_sequence:
             _skip_reversal_back(g, stacked, in_time_order)
-        g.replace_all_inputs(stacked, sequence)
-    g.replace_all_inputs(layer.last_output, last_output)
-    g.replace_all_inputs(layer.final_h, final_h)
-    if layer.final_c is not None:
-        g.replace_all_inputs(layer.final_c, final_c)
+        _replace(g, stacked, sequence)
+    _replace(g, layer.last_output, last_output)
+    for cell, (final_h, final_c) in zip(layer.cells, states):
+        _replace(g, cell.final_h, final_h)
+        if final_c is not None:  # else nothing reads it (carries_cell_state)
+            _replace(g, cell.final_c, final_c)
     for stacked in layer.sequence_outputs:
         g.remove_node(g.get_node_by_output(stacked).name)
     g.remove_node(layer.while_node.name)
+
+
+def _replace(g, old: Optional[str], new: Optional[str]) -> None:
+    """Consumers of ``old`` read ``new``, which takes on ``old``'s shape where tf2onnx knew it and not
+    ``new``'s: a layer stacked above reads its static sizes (the number of steps its loop runs)."""
+    if old is None:
+        return
+    if g.get_shape(new) is None and g.get_shape(old) is not None:
+        g.set_shape(new, g.get_shape(old))
+    g.replace_all_inputs(old, new)
 
 
 def _skip_reversal_back(g, stacked, in_time_order):
@@ -305,4 +338,4 @@ def _skip_reversal_back(g, stacked, in_time_order):
             if reverse.type == "ReverseV2" and g.is_const(reverse.input[1]) and \
                     g.get_tensor_value(reverse.input[1]) in (1, [1]):
                 batch_major = g.make_node("Transpose", [in_time_order], attr={"perm": [1, 0, 2]}).output[0]
-                g.replace_all_inputs(reverse.output[0], batch_major)
+                _replace(g, reverse.output[0], batch_major)

@@ -24,13 +24,24 @@ from typing import Optional, Union
 import numpy as np
 from onnx import TensorProto
 from tf2onnx.graph_matcher import GraphMatcher, OpTypePattern
+from tf2onnx.tf_loader import find_function
 
 from .cell import (READ_OPS, REFUSED_ACTIVATION_REASONS, Activation, LinearForm, LinearReader, Product,
                    passes_through, producer, read_activation, scalar_value, skip_identity)
-from .trip import shape_dim, trip_count_reason
+from .trip import TimeAxis, is_step_count, trip_count_reason
 
 BODY_MATCH_ATTR = "_masked_lstm_rewriter_body"
 # Keras's order of the gate blocks in its kernels, by ONNX op (the cell kind)
+# the dtypes a layer may compute in besides float32, and why such a layer stays a Loop (measured with
+# onnxruntime 1.31 and OpenVINO 2026.4 on bare ONNX LSTM, GRU and RNN nodes: tests/test_float64.py)
+DTYPE_REASONS = {
+    TensorProto.DOUBLE: "float64 layer: onnxruntime (1.31) has no float64 kernel for the native LSTM, GRU or RNN "
+                        "(LSTM and GRU fail at run time, 'does not support double yet'; RNN fails to load), and "
+                        "OpenVINO (2026.4) runs them in float32; the Loop computes in float64, as Keras does",
+    TensorProto.FLOAT16: "float16 layer: onnxruntime (1.31) runs the native LSTM, GRU and RNN in float32 (casting "
+                         "around them), so they do not round each step to float16 as Keras does; the Loop "
+                         "computes in float16",
+}
 GATES = {"LSTM": ("i", "f", "c", "o"), "GRU": ("z", "r", "h"), "RNN": ("h",)}
 KERAS_NAMES = {"LSTM": "LSTM", "GRU": "GRU", "RNN": "SimpleRNN"}
 
@@ -56,46 +67,78 @@ class CellAlgebra:
 
 
 @dataclasses.dataclass(frozen=True)
+class CellMatch:
+    """One cell of a While body: the loop variables of its states, and its algebra."""
+
+    h_index: int
+    c_index: Optional[int]   # LSTM's cell state; None for GRU and SimpleRNN
+    cell: CellAlgebra
+
+    @property
+    def kind(self) -> str:
+        return self.cell.kind
+
+
+@dataclasses.dataclass(frozen=True)
 class BodyMatch:
     """What one While body computes, by loop-variable index (body inputs == While inputs)."""
 
     time_index: int          # the step counter the lists are read and written with
     x_list_index: int        # TensorList of the time-major input
     mask_list_index: int     # TensorList of the time-major mask ([T, B, 1] bool)
-    h_index: int
-    c_index: Optional[int]   # LSTM's cell state; None for GRU and SimpleRNN
+    cells: tuple             # CellMatch, bottom to top: each reads the one below's h (the first, x);
+                             # one for a layer, several for keras.layers.RNN([cell, cell, ...])
     output_index: int        # the step's output (the last one, after the loop)
     masked_output_index: int  # what a masked step outputs: output_index (carried) or a loop input
     output_list_index: int   # TensorList the outputs are written to
     writes_sequence: bool    # one list element per step (else a single slot, return_sequences=False)
-    cell: CellAlgebra
     counters: frozenset = frozenset()    # loop variables the body advances by one (step counters)
     invariants: frozenset = frozenset()  # loop variables the body passes through unchanged
 
     @property
+    def top(self) -> CellMatch:
+        """The cell whose h is the step's output (the only one of a single layer)."""
+        return self.cells[-1]
+
+    @property
+    def h_index(self) -> int:
+        return self.top.h_index
+
+    @property
+    def c_index(self) -> Optional[int]:
+        return self.top.c_index
+
+    @property
+    def cell(self) -> CellAlgebra:
+        return self.top.cell
+
+    @property
     def kind(self) -> str:
-        return self.cell.kind
+        return self.top.kind
 
     @property
     def gates(self) -> dict:
-        return self.cell.gates
+        return self.top.cell.gates
 
     @property
     def recurrent_activation(self) -> Activation:
-        return self.cell.activations[0]
+        return self.top.cell.activations[0]
 
     @property
     def output_carried(self) -> bool:
         """Keras repeats the previous output at a masked step (else: zero_output_for_mask)."""
         return self.masked_output_index == self.output_index
 
+    @property
+    def state_indices(self) -> list:
+        """Every cell's state loop variables, in Keras's order of the returned states."""
+        return [i for c in self.cells for i in (c.h_index, c.c_index) if i is not None]
+
 
 @dataclasses.dataclass
-class MaskedRecurrentLayer:
-    """One masked Keras LSTM, GRU or SimpleRNN layer, read off tf2onnx's graph: all the emitter needs."""
+class RecurrentCell:
+    """One cell of a masked recurrent loop, its weights resolved: what one native node needs."""
 
-    layer: str
-    while_node: object
     kind: str                # the ONNX op: "LSTM", "GRU" or "RNN"
     hidden_size: int
     kernel: dict             # gate -> [input_size, hidden] array, Keras layout
@@ -104,20 +147,11 @@ class MaskedRecurrentLayer:
     recurrent_bias: dict     # gate -> [hidden] for gates with a separate recurrent bias (ONNX Rb)
     activations: tuple       # Activations in the ONNX op's order (LSTM f, g, h; GRU f, g; RNN f)
     linear_before_reset: int  # GRU only
-    direction: str           # "forward", or "reverse": the loop runs over the time-reversed
-                             # input and mask (go_backwards, a Bidirectional's backward half)
-    x_reader: object         # the node reading x (TensorListFromTensor, or go_backwards's ReverseV2)
-    x_source: str            # the batch-major tensor x is transposed from (to pair directions)
-    mask: str                # batch-major mask [B, T], bool, in the model's time order
-    mask_post_padded: bool   # the mask is post-padded by construction (sequence_mask of lengths)
+    while_node: object
     h_input: int             # While input holding the initial h [B, H] (read through the node:
     c_input: Optional[int]   # rewriting an encoder renames what a decoder starts from); c: LSTM only
     zero_initial_state: bool  # initial states are zeros by construction (no initial_state given)
-    output_carried: bool
-    sequence_outputs: list   # tensors holding the stacked outputs, time-major [T or 1, B, H]
-    writes_sequence: bool
-    last_output: str         # While output: last output
-    final_h: str
+    final_h: str             # While outputs: this cell's final h (and c)
     final_c: Optional[str]
 
     @property
@@ -129,19 +163,61 @@ class MaskedRecurrentLayer:
         return KERAS_NAMES[self.kind]
 
     @property
-    def x(self) -> str:
-        """The time-major input [T, B, I], float32, in the model's time order, read through the node
-        that reads it: with static shapes TensorFlow can drop the transposes between two stacked
-        layers (T = B = 1), and rewriting the lower one then renames what the upper one reads."""
-        return self.x_reader.input[0]
-
-    @property
     def initial_h(self) -> str:
         return self.while_node.input[self.h_input]
 
     @property
     def initial_c(self) -> Optional[str]:
         return None if self.c_input is None else self.while_node.input[self.c_input]
+
+
+@dataclasses.dataclass
+class MaskedRecurrentLayer:
+    """One masked Keras recurrent loop (an LSTM, GRU or SimpleRNN layer, or an RNN layer over stacked
+    cells), read off tf2onnx's graph: all the emitter needs."""
+
+    layer: str
+    while_node: object
+    cells: tuple             # RecurrentCell, bottom to top: one native node each, each reading the
+                             # sequence of the one below; the top cell's h is the layer's output
+    direction: str           # "forward", or "reverse": the loop runs over the time-reversed
+                             # input and mask (go_backwards, a Bidirectional's backward half)
+    x_reader: object         # the node reading x (TensorListFromTensor, or go_backwards's ReverseV2)
+    x_source: str            # the batch-major tensor x is transposed from (to pair directions)
+    mask: str                # batch-major mask [B, T], bool, in the model's time order
+    mask_post_padded: bool   # the mask is post-padded by construction (sequence_mask of lengths)
+    output_carried: bool
+    sequence_outputs: list   # tensors holding the stacked outputs, time-major [T or 1, B, H]
+    writes_sequence: bool
+    last_output: str         # While output: last output
+
+    @property
+    def top(self) -> RecurrentCell:
+        """The cell whose h is the layer's output."""
+        return self.cells[-1]
+
+    @property
+    def input_size(self) -> int:
+        return self.cells[0].input_size
+
+    @property
+    def kinds(self) -> str:
+        """The ONNX ops, bottom to top: "LSTM", or "LSTM+GRU" for stacked cells."""
+        return "+".join(cell.kind for cell in self.cells)
+
+    @property
+    def x(self) -> str:
+        """The time-major input [T, B, I] in the model's time order, read through the node
+        that reads it: with static shapes TensorFlow can drop the transposes between two stacked
+        layers (T = B = 1), and rewriting the lower one then renames what the upper one reads."""
+        return self.x_reader.input[0]
+
+    def describe(self) -> str:
+        """For the log: "LSTM layer 'enc' (16 units)", "RNN layer 'rnn' (stacked cells LSTM(4), GRU(3))"."""
+        if len(self.cells) == 1:
+            return f"{self.top.keras_name} layer '{self.layer}' ({self.top.hidden_size} units)"
+        cells = ", ".join(f"{cell.keras_name}({cell.hidden_size})" for cell in self.cells)
+        return f"RNN layer '{self.layer}' (stacked cells {cells})"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -196,22 +272,15 @@ def match_body(graph) -> Union[BodyMatch, NoMatch]:
     mask_item, time = out_sel.get_op("mask_item"), out_sel.get_op("time")
     h_new = out_sel.get_op("new").output[0]
 
-    # h and c: SelectV2(mask, new, previous) whose result is carried to the next step
+    # the states: SelectV2(mask, new, previous) whose result is carried to the next step
     carried = {}
     for m in selects.values():
         old = m.get_op("old")
         index = _input_index(graph, old.output[0]) if old.is_graph_input() else None
-        if m.get_op("mask_item") is not mask_item or index is None:
+        if m.get_op("mask_item") is not mask_item or index is None or m is out_sel:
             continue
         if _loop_output_producer(graph, index) is m.get_op("select"):
-            carried[index] = m
-    h_index = next((i for i, m in carried.items() if m.get_op("new").output[0] == h_new
-                    and m is not out_sel), None)
-    c_candidates = [i for i, m in carried.items() if m.get_op("new").output[0] != h_new]
-    if h_index is None or len(c_candidates) > 1:
-        return NoMatch("could not find the recurrent states among the loop variables")
-    c_index = c_candidates[0] if c_candidates else None
-
+            carried[index] = m.get_op("new").output[0]
     output_vars = [i for i in range(len(graph.outputs)) if _loop_output_producer(graph, i) is out_sel.get_op("select")]
     out_old = out_sel.get_op("old")
     masked_output_index = _input_index(graph, out_old.output[0]) if out_old.is_graph_input() else None
@@ -221,11 +290,17 @@ def match_body(graph) -> Union[BodyMatch, NoMatch]:
     if masked_output_index != output_index and not passes_through(graph, masked_output_index):
         return NoMatch("the output at masked steps is computed in an unrecognised way")
 
-    x_items = [n for n in graph.get_nodes() if n.type == "TensorListGetItem"
-               and n.get_attr_value("element_dtype") == TensorProto.FLOAT and n.input[1] == time.output[0]]
-    if len(x_items) != 1:
+    x_items = [n for n in graph.get_nodes() if n.type == "TensorListGetItem" and n.input[1] == time.output[0]
+               and n.get_attr_value("element_dtype") != TensorProto.BOOL]
+    dtype = x_items[0].get_attr_value("element_dtype") if len(x_items) == 1 else None
+    if dtype in DTYPE_REASONS:
+        return NoMatch(DTYPE_REASONS[dtype])
+    if dtype != TensorProto.FLOAT:
         return NoMatch("the step input is not a single float32 list read (dtype other than float32?)")
     x_item = x_items[0]
+    stack = _state_stack(graph, carried, h_new, x_item.output[0])
+    if isinstance(stack, NoMatch):
+        return stack
     indices = [_input_index(graph, t) for t in
                (time.output[0], x_item.input[0], mask_item.input[0], write.input[0])]
     if None in indices:
@@ -239,20 +314,93 @@ def match_body(graph) -> Union[BodyMatch, NoMatch]:
         return NoMatch("outputs are written at an unrecognised position")
     if not _is_increment(_loop_output_producer(graph, time_index), time.output[0]):
         return NoMatch("the step counter does not advance by one")
+    if _loop_output_producer(graph, output_list_index) is not write:
+        return NoMatch("the output list carried to the next step is not the one the step wrote")
 
-    cell = _read_cell(graph, x_item.output[0], graph.input_names[h_index], h_new,
-                      None if c_index is None else (graph.input_names[c_index],
-                                                    carried[c_index].get_op("new").output[0]))
-    if isinstance(cell, NoMatch):
-        return cell
+    cells = _read_cells(graph, x_item.output[0], stack, carried)
+    if isinstance(cells, NoMatch):
+        return cells
     variables = range(len(graph.input_names))
     return BodyMatch(time_index=time_index, x_list_index=x_list_index, mask_list_index=mask_list_index,
-                     h_index=h_index, c_index=c_index, output_index=output_index,
+                     cells=cells, output_index=output_index,
                      masked_output_index=masked_output_index, output_list_index=output_list_index,
-                     writes_sequence=writes_sequence, cell=cell,
+                     writes_sequence=writes_sequence,
                      counters=frozenset(i for i in variables if _is_increment(_loop_output_producer(graph, i),
                                                                                graph.input_names[i])),
                      invariants=frozenset(i for i in variables if passes_through(graph, i)))
+
+
+STACK_REASON = ("the loop's states do not form a stack of cells (keras.layers.RNN([cell, ...])), "
+                "each reading the output of the one below")
+
+
+def _state_stack(graph, carried: dict, h_top: str, x_item: str) -> Union[list, NoMatch]:
+    """The cells' states, bottom to top, as ``[(h_index, c_index or None), ...]``.
+
+    ``carried``: masked loop variable -> the value a valid step gives it; ``h_top``: the step's
+    output, the top cell's new h. A layer has one cell (h, and an LSTM's c); an RNN layer over
+    stacked cells (``keras.layers.RNN([cell, ...])``, Keras's ``StackedRNNCells``) has several,
+    each reading the new h of the one below as its step input. The cells are peeled off from the
+    top: the state a cell's new h is computed from last is its own c when the h still depends on
+    the step's input without it (an LSTM's output gate), else the h of the cell below, through
+    which alone the cell sees the input. The readers then check each cell's algebra over exactly
+    that input, so a wrong guess here can only refuse, never misread."""
+    h_index = next((i for i, new in carried.items() if new == h_top), None)
+    if h_index is None:
+        return NoMatch("could not find the recurrent states among the loop variables")
+    ancestors = {i: _ancestors(graph, new) for i, new in carried.items()}
+    stack, left = [], {i for i, new in carried.items() if new != h_top}
+    while h_index is not None:
+        c_index = _nearest_state(carried, ancestors, left, h_index)
+        if c_index is not None and x_item not in _ancestors(graph, carried[h_index], stop={carried[c_index]}):
+            c_index = None  # the nearest state is the h of the cell below
+        left.discard(c_index)
+        stack.append((h_index, c_index))
+        h_index = _nearest_state(carried, ancestors, left, h_index)
+        left.discard(h_index)
+    if left and len(stack) == 1:
+        return NoMatch("could not find the recurrent states among the loop variables")
+    if left:
+        return NoMatch(STACK_REASON)
+    return stack[::-1]
+
+
+def _ancestors(graph, tensor: str, stop=frozenset()) -> set:
+    """The tensors ``tensor`` is computed from within one step (loop inputs end the walk, and so do
+    the tensors in ``stop``, which are not followed or included)."""
+    seen, todo = set(), [tensor]
+    while todo:
+        node = producer(graph, todo.pop())
+        if node is None:
+            continue
+        for t in node.input:
+            if t not in seen and t not in stop:
+                seen.add(t)
+                todo.append(t)
+    return seen
+
+
+def _nearest_state(carried: dict, ancestors: dict, candidates: set, index: int) -> Optional[int]:
+    """Among ``candidates``, the state whose new value ``carried[index]`` is computed from last:
+    the one no other such state's new value is computed from (None if there is none, or no single one)."""
+    used = [i for i in candidates if carried[i] in ancestors[index]]
+    nearest = [i for i in used if not any(carried[i] in ancestors[j] for j in used if j != i)]
+    return nearest[0] if len(nearest) == 1 else None
+
+
+def _read_cells(graph, x_item: str, stack: list, carried: dict) -> Union[tuple, NoMatch]:
+    """Each cell's algebra, bottom to top: the first reads ``x_item``, the others the new h of
+    the cell below. A stacked cell that does not read says which one it is."""
+    cells, step_input = [], x_item
+    for k, (h_index, c_index) in enumerate(stack):
+        cell = _read_cell(graph, step_input, graph.input_names[h_index], carried[h_index],
+                          None if c_index is None else (graph.input_names[c_index], carried[c_index]))
+        if isinstance(cell, NoMatch):
+            return cell if len(stack) == 1 else NoMatch(
+                f"in a stack of {len(stack)} cells (keras.layers.RNN([cell, ...])), cell {k + 1}: {cell.reason}")
+        cells.append(CellMatch(h_index, c_index, cell))
+        step_input = carried[h_index]
+    return tuple(cells)
 
 
 def _read_cell(graph, x_item, h_prev, h_new, cell_state):
@@ -503,20 +651,21 @@ def match_loop(graph, while_node, body: BodyMatch, condition=None) -> Union[Mask
     if not _is_zero_scalar(graph, while_node.input[body.time_index]):
         return NoMatch("the loop does not start at step 0")
     list_tensor = producer(graph, while_node.input[body.x_list_index]).input[0]  # x, or x reversed in time
-    steps = trip_count_reason(graph, while_node, condition, body.counters, body.invariants, {x, list_tensor},
-                              _same_time_axis(graph, _batch_major_source(graph, x)))
+    time_axis = _time_axis(graph, [x, list_tensor])
+    steps = trip_count_reason(graph, while_node, condition, body.counters, body.invariants, time_axis)
     if steps is not None:
         return NoMatch(steps)
+    if not _reserves_one_element_per_output(graph, while_node.input[body.output_list_index], body, time_axis):
+        return NoMatch(OUTPUT_LIST_REASON)
     if not _is_zeros(graph, while_node.input[body.masked_output_index]):
         return NoMatch("the output at masked steps does not start as zeros")
 
-    weights = _resolve_weights(graph, while_node, body.kind, body.gates)
-    if isinstance(weights, NoMatch):
-        return weights
-    kernel, recurrent, bias, recurrent_bias = weights
+    cells = _resolve_cells(graph, while_node, body)
+    if isinstance(cells, NoMatch):
+        return cells
 
     used = _consumed_outputs(graph, while_node)
-    roles = {body.output_list_index, body.output_index, body.h_index, body.c_index}
+    roles = {body.output_list_index, body.output_index, *body.state_indices}
     unexpected = sorted(set(used) - roles)
     if unexpected:
         return NoMatch(f"loop outputs {unexpected} are consumed outside the layer")
@@ -525,23 +674,38 @@ def match_loop(graph, while_node, body: BodyMatch, condition=None) -> Union[Mask
     if any(n.type != "TensorListStack" for n in stacks):
         return NoMatch("the output list is read other than by TensorListStack")
 
-    states = [body.h_index] + ([] if body.c_index is None else [body.c_index])
     return MaskedRecurrentLayer(
-        layer=layer_name(while_node), while_node=while_node, kind=body.kind,
-        hidden_size=recurrent[GATES[body.kind][0]].shape[0], kernel=kernel, recurrent=recurrent, bias=bias,
-        recurrent_bias=recurrent_bias, activations=body.cell.activations,
-        linear_before_reset=body.cell.linear_before_reset,
+        layer=layer_name(while_node), while_node=while_node, cells=cells,
         direction="reverse" if x_reversed or mask_reversed else "forward",
         x_reader=_list_reader(graph, x_list, x_reversed),
         x_source=_batch_major_source(graph, x), mask=mask,
-        mask_post_padded=_is_sequence_mask_over_time(graph, mask, x),
-        h_input=body.h_index, c_input=body.c_index,
-        zero_initial_state=all(_is_zeros(graph, while_node.input[i]) for i in states),
+        mask_post_padded=_is_sequence_mask_over_time(graph, mask, time_axis),
         output_carried=body.output_carried,
         sequence_outputs=[n.output[0] for n in stacks], writes_sequence=body.writes_sequence,
-        last_output=while_node.output[body.output_index],
-        final_h=while_node.output[body.h_index],
-        final_c=None if body.c_index is None else while_node.output[body.c_index])
+        last_output=while_node.output[body.output_index])
+
+
+def _resolve_cells(graph, while_node, body: BodyMatch) -> Union[tuple, NoMatch]:
+    """Each cell's :class:`RecurrentCell`, bottom to top, or why not: its weights are resolved, and
+    a stacked cell must read as many inputs as the cell below has units."""
+    cells = []
+    for cell in body.cells:
+        weights = _resolve_weights(graph, while_node, cell.kind, cell.cell.gates)
+        if isinstance(weights, NoMatch):
+            return weights
+        kernel, recurrent, bias, recurrent_bias = weights
+        states = [i for i in (cell.h_index, cell.c_index) if i is not None]
+        cells.append(RecurrentCell(
+            kind=cell.kind, hidden_size=recurrent[GATES[cell.kind][0]].shape[0], kernel=kernel,
+            recurrent=recurrent, bias=bias, recurrent_bias=recurrent_bias, activations=cell.cell.activations,
+            linear_before_reset=cell.cell.linear_before_reset, while_node=while_node,
+            h_input=cell.h_index, c_input=cell.c_index,
+            zero_initial_state=all(_is_zeros(graph, while_node.input[i]) for i in states),
+            final_h=while_node.output[cell.h_index],
+            final_c=None if cell.c_index is None else while_node.output[cell.c_index]))
+        if len(cells) > 1 and cells[-1].input_size != cells[-2].hidden_size:
+            return NoMatch("a stacked cell's kernel does not take the units of the cell below as its input")
+    return tuple(cells)
 
 
 def _list_source(graph, tensor) -> tuple:
@@ -591,12 +755,12 @@ def _batch_major_mask(graph, mask_tm) -> Union[str, NoMatch]:
     return mask
 
 
-def _is_sequence_mask_over_time(graph, mask: str, x_tm: str) -> bool:
+def _is_sequence_mask_over_time(graph, mask: str, time_axis: TimeAxis) -> bool:
     """Is ``mask`` ``sequence_mask(lengths, T)`` with T provably the layer's number of steps?
 
     ``Less(Range(0, maxlen, 1), lengths[:, None])`` is post-padded by construction; the proof
-    needs maxlen to be ``shape(t)[1]`` of a tensor t sharing the layer's time axis (its input,
-    or what an Embedding looked up), or a constant equal to a known static length.
+    needs maxlen to be the length of a tensor's time axis (the layer's input, what an Embedding
+    looked up...), or a constant equal to a known static length.
     """
     less = producer(graph, mask)
     if less is None or less.type != "Less":
@@ -610,30 +774,89 @@ def _is_sequence_mask_over_time(graph, mask: str, x_tm: str) -> bool:
         lengths = producer(graph, lengths.input[0])
     if lengths is None or lengths.type != "ExpandDims" or _const_value(graph, lengths.input[1]) not in (-1, 1):
         return False
-    maxlen = steps.input[1]
-    static = (graph.get_shape(x_tm) or [-1])[0]
-    if graph.is_const(maxlen):
-        return static not in (None, -1) and _const_value(graph, maxlen) == static
-    return shape_dim(graph, maxlen, 1) in _same_time_axis(graph, _batch_major_source(graph, x_tm))
+    return is_step_count(graph, steps.input[1], time_axis)
 
 
-def _same_time_axis(graph, tensor: str) -> set:
-    """Batch-major tensors that provably have ``tensor``'s [B, T] leading dimensions: it, and
-    going back through an Embedding lookup and through casts."""
-    found = set()
-    while tensor is not None and tensor not in found:
-        found.add(tensor)
+OUTPUT_LIST_REASON = "the output list does not hold exactly one element per time step (or one, for the last output)"
+
+
+def _reserves_one_element_per_output(graph, output_list: str, body: BodyMatch, time_axis: TimeAxis) -> bool:
+    """Is the list the loop writes its outputs to reserved with T elements (one per step; Keras's
+    ``return_sequences=True``) or with one (the last output only)? Else the stacked list is longer
+    than what the native op returns."""
+    reserve = producer(graph, output_list)
+    if reserve is None or reserve.type != "TensorListReserve":
+        return False
+    size = reserve.input[1]
+    if body.writes_sequence:
+        return is_step_count(graph, size, time_axis)
+    return _const_value(graph, size) in (1, [1])
+
+
+def _time_axis(graph, time_major: list) -> TimeAxis:
+    """Every ``(tensor, axis)`` provably as long as the time axis of the ``time_major`` tensors (all
+    the same length, on axis 0), found going back through the ops that keep that axis: casts,
+    transposes, reversals, concatenations along another axis, an Embedding lookup; and the static
+    number of steps, from those tensors' shapes or the length of a recurrent layer's stacked outputs."""
+    dims, pending = set(), [(t, 0) for t in time_major]
+    while pending:
+        tensor, axis = pending.pop()
+        if (tensor, axis) in dims:
+            continue
+        dims.add((tensor, axis))
         node = producer(graph, tensor)
-        tensor = None
-        if node is None:
-            break
-        if node.type in ("Identity", "Cast"):
-            tensor = node.input[0]
-        elif node.type == "GatherV2" and graph.is_const(node.input[0]) and _is_zero_scalar(graph, node.input[2]):
-            tensor = node.input[1]  # embedding lookup: [B, T] ids -> [B, T, E]
-        elif node.type == "SelectV2" and _is_id_wraparound(graph, node):
-            tensor = node.input[2]
-    return found
+        pending.extend(_same_axis_inputs(graph, node, axis) if node is not None else ())
+    static = {_static_length(graph, tensor, axis) for tensor, axis in dims} - {None}
+    return TimeAxis(frozenset(dims), static.pop() if len(static) == 1 else None)
+
+
+def _same_axis_inputs(graph, node, axis: int) -> list:
+    """The ``(input, axis)`` pairs whose axis is as long as axis ``axis`` of ``node``'s output."""
+    if node.type in ("Identity", "Cast", "ReverseV2"):
+        return [(node.input[0], axis)]
+    if node.type == "Transpose":
+        perm = _const_value(graph, node.input[1])
+        return [(node.input[0], perm[axis])] if isinstance(perm, list) and axis < len(perm) else []
+    if node.type == "ConcatV2":
+        along, rank = _const_value(graph, node.input[-1]), len(graph.get_shape(node.output[0]) or [])
+        if not isinstance(along, int) or rank == 0 or along % rank == axis:
+            return []
+        return [(t, axis) for t in node.input[:-1]]
+    if node.type == "GatherV2" and graph.is_const(node.input[0]) and _is_zero_scalar(graph, node.input[2]):
+        ids_rank = len(graph.get_shape(node.input[1]) or [])
+        return [(node.input[1], axis)] if axis < ids_rank else []  # embedding lookup: [B, T] -> [B, T, E]
+    if node.type == "SelectV2" and _is_id_wraparound(graph, node):
+        return [(node.input[2], axis)]
+    return []
+
+
+def _static_length(graph, tensor: str, axis: int) -> Optional[int]:
+    """The static length of ``tensor``'s ``axis``: from its shape, or for a recurrent layer's stacked
+    outputs (whose shape TensorFlow leaves unknown), from the size its output list was reserved with."""
+    shape = graph.get_shape(tensor)
+    if shape is not None and len(shape) > axis and shape[axis] is not None and shape[axis] >= 0:
+        return shape[axis]
+    node = producer(graph, tensor)
+    if axis == 0 and node is not None and node.type == "TensorListStack":
+        size = _stacked_list_size(graph, node.input[0])
+        value = _const_value(graph, size) if size is not None else None
+        return value if isinstance(value, int) else None
+    return None
+
+
+def _stacked_list_size(graph, output_list: str) -> Optional[str]:
+    """The number of elements of a masked recurrent loop's output list after the loop: the size it
+    was reserved with, since the body (a :class:`BodyMatch`) only writes into it in place."""
+    loop = producer(graph, output_list)
+    if loop is None or loop.type not in ("While", "StatelessWhile"):
+        return None
+    body_graph = find_function(loop.get_attr_str("body"))
+    body = getattr(body_graph, BODY_MATCH_ATTR, None) if body_graph is not None else None
+    index = list(loop.output).index(output_list)
+    if not isinstance(body, BodyMatch) or body.output_list_index != index:
+        return None
+    reserve = producer(graph, loop.input[index])
+    return reserve.input[1] if reserve is not None and reserve.type == "TensorListReserve" else None
 
 
 def _is_id_wraparound(graph, select) -> bool:

@@ -149,16 +149,22 @@ def _rewrite_loops(graph, loops, mask_mode, target, schedule=False):
             logger.warning("masked recurrent layer '%s' left as a Loop: %s", layer.layer, reason)
             record(layer.layer, False, reason, mask_mode)
             continue
-        detail = f"{layer.kind} direction={layer.direction}"
-        logger.info("masked %s layer '%s' (%d units) rewritten into a native ONNX %s "
-                    "(direction=%s, mask_mode=%s)", layer.keras_name, layer.layer, layer.hidden_size,
-                    layer.kind, layer.direction, mask_mode)
+        detail = f"{layer.kinds} direction={layer.direction}"
+        logger.info("masked %s rewritten into %s (direction=%s, mask_mode=%s)", layer.describe(),
+                    _native_ops(layer), layer.direction, mask_mode)
         for other, reason in not_for.items():
             if reason:
-                logger.info("masked %s layer '%s': for %s, convert with target=%r (%s)", layer.keras_name,
-                            layer.layer, other, other, reason)
+                logger.info("masked %s: for %s, convert with target=%r (%s)", layer.describe(),
+                            other, other, reason)
                 detail += f"; for {other}, convert with target={other!r}"
         record(layer.layer, True, detail, mask_mode, tuple(other for other, reason in not_for.items() if reason))
+
+
+def _native_ops(layer) -> str:
+    """"a native ONNX LSTM", or for stacked cells "stacked native ONNX LSTM, GRU nodes"."""
+    if len(layer.cells) == 1:
+        return f"a native ONNX {layer.top.kind}"
+    return f"stacked native ONNX {', '.join(cell.kind for cell in layer.cells)} nodes"
 
 
 class BatchMasks:
@@ -173,7 +179,8 @@ class BatchMasks:
         outputs = {}
         for layer in layers:
             outputs.update({t: (1, layer.x) for t in layer.sequence_outputs})
-            outputs.update({t: (0, layer.x) for t in (layer.last_output, layer.final_h, layer.final_c) if t})
+            outputs.update({t: (0, layer.x) for t in [layer.last_output] + [
+                state for cell in layer.cells for state in (cell.final_h, cell.final_c)] if t})
         self._keys = {id(layer): self._key(layer, outputs) for layer in layers}
         self._cache = {}
 

@@ -69,13 +69,20 @@ def read_condition(graph) -> Union[LoopCondition, str]:
     return LoopCondition(tuple(tests))
 
 
-def trip_count_reason(graph, while_node, condition, counters, invariants, time_major: set,
-                      batch_major: set) -> Optional[str]:
-    """None when the While runs exactly T steps, T the length of the time-major input; else why not.
+@dataclasses.dataclass(frozen=True)
+class TimeAxis:
+    """Where a layer's number of time steps T can be read off: ``(tensor, axis)`` pairs whose
+    ``axis`` provably has T elements, and T itself when the graph knows it statically."""
+
+    dims: frozenset
+    steps: Optional[int] = None
+
+
+def trip_count_reason(graph, while_node, condition, counters, invariants, time_axis: TimeAxis) -> Optional[str]:
+    """None when the While runs exactly T steps, T the length of the layer's time axis; else why not.
 
     ``condition``: what :func:`read_condition` found (a reason string, or None if never seen);
     ``counters``: loop variables the body advances by one; ``invariants``: those it passes through.
-    ``time_major`` / ``batch_major``: tensors whose axis 0 / axis 1 is provably the time axis.
     """
     if condition is None:
         return COND_MISSING_REASON
@@ -87,47 +94,26 @@ def trip_count_reason(graph, while_node, condition, counters, invariants, time_m
         if counter not in counters or scalar_value(graph, while_node.input[counter]) != 0.0:
             return COUNTER_REASON
         if isinstance(bound, int):
-            if bound not in invariants or not is_step_count(graph, while_node.input[bound], time_major, batch_major):
+            if bound not in invariants or not is_step_count(graph, while_node.input[bound], time_axis):
                 return TRIP_COUNT_REASON
-        elif bound.size != 1 or static_steps(graph, time_major, batch_major) != int(bound.reshape(-1)[0]):
+        elif bound.size != 1 or time_axis.steps is None or time_axis.steps != int(bound.reshape(-1)[0]):
             return TRIP_COUNT_REASON
     return None
 
 
-def is_step_count(graph, tensor: str, time_major: set, batch_major: set) -> bool:
+def is_step_count(graph, tensor: str, time_axis: TimeAxis) -> bool:
     """Is ``tensor`` (a scalar of the main graph) provably the number of time steps?
 
-    It is when it is ``shape(t)[0]`` of a time-major ``t`` or ``shape(t)[1]`` of a batch-major one,
-    a constant equal to their static length, or a reduction (Keras 3's ``reduce_max(T)``) or cast
-    of one of those.
+    It is when it is ``shape(t)[k]`` of a ``(t, k)`` of the time axis, a constant equal to its
+    static length, or a reduction (Keras 3's ``reduce_max(T)``) or cast of one of those.
     """
     tensor = skip_identity(graph, tensor)
     node = producer(graph, tensor)
     if node is None:
         return False
     if node.type == "Cast" or (node.type in ("Max", "Min") and graph.get_shape(node.input[0]) == []):
-        return is_step_count(graph, node.input[0], time_major, batch_major)
+        return is_step_count(graph, node.input[0], time_axis)
     if node.is_const():
         value = node.get_tensor_value(as_list=False)
-        return value.size == 1 and int(value.reshape(-1)[0]) == static_steps(graph, time_major, batch_major)
-    return shape_dim(graph, tensor, 0) in time_major or shape_dim(graph, tensor, 1) in batch_major
-
-
-def static_steps(graph, time_major: set, batch_major: set) -> Optional[int]:
-    """The number of time steps when the graph knows it statically (a static input signature)."""
-    static = {_static_dim(graph, t, 0) for t in time_major} | {_static_dim(graph, t, 1) for t in batch_major}
-    static.discard(None)
-    return static.pop() if len(static) == 1 else None
-
-
-def _static_dim(graph, tensor: str, axis: int) -> Optional[int]:
-    shape = graph.get_shape(tensor)
-    if shape is None or len(shape) <= axis or shape[axis] is None or shape[axis] < 0:
-        return None
-    return shape[axis]
-
-
-def shape_dim(graph, tensor: str, dim: int) -> Optional[str]:
-    """t when ``tensor`` is ``shape(t)[dim]`` (a StridedSlice that picks one element)."""
-    found = shape_dim_of(graph, tensor)
-    return found[0] if found is not None and found[1] == dim else None
+        return time_axis.steps is not None and value.size == 1 and int(value.reshape(-1)[0]) == time_axis.steps
+    return shape_dim_of(graph, tensor) in time_axis.dims

@@ -62,7 +62,7 @@ LOOP_MUTATIONS = ("keras", "stop_cond_t_minus_2", "stop_max_iterations_t_minus_2
                   "cond_greater", "cond_or", "bound_carried", "bound_from_mask", "mask_negated", "mask_shifted",
                   "output_only_masked", "swapped_where", "reverse_x_only", "write_reversed", "initial_output_ones",
                   "zero_output_for_mask", "x_read_reversed", "initial_state_ones", "extra_loop_var",
-                  "backend_input_length", "go_backwards")
+                  "backend_input_length", "go_backwards", "output_list_longer", "last_output_list_of_t")
 ACTIVATIONS = ("sigmoid", "tanh", "hard_sigmoid", "softsign", "relu", "linear")
 MASK_SOURCES = ("embedding", "masking", "explicit", "computed", "explicit [1, T]")
 MODES = ("any", "post")
@@ -284,7 +284,9 @@ def keras_like_loop(cell, x, mask, mutation="keras", go_backwards=False, return_
     output_time_zero, _ = cell(x_tm[0], states)
     zero_output = tf.zeros_like(output_time_zero)
     initial_output = tf.ones_like(output_time_zero) if mutation == "initial_output_ones" else zero_output
-    output_ta = tf.TensorArray(x.dtype, size=steps if return_sequences else 1)
+    # Keras reserves one element per step (or one, for the last output only)
+    output_size = steps if return_sequences or mutation == "last_output_list_of_t" else 1
+    output_ta = tf.TensorArray(x.dtype, size=output_size + 2 if mutation == "output_list_longer" else output_size)
     start = 1 if mutation == "counter_starts_at_1" else 0
     stride = 2 if mutation == "counter_steps_by_2" else 1
 
@@ -309,7 +311,7 @@ def keras_like_loop(cell, x, mask, mutation="keras", go_backwards=False, return_
             final_states = [tf.where(tile(mask_t, n), s, n) for n, s in zip(new_states, loop_states)]
         else:
             final_states = [tf.where(tile(mask_t, n), n, s) for n, s in zip(new_states, loop_states)]
-        if not return_sequences:
+        if not return_sequences or mutation == "last_output_list_of_t":
             write_at = 0
         elif mutation == "write_reversed":
             write_at = steps - 1 - time

@@ -145,6 +145,15 @@ def canonical(onnx_model):
     return nodes, inits
 
 
+def structure(onnx_model):
+    """The graph's nodes and initializers, independent of node order: tf2onnx's topological sort
+    breaks ties by names, which carry counters (its own, and Keras's layer numbering) that differ
+    between two conversions of one model."""
+    nodes, initializers = canonical(onnx_model)
+    return sorted((op_type, len(inputs), len(outputs), attrs) for op_type, inputs, outputs, attrs in nodes), \
+        initializers
+
+
 def assert_native(onnx_model, lstm=1, op="LSTM"):
     """No Loop left, and ``lstm`` native ``op`` nodes (LSTM, GRU or RNN)."""
     counts = op_counts(onnx_model)

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from kerasutil import assert_matches_keras, assert_native, check_conversion, convert, keras, randomize_weights
+from kerasutil import FLAVOUR, assert_matches_keras, assert_native, check_conversion, convert, keras, randomize_weights
 from models import FEATURES, UNITS, embedding_model, masking_model
 
 import masked_lstm_rewriter as mlr
@@ -76,7 +76,7 @@ KINDS = {
 }
 
 
-@pytest.mark.parametrize("name", list(LAYERS))
+@pytest.mark.parametrize("name", LAYERS)
 def test_every_kind_of_mask_in_one_batch(name):
     """Every signature form and runtime (check_conversion), one batch holding every kind of row."""
     model, spec = mask_input_model(name)

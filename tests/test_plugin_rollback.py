@@ -12,7 +12,7 @@ import logging
 import onnx
 import pytest
 
-from kerasutil import assert_matches_keras, canonical, convert, keras, op_counts
+from kerasutil import assert_matches_keras, convert, keras, op_counts, structure
 from models import UNITS, embedding_model
 
 import masked_lstm_rewriter as mlr
@@ -82,14 +82,6 @@ def two_layer_model():
 def unchanged(graph, ops):
     """A custom rewriter that changes nothing (any custom rewriter makes tf2onnx reorder the nodes a little)."""
     return graph.get_nodes()
-
-
-def structure(onnx_model):
-    """The graph's nodes and initializers, independent of node order (tf2onnx's topological sort breaks
-    ties by generated names, whose counters the failed attempt advanced)."""
-    nodes, initializers = canonical(onnx_model)
-    return sorted((op_type, len(inputs), len(outputs), attrs) for op_type, inputs, outputs, attrs in nodes), \
-        initializers
 
 
 def check_rolled_back(caplog, model, spec, inputs, loops, lstms):

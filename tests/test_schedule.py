@@ -114,8 +114,7 @@ def test_initial_state():
 
 def test_stacked_layers_share_one_plan(monkeypatch):
     """One sort and one plan per mask, whatever the number of layers over it. (Declared signature
-    only: with tf_keras, this stack's upper layers stay Loops under static signatures, on main too:
-    "the loop may stop before its last time step".)"""
+    only: the count of plans is what is checked, and a batch fixed below MIN_BATCH has none.)"""
     monkeypatch.setattr(signatures, "forms_for", lambda test_id=None: ("dynamic",))
     model, spec, _ = embedding_model(keras.layers.LSTM(UNITS, return_sequences=True),
                                      keras.layers.Bidirectional(keras.layers.GRU(UNITS, return_sequences=True)),

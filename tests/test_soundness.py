@@ -22,7 +22,7 @@ from kerasutil import (FLAVOUR, assert_matches_keras, convert, keras, keras_outp
 from models import FEATURES, UNITS, computed_mask_model, embedding_model, explicit_mask_model, masking_model
 
 import masked_lstm_rewriter as mlr
-from masked_lstm_rewriter import trip
+from masked_lstm_rewriter import match, trip
 from masked_lstm_rewriter.masks import BROADCAST_NAME
 
 
@@ -74,6 +74,16 @@ def test_a_static_number_of_steps_is_read(signature):
     """With a static T, Keras compares with constants (in the condition graph and as
     maximum_iterations): equal to T, the layer is rewritten."""
     check(AdversarialCase(kind="GRU", use_bias=False, signature=signature), "exact")
+
+
+@pytest.mark.parametrize("signature", ["dynamic", "static"])
+@pytest.mark.parametrize("mutation", ["output_list_longer", "last_output_list_of_t"])
+def test_an_output_list_of_another_length_is_refused(mutation, signature):
+    """The stacked outputs are as long as the list was reserved: T + 2 elements, or T for a loop that
+    writes only its last output (at 0), is not what the native op returns (was rewritten, with
+    outputs of T and of 1 step)."""
+    result = check(AdversarialCase(family="loop", kind="GRU", mutation=mutation, signature=signature), "refused")
+    assert set(result.reasons) == {match.OUTPUT_LIST_REASON}, result.reasons
 
 
 # --- 2. a state is no weight --------------------------------------------------------------------
