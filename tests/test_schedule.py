@@ -10,6 +10,7 @@ from onnx import helper
 from kerasutil import (assert_matches_keras, check_conversion, convert, keras, layer_directions, onnx_outputs,
                        post_padded_tokens, scheduled_layers, walk_nodes)
 from models import FEATURES, UNITS, embedding_model, explicit_mask_model, initial_state_model
+from test_stacked_cells import stacked_embedding_model
 
 import masked_lstm_rewriter as mlr
 import runtimes
@@ -84,6 +85,17 @@ def test_every_kind_direction_and_mode(kind, direction, mode):
     batches = [[tokens(BATCHES["long-tailed"])], [tokens(BATCHES["reversed"], 1)]]
     count = 2 if direction == "bidirectional" else 1
     check_scheduled(model, spec, batches, {OPS[kind]: count}, rewriter=mlr.make_rewriter(mode, schedule=True))
+
+
+@pytest.mark.parametrize("mode", ["post", "any"])
+def test_stacked_cells_in_one_loop(mode):
+    """``keras.layers.RNN([cells])``: one node per cell, each in segments over the one below's
+    outputs, with every cell's final states (the LSTM's c through its padding column)."""
+    rnn = keras.layers.RNN([keras.layers.LSTMCell(UNITS), keras.layers.GRUCell(3)], go_backwards=True,
+                           return_sequences=True, return_state=True)
+    model, spec, _ = stacked_embedding_model(rnn)
+    batches = [[tokens(BATCHES["long-tailed"])], [tokens(BATCHES["reversed"], 1)]]
+    check_scheduled(model, spec, batches, {"LSTM": 1, "GRU": 1}, rewriter=mlr.make_rewriter(mode, schedule=True))
 
 
 @pytest.mark.parametrize("name", list(BATCHES))
