@@ -1,0 +1,136 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""The plugin's models from a git revision against the working tree's, timed interleaved.
+
+The cost targets of the issues are relative to the plugin as it was ("at most +2% vs today at
+batch 1 and 32"): this converts tools/benchmark.py's models (Embedding -> LSTM / Bidirectional
+LSTM / GRU, 128 units, opset 15) with ``make_rewriter("post")`` twice, once with BASE's
+``masked_lstm_rewriter`` (a ``git worktree`` of it in a temporary folder, first on the child's
+``sys.path``) and once with the working tree's; checks both against Keras at every position;
+then times them on onnxruntime (one thread) in interleaved rounds, the order rotating, at T=100,
+batch 1 and 32, fill 1.0 and 0.5. Prints, per cell, each side's median and the ratio current /
+base with the p10-p90 of the per-round ratios.
+
+    .venv/bin/python tools/compare_revisions.py BASE [--models lstm bilstm gru] [--budget SECONDS]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+
+import benchmark  # tools/ is on sys.path when run as a script
+from toolutil import ROOT, quiet_stderr
+
+CELLS = [(batch, fill) for batch in (1, 32) for fill in (1.0, 0.5)]
+STEPS = 100
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("base", help="git revision to compare the working tree with")
+    parser.add_argument("--models", nargs="+", choices=benchmark.MODELS, default=list(benchmark.MODELS))
+    parser.add_argument("--budget", type=float, default=8.0, metavar="SECONDS", help="timing per cell (default 8)")
+    parser.add_argument("--convert", metavar="DIR", help=argparse.SUPPRESS)  # child: convert into DIR
+    parser.add_argument("--tree", help=argparse.SUPPRESS)  # child: with the package of this tree
+    return parser.parse_args(argv)
+
+
+def convert_into(folder: str, tree: str, models: list) -> None:
+    """Child process: each model's "post" conversion by the masked_lstm_rewriter of ``tree``."""
+    import importlib
+
+    import tensorflow as tf
+    import tf2onnx
+    from tensorflow import keras
+
+    # tools/toolutil.py put the working tree's package first and imported it: swap in the tree's
+    for name in [m for m in sys.modules if m == "masked_lstm_rewriter" or m.startswith("masked_lstm_rewriter.")]:
+        del sys.modules[name]
+    sys.path.insert(0, tree)
+    mlr = importlib.import_module("masked_lstm_rewriter")
+
+    spec = (tf.TensorSpec((None, None), tf.int32, name="tokens"),)
+    for model in models:
+        masked, _ = benchmark.build_pair(keras, model)
+        with quiet_stderr(True):
+            proto, _ = tf2onnx.convert.from_keras(masked, input_signature=spec, opset=benchmark.OPSET,
+                                                  custom_rewriter=[mlr.make_rewriter("post")])
+        with open(os.path.join(folder, f"{model}.onnx"), "wb") as out:
+            out.write(proto.SerializeToString())
+        print(f"{model}: converted with {os.path.dirname(os.path.dirname(mlr.__file__))}", flush=True)
+
+
+def convert_with(tree: str, folder: str, models: list) -> None:
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="3")
+    subprocess.run([sys.executable, os.path.abspath(__file__), "unused", "--convert", folder, "--tree", tree,
+                    "--models", *models], env=env, check=True, cwd=folder)
+
+
+def check_against_keras(models: list, folders: dict) -> None:
+    """Both sides match Keras at every position of every timed batch (else the timing means nothing)."""
+    import numpy as np
+    import onnxruntime as ort
+    from tensorflow import keras
+
+    for model in models:
+        masked, _ = benchmark.build_pair(keras, model)
+        for batch, fill in CELLS:
+            tokens = benchmark.tokens_for(batch, STEPS, fill)
+            expected = np.asarray(masked(tokens, training=False))
+            for side, folder in folders.items():
+                got = ort.InferenceSession(os.path.join(folder, f"{model}.onnx")).run(None, {"tokens": tokens})[0]
+                worst = float(np.max(np.abs(expected - got)))
+                if worst > benchmark.TOLERANCE:
+                    sys.exit(f"{model} ({side}) differs from Keras by {worst:.2e} at batch {batch}, fill {fill}")
+
+
+def time_all(models: list, folders: dict, budget: float) -> None:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = options.inter_op_num_threads = 1
+    print(f"{'model':<8} {'batch':>5} {'fill':>5} {'base ms':>9} {'current ms':>10} {'current/base':>12} "
+          f"{'p10-p90':>13} {'rounds':>6}")
+    for model in models:
+        sessions = {side: ort.InferenceSession(os.path.join(folder, f"{model}.onnx"), options)
+                    for side, folder in folders.items()}
+        for batch, fill in CELLS:
+            feed = {"tokens": benchmark.tokens_for(batch, STEPS, fill)}
+            times, rounds, _ = benchmark.time_cell(sessions, feed, budget, 30, 20000, warmup=1.0)
+            base, current = (benchmark.stats(times[side])["median_ms"] for side in ("base", "current"))
+            ratio, p10, p90, _, _ = benchmark.ratio_stats(times, "current", "base")
+            print(f"{model:<8} {batch:>5} {fill:>5} {base:>9.3f} {current:>10.3f} {ratio:>12.3f} "
+                  f"{p10:>6.3f}-{p90:<6.3f} {rounds:>6}", flush=True)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.convert:
+        convert_into(args.convert, args.tree, args.models)
+        return 0
+    with tempfile.TemporaryDirectory(prefix="mlr-compare-") as tmp:
+        base_tree = os.path.join(tmp, "base")
+        subprocess.run(["git", "worktree", "add", "--detach", base_tree, args.base], cwd=ROOT, check=True,
+                       stdout=subprocess.DEVNULL)
+        try:
+            folders = {"base": os.path.join(tmp, "base-models"), "current": os.path.join(tmp, "current-models")}
+            for side, tree in (("base", base_tree), ("current", ROOT)):
+                os.makedirs(folders[side])
+                convert_with(tree, folders[side], args.models)
+            check_against_keras(args.models, folders)
+            revision = subprocess.run(["git", "rev-parse", "--short", args.base], cwd=ROOT, check=True,
+                                      capture_output=True, text=True).stdout.strip()
+            print(f"base {args.base} ({revision}) against the working tree; T={STEPS}, onnxruntime, 1 thread, "
+                  f"{args.budget:g} s per cell")
+            time_all(args.models, folders, args.budget)
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", base_tree], cwd=ROOT, check=False)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
