@@ -61,20 +61,20 @@ def _step_back(graph, node, tensor, axis, outputs):
     if kind in _ELEMENTWISE:
         return _same_root(graph, node.input, tensor, axis, outputs)
     if kind == "ConcatV2":  # a Bidirectional's merge_mode="concat", along the features
-        rank, along = _rank(graph, tensor), _const(graph, node.input[-1])
+        rank, along = rank_of(graph, tensor), _const(graph, node.input[-1])
         if rank is None or not isinstance(along, int) or along % rank == axis:
             return None
         return _same_root(graph, node.input[:-1], tensor, axis, outputs)
-    if kind in ("MatMul", "BatchMatMulV2") and graph.is_const(node.input[1]) and _rank(graph, node.input[1]) == 2 \
+    if kind in ("MatMul", "BatchMatMulV2") and graph.is_const(node.input[1]) and rank_of(graph, node.input[1]) == 2 \
             and not any(node.get_attr_value(a, 0) for a in ("transpose_a", "adj_x")):
-        rank = _rank(graph, tensor)  # x @ W (a Dense layer): the leading axes are x's
+        rank = rank_of(graph, tensor)  # x @ W (a Dense layer): the leading axes are x's
         return (node.input[0], axis) if rank is not None and axis < rank - 1 else None
     if kind in _REDUCTIONS:
         return _reduction(graph, node, axis)
     if kind == "Squeeze":
         return _squeeze(graph, node, axis)
     if kind == "ExpandDims":
-        inserted = _axis(_const(graph, node.input[1]), _rank(graph, tensor))
+        inserted = _axis(_const(graph, node.input[1]), rank_of(graph, tensor))
         return None if inserted is None or inserted == axis else (node.input[0], axis - (inserted < axis))
     if kind == "Transpose":
         perm = _const(graph, node.input[1])
@@ -82,7 +82,7 @@ def _step_back(graph, node, tensor, axis, outputs):
     if kind == "Reshape":  # to a shape whose element ``axis`` is read off another tensor (tf.tensordot)
         return _shape_element(graph, node.input[1], axis)
     if kind == "GatherV2":  # an embedding lookup: params[indices], the indices' axes first
-        rank = _rank(graph, node.input[1])
+        rank = rank_of(graph, node.input[1])
         if _const(graph, node.input[2]) in (0, [0]) and node.get_attr_value("batch_dims", 0) == 0 \
                 and rank is not None and axis < rank:
             return node.input[1], axis
@@ -92,12 +92,12 @@ def _step_back(graph, node, tensor, axis, outputs):
 def _same_root(graph, operands, tensor, axis, outputs):
     """Broadcasting (or concatenating along another axis): every operand that has the axis has one
     root there, or is a constant of size 1 there."""
-    rank = _rank(graph, tensor)
+    rank = rank_of(graph, tensor)
     if rank is None:
         return None
     roots = set()
     for operand in operands:
-        operand_rank = _rank(graph, operand)
+        operand_rank = rank_of(graph, operand)
         if operand_rank is None:
             return None
         operand_axis = axis - (rank - operand_rank)
@@ -150,7 +150,7 @@ def shape_dim_of(graph, scalar):
 
 
 def _reduction(graph, node, axis):
-    rank = _rank(graph, node.input[0])
+    rank = rank_of(graph, node.input[0])
     axes = _const(graph, node.input[1])
     if rank is None or axes is None:
         return None
@@ -162,7 +162,7 @@ def _reduction(graph, node, axis):
 
 
 def _squeeze(graph, node, axis):
-    rank = _rank(graph, node.input[0])
+    rank = rank_of(graph, node.input[0])
     dims = node.get_attr_value("squeeze_dims", []) or node.get_attr_value("axis", [])
     if rank is None or not dims:
         return None  # squeezing every axis of size 1 may remove the batch axis itself
@@ -178,7 +178,7 @@ def _axis(value, rank):
     return value % rank if isinstance(value, int) else None
 
 
-def _rank(graph, tensor):
+def rank_of(graph, tensor):
     shape = graph.get_shape(tensor)
     return None if shape is None else len(shape)
 

@@ -28,6 +28,7 @@ from tf2onnx.tf_loader import find_function
 
 from .cell import (READ_OPS, REFUSED_ACTIVATION_REASONS, Activation, LinearForm, LinearReader, Product,
                    passes_through, producer, read_activation, scalar_value, skip_identity)
+from .batch import rank_of
 from .trip import TimeAxis, is_step_count, trip_count_reason
 
 BODY_MATCH_ATTR = "_masked_lstm_rewriter_body"
@@ -818,30 +819,59 @@ def _same_axis_inputs(graph, node, axis: int) -> list:
         perm = _const_value(graph, node.input[1])
         return [(node.input[0], perm[axis])] if isinstance(perm, list) and axis < len(perm) else []
     if node.type == "ConcatV2":
-        along, rank = _const_value(graph, node.input[-1]), len(graph.get_shape(node.output[0]) or [])
-        if not isinstance(along, int) or rank == 0 or along % rank == axis:
+        along, rank = _const_value(graph, node.input[-1]), rank_of(graph, node.output[0])
+        if not isinstance(along, int) or not rank or along % rank == axis:
             return []
         return [(t, axis) for t in node.input[:-1]]
     if node.type == "GatherV2" and graph.is_const(node.input[0]) and _is_zero_scalar(graph, node.input[2]):
-        ids_rank = len(graph.get_shape(node.input[1]) or [])
-        return [(node.input[1], axis)] if axis < ids_rank else []  # embedding lookup: [B, T] -> [B, T, E]
+        return [(node.input[1], axis)] if axis < (rank_of(graph, node.input[1]) or 0) else []  # embedding lookup: [B, T] -> [B, T, E]
     if node.type == "SelectV2" and _is_id_wraparound(graph, node):
         return [(node.input[2], axis)]
     return []
 
 
+ELEMENTWISE = ("Add", "AddV2", "Sub", "Mul", "RealDiv", "Maximum", "Minimum")  # what Bidirectional's merges use
+
+
 def _static_length(graph, tensor: str, axis: int) -> Optional[int]:
     """The static length of ``tensor``'s ``axis``: from its shape, or for a recurrent layer's stacked
-    outputs (whose shape TensorFlow leaves unknown), from the size its output list was reserved with."""
+    outputs (whose shape TensorFlow leaves unknown), from the size its output list was reserved with,
+    going back through the ops that keep the axis and through elementwise merges (a Bidirectional
+    layer's sum, average or product of its halves)."""
     shape = graph.get_shape(tensor)
     if shape is not None and len(shape) > axis and shape[axis] is not None and shape[axis] >= 0:
         return shape[axis]
     node = producer(graph, tensor)
-    if axis == 0 and node is not None and node.type == "TensorListStack":
-        size = _stacked_list_size(graph, node.input[0])
+    if node is None:
+        return None
+    if node.type == "TensorListStack":
+        size = _stacked_list_size(graph, node.input[0]) if axis == 0 else None
         value = _const_value(graph, size) if size is not None else None
         return value if isinstance(value, int) else None
-    return None
+    if node.type in ELEMENTWISE:
+        return _broadcast_length(graph, node, axis)
+    lengths = {_static_length(graph, t, a) for t, a in _same_axis_inputs(graph, node, axis)} - {None}
+    return lengths.pop() if len(lengths) == 1 else None
+
+
+def _broadcast_length(graph, node, axis: int) -> Optional[int]:
+    """The static length of axis ``axis`` of a broadcasting elementwise op's output: an operand's
+    length above 1 is the output's (any other operand has it or 1); 1 only when every operand has 1.
+    Operands of another rank (a bias, a scalar) are left aside only when it is known."""
+    rank = rank_of(graph, node.output[0])
+    lengths = set()
+    for operand in node.input:
+        operand_rank = rank_of(graph, operand)
+        if operand_rank is None or rank is None:
+            return None
+        if operand_rank == rank:
+            lengths.add(_static_length(graph, operand, axis))
+        elif operand_rank >= rank - axis:  # a lower-rank operand aligned to the last axes reaches it
+            return None
+    above_one = {n for n in lengths if n is not None and n > 1}
+    if len(above_one) == 1:
+        return above_one.pop()
+    return 1 if lengths == {1} else None
 
 
 def _stacked_list_size(graph, output_list: str) -> Optional[str]:

@@ -83,6 +83,16 @@ def test_static_signature_in_any_mode(form):
     convert_and_check(model, spec, batch(np.array(list(KINDS.values()), bool)), form, {"LSTM": 3}, rewriter=ANY)
 
 
+@pytest.mark.parametrize("merge_mode", ["concat", "sum", "mul", "ave"])
+def test_a_layer_over_a_bidirectional_layer_fully_static(merge_mode):
+    """A fully static signature (tf_keras folds the upper loop's bound to a constant): the upper layer
+    reads its number of steps through the lower layer's merged halves (found by the fuzzer: "ave")."""
+    model, spec, _ = embedding_model(
+        keras.layers.Bidirectional(keras.layers.LSTM(UNITS, return_sequences=True), merge_mode=merge_mode),
+        keras.layers.GRU(UNITS, return_sequences=True))
+    convert_and_check(model, spec, [post_padded_tokens(LENGTHS, STEPS, seed=4)], "static", {"LSTM": 2, "GRU": 1})
+
+
 @pytest.mark.parametrize("mode", ["post", "any"])
 @pytest.mark.parametrize("form", ["static batch 1", "static", "static time"])
 def test_stacked_layers_over_one_step(form, mode):
