@@ -484,11 +484,13 @@ class Feed:
     mask: np.ndarray
     expected: list                          # Keras's outputs for these inputs (a row: its batch's slice)
     alone: Optional[Callable[[], list]] = None  # a row: Keras run on the row alone
+    overflowed_inside: bool = False          # a layer's Keras output is not finite (see keras_overflows_inside)
 
 def _compare(result, mode, feed: Feed, got, referee):
     """One comparison: within ATOL, or (ill-conditioned models) as close to exact as Keras itself."""
     result.comparisons += 1
-    if not all_finite(feed.expected):  # overflowed in Keras: the order of float32 operations decides where
+    if not all_finite(feed.expected) or feed.overflowed_inside:
+        # overflowed in Keras: the order of float32 operations decides where
         result.non_finite += 1
         return
     expected, also = feed.expected, ()
@@ -521,18 +523,35 @@ def check_case(case: ModelCase, batches) -> CaseResult:
     sessions = {mode: session(convert_and_report(model, spec, mode, case, result)) for mode in MODES}
     # with every layer refused, "post" is stock tf2onnx's Loops: no guard, exact for any mask
     guarded = len(case.loop_layers) < len(case.layers)
+    layer_outputs = _layer_outputs_model(model)
     for batch in batches:
         whole_inputs, whole_mask = batch_inputs(case, batch)
         whole_expected = keras_outputs(model, whole_inputs)
+        overflowed = keras_overflows_inside(layer_outputs, whole_inputs)
         for rows in feeds(case, batch.rows):
             if rows == slice(None):
-                feed = Feed(batch, whole_inputs, whole_mask, whole_expected)
+                feed = Feed(batch, whole_inputs, whole_mask, whole_expected, overflowed_inside=overflowed)
             else:
                 inputs = [x[rows] for x in whole_inputs]
                 feed = Feed(batch, inputs, whole_mask[rows], [e[rows] for e in whole_expected],
-                            functools.partial(keras_outputs, model, inputs))
+                            functools.partial(keras_outputs, model, inputs), overflowed_inside=overflowed)
             _check_feed(result, sessions, spec, feed, referee, guarded)
     return result
+
+
+def _layer_outputs_model(model):
+    """The Keras model returning every layer's outputs (see :func:`keras_overflows_inside`)."""
+    outputs = [layer.output for layer in model.layers if not isinstance(layer, keras.layers.InputLayer)]
+    return keras.Model(model.inputs, [t for out in outputs for t in (out if isinstance(out, (list, tuple)) else [out])])
+
+
+def keras_overflows_inside(layer_outputs, inputs) -> bool:
+    """Does a layer's Keras output hold inf or NaN, even where the model's outputs do not? Keras's
+    masked ``where`` drops a value at a masked step, but stock tf2onnx writes that select as
+    arithmetic (``x * mask + y * (1 - mask)``), so a layer left as its Loop turns the overflow of
+    the layer below into NaN (found by the fuzzer: a GRU with relu gates under go_backwards,
+    whose reversed output the next layer reads under the unreversed mask)."""
+    return not all_finite(keras_outputs(layer_outputs, inputs))
 
 
 def _check_feed(result, sessions, spec, feed: Feed, referee, guarded):

@@ -158,3 +158,22 @@ def test_stacked_layers_fully_static_one_row_one_step():
     batches = (BatchCase(rows=1, steps=1, kind="post", seed=0),) * 2
     result = fuzzgen.check_case(case, batches)
     assert result.ok, fuzzgen.describe(case, batches, result)
+
+
+def test_keras_overflow_inside_under_a_stock_loop_is_not_compared():
+    """Found by the fuzzer (Keras 3, after the schedule's 16-row batches joined it): a go_backwards
+    GRU with relu gates overflows to inf and NaN in Keras itself on one row, at steps the LSTM above
+    treats as masked (Keras masks the reversed output with the unreversed mask); Keras's where drops
+    them, but that LSTM stays stock tf2onnx's Loop, whose arithmetic select makes NaN of them. The
+    GRU is rewritten as Keras computes it: such a batch is "Keras overflowed", not a mismatch."""
+    case = ModelCase(
+        layers=(LayerCase(kind="GRU", units=4, direction="go_backwards", activation="sigmoid",
+                          recurrent_activation="relu", use_bias=True, reset_after=False),
+                LayerCase(kind="LSTM", units=2, activation="sigmoid", recurrent_activation="tanh", use_bias=False,
+                          reset_after=False)),
+        return_sequences=False, return_state=True, mask_source="masking", mask_value=0.0, initial_state=True,
+        seed=963, signature="dynamic")
+    batches = (BatchCase(rows=16, steps=20, kind="post", seed=57061), BatchCase(rows=4, steps=4, kind="post", seed=108))
+    result = fuzzgen.check_case(case, batches)
+    assert result.ok, fuzzgen.describe(case, batches, result)
+    assert result.non_finite and result.passed, result
