@@ -11,7 +11,9 @@ tf2onnx hands custom rewriters each condition graph on its own, before the main 
 it into ONNX ops right after), so :func:`read_condition` reads it then: a conjunction of
 ``a < b`` tests of loop variables, by index. In the main graph, :func:`trip_count_reason` checks
 that each ``a`` is a step counter (starts at 0, the body adds one) and each ``b`` a loop-invariant
-tensor that is provably the number of time steps: then the loop runs exactly T steps.
+tensor that is provably the number of time steps: then the loop runs exactly T steps. Where T
+can be read off is a :class:`TimeAxis`, which the matcher finds (``match._time_axis``): the
+input's time axis and every axis provably as long, and T itself when it is static.
 """
 
 from __future__ import annotations
