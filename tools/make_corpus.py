@@ -132,10 +132,6 @@ BYTE_STABILITY = (
     "uuid4 in its api_implements attribute (saved_model.pb); fingerprint.pb follows. Their weights and "
     "outputs are the same. The Keras outputs may differ in the last bits on another CPU or TensorFlow "
     "build; the tolerance absorbs that.")
-STATIC_PENDING = ("a static batch makes tf2onnx fuse each gate's MatMul + Add into Gemm before the plugin "
-                  "runs, and the matcher does not read Gemm yet (issue 12): the layers stay Loops")
-
-
 @dataclasses.dataclass(frozen=True)
 class Case:
     name: str
@@ -273,7 +269,7 @@ CASES = (
          formats=SMALL_FORMATS, signature={"batch": 1},
          batches=(("one row, length 5 of 7", ("1111100",)), ("one empty row of 4 steps", ("0000",)),
                   ("one full row of 6 steps", ("111111",))),
-         not_post_padded=("one pre-padded row", ("0011111",)), pending=STATIC_PENDING, seed=20),
+         not_post_padded=("one pre-padded row", ("0011111",)), seed=20),
     Case("static_batch_and_steps",
          "signature (4, 7) for features and mask, as for OpenVINO: features, mask=bool input -> "
          "Bidirectional(GRU(3, return_sequences=True))", "explicit",
@@ -282,7 +278,22 @@ CASES = (
          batches=(("4 rows x 7 steps, lengths 7 3 0 5", ("1111111", "1110000", "0000000", "1111100")),),
          not_post_padded=("4 rows x 7 steps, one pre-padded, one with a hole",
                           ("1111111", "0001111", "1101100", "0000000")),
-         pending=STATIC_PENDING, seed=21),
+         seed=21),
+    Case("static_stack",
+         "signature (3, 7), fully static: Embedding(mask_zero=True) -> Bidirectional(LSTM(4, "
+         "return_sequences=True), merge_mode='ave') -> GRU(3) (last output): the upper layer proves its "
+         "number of steps through the lower one's merged outputs", "embedding",
+         lambda k: [_bidirectional(k, _lstm(k, 4, return_sequences=True, name="lstm"), merge_mode="ave"),
+                    _gru(k, 3, name="gru")],
+         formats=SMALL_FORMATS, signature={"batch": 3, "steps": 7},
+         batches=(("3 rows x 7 steps, lengths 7 2 0", ("1111111", "1100000", "0000000")),),
+         not_post_padded=("3 rows x 7 steps, one pre-padded", ("1111111", "0011111", "1000000")),
+         seed=22),
+    Case("stacked_cells",
+         "Embedding(mask_zero=True) -> RNN([LSTMCell(4), GRUCell(3)], return_sequences=True): several "
+         "cells in one loop, one native node per cell", "embedding",
+         lambda k: [k.layers.RNN([k.layers.LSTMCell(4), k.layers.GRUCell(3)], return_sequences=True, name="rnn")],
+         formats=SMALL_FORMATS, seed=23),
 )
 
 # masks as strings, one per row ("1" = valid step)
