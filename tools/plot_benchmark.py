@@ -7,7 +7,8 @@ over the unmasked native LSTM's) by one column per fill ratio, latency ratio aga
 one colour per sequence length T, solid lines for 1 intra-op thread and dashed for all threads.
 The points are ratios of medians; the bars span the interquartile range of the per-round ratios
 (interleaved rounds, so each ratio pairs two runs made back to back). The y range follows the
-points, so a noisy cell's bar may run off the plot (ratios.csv has p10 and p90 too).
+points, so a noisy cell's bar may run off the plot (ratios.csv has p10 and p90 too). Rows of the
+realistic length distributions (set "dist") get one more PNG per model: latency against fill.
 
     .venv/bin/python tools/plot_benchmark.py [docs/benchmark/ratios.csv] [--out DIR] [--fills 1.0 0.5]
 
@@ -39,18 +40,36 @@ def _num(row: dict, key: str) -> float:
     return float(value) if value not in ("", None) else float("nan")
 
 
-def plot(csv_path: str, out_dir: str, fills=(1.0, 0.5), subtitle: str = "") -> list[str]:
-    """Write one PNG per model found in csv_path; returns the paths written."""
+def _rows_per_model(csv_path: str, row_set: str):
+    """(model, its rows) for each model with rows of this set ("grid" or "dist") in the CSV."""
+    rows = [r for r in read_rows(csv_path) if r["set"] == row_set]
+    for model in MODEL_TITLES:
+        mine = [r for r in rows if r["model"] == model]
+        if mine:
+            yield model, mine
+
+
+def _pyplot():
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    return plt
+
+
+def _save(plt, figure, path: str) -> str:
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
+def plot(csv_path: str, out_dir: str, fills=(1.0, 0.5), subtitle: str = "") -> list[str]:
+    """Write one PNG per model found in csv_path; returns the paths written."""
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
-    rows = [r for r in read_rows(csv_path) if r["set"] == "grid"]
+    plt = _pyplot()
     written = []
-    for model in [m for m in MODEL_TITLES if any(r["model"] == m for r in rows)]:
-        mine = [r for r in rows if r["model"] == model]
+    for model, mine in _rows_per_model(csv_path, "grid"):
         times = sorted({int(r["time"]) for r in mine})
         threads = sorted({int(r["threads"]) for r in mine})
         batches = sorted({int(r["batch"]) for r in mine})
@@ -119,27 +138,8 @@ def plot(csv_path: str, out_dir: str, fills=(1.0, 0.5), subtitle: str = "") -> l
         fig.legend(handles=handles, loc="lower center", ncol=len(handles), frameon=False, fontsize=9)
         fig.suptitle(MODEL_TITLES[model] + ("\n" + subtitle if subtitle else ""), fontsize=10)
         fig.tight_layout(rect=(0, 0.05, 1, 1))
-        path = os.path.join(out_dir, FILE_NAMES[model])
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        written.append(path)
+        written.append(_save(plt, fig, os.path.join(out_dir, FILE_NAMES[model])))
     return written
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("csv", nargs="?", default=os.path.join("docs", "benchmark", "ratios.csv"))
-    parser.add_argument("--out", help="folder for the PNGs (default: the CSV's folder)")
-    parser.add_argument("--fills", type=float, nargs="+", default=[1.0, 0.5])
-    parser.add_argument("--subtitle", default="", help="second title line (machine, versions)")
-    args = parser.parse_args(argv)
-    for path in plot(args.csv, args.out or os.path.dirname(os.path.abspath(args.csv)), args.fills, args.subtitle):
-        print(path)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
 
 
 FILL_FILE_NAMES = {"lstm": "fill.png", "bilstm": "fill_bidirectional.png", "gru": "fill_gru.png"}
@@ -151,14 +151,9 @@ VARIANT_STYLES = {"loop": ("#d62728", "stock tf2onnx (Loop)"), "post": ("#1f77b4
 def plot_fill(csv_path: str, out_dir: str, subtitle: str = "") -> list[str]:
     """Latency against fill (the mean share of valid steps) for the realistic length distributions
     (rows with set "dist"): one PNG per model, one panel per batch size, one line per variant."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows = [r for r in read_rows(csv_path) if r["set"] == "dist"]
+    plt = _pyplot()
     written = []
-    for model in [m for m in MODEL_TITLES if any(r["model"] == m for r in rows)]:
-        mine = [r for r in rows if r["model"] == model]
+    for model, mine in _rows_per_model(csv_path, "dist"):
         batches = sorted({int(r["batch"]) for r in mine})
         figure, axes = plt.subplots(1, len(batches), figsize=(4.2 * len(batches), 4.0), squeeze=False)
         for axis, batch in zip(axes[0], batches):
@@ -177,8 +172,22 @@ def plot_fill(csv_path: str, out_dir: str, subtitle: str = "") -> list[str]:
         axes[0][0].legend(fontsize=7)
         figure.suptitle(f"{MODEL_TITLES[model]}: latency against fill\n{subtitle}", fontsize=9)
         figure.tight_layout()
-        path = os.path.join(out_dir, FILL_FILE_NAMES[model])
-        figure.savefig(path, dpi=110)
-        plt.close(figure)
-        written.append(path)
+        written.append(_save(plt, figure, os.path.join(out_dir, FILL_FILE_NAMES[model])))
     return written
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("csv", nargs="?", default=os.path.join("docs", "benchmark", "ratios.csv"))
+    parser.add_argument("--out", help="folder for the PNGs (default: the CSV's folder)")
+    parser.add_argument("--fills", type=float, nargs="+", default=[1.0, 0.5])
+    parser.add_argument("--subtitle", default="", help="second title line (machine, versions)")
+    args = parser.parse_args(argv)
+    out_dir = args.out or os.path.dirname(os.path.abspath(args.csv))
+    for path in plot(args.csv, out_dir, args.fills, args.subtitle) + plot_fill(args.csv, out_dir, args.subtitle):
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
