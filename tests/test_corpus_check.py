@@ -11,7 +11,8 @@ import copy
 import pytest
 from onnx import TensorProto, helper
 
-from masked_lstm_rewriter.corpus import check, command, manifest
+from masked_lstm_rewriter.corpus import check, command, convert, manifest
+from masked_lstm_rewriter.report import ConversionReport, LayerReport
 
 ENTRY = manifest.entries_for(manifest.load_manifest(), "keras3", "keras3/bidirectional_concat/saved_model")[0]
 
@@ -47,6 +48,33 @@ def test_another_op_type_and_a_loop_are_both_named():
     assert "1 Loop node(s) where the manifest expects 0" in problems[0]
     assert "GRU: 1 node (forward) here, 0 nodes in the manifest" in problems[1]
     assert "LSTM: 0 nodes here, 2 nodes (forward, forward) in the manifest" in problems[1]
+
+
+def report_of(*refusals, rewritten=1):
+    """A conversion report: ``rewritten`` layers made native, one layer left as a Loop per reason."""
+    return ConversionReport(tuple(LayerReport(f"native_{i}", True, "GRU direction=forward", "post")
+                                  for i in range(rewritten)) +
+                            tuple(LayerReport(f"loop_{i}", False, reason, "post") for i, reason in enumerate(refusals)))
+
+
+def test_a_layer_left_as_a_loop_passes_only_for_the_reason_the_entry_expects():
+    """A refusal entry (float64, a target's activation) checks that the plugin still refuses the
+    layer, and for that reason: neither a rewrite nor another refusal passes."""
+    entry = {"masked_layers": 2, "left_as_loop": ["target openvino"]}
+    convert.check_report(entry, report_of("target openvino: OpenVINO's native LSTM op compiles only ..."))
+    with pytest.raises(check.CorpusFailure, match="layers left as a Loop: loop_0: left as a Loop: the weights"):
+        convert.check_report(entry, report_of("the weights are not constants"))
+    with pytest.raises(check.CorpusFailure, match=r"no layer was left as a Loop for the reason\(s\) \['target openvino'\]"):
+        convert.check_report(entry, report_of(rewritten=2))
+    with pytest.raises(check.CorpusFailure, match="layers left as a Loop"):
+        convert.check_report({"masked_layers": 2}, report_of("target openvino: ..."))
+
+
+def test_an_entry_expects_one_loop_per_refused_layer():
+    entry = {"expected_ops": {"native": {"GRU": ["forward"]}, "Loop": 1}, "left_as_loop": ["float64 layer"]}
+    assert manifest.expected_ops_problems(entry) == []
+    assert manifest.expected_ops_problems(dict(entry, left_as_loop=[]))
+    assert manifest.expected_ops_problems(dict(entry, expected_ops={"native": {}, "Loop": 0}))
 
 
 def test_the_signature_must_match_the_model_inputs():

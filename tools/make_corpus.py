@@ -146,6 +146,9 @@ class Case:
     not_post_padded: Optional[tuple] = None  # (description, mask rows); None: NOT_POST_PADDED
     pending: str = ""                # why the case is not in the corpus yet (made only when named)
     seed: int = 0
+    target: Optional[str] = None     # make_rewriter's target (None: any runtime)
+    left_as_loop: tuple = ()         # a text of the reason of each masked layer the plugin must refuse
+    dtype: str = "float32"           # of the features input and of Masking (the layers set their own)
 
 
 def _lstm(keras, units, **kwargs):
@@ -294,6 +297,20 @@ CASES = (
          "cells in one loop, one native node per cell", "embedding",
          lambda k: [k.layers.RNN([k.layers.LSTMCell(4), k.layers.GRUCell(3)], return_sequences=True, name="rnn")],
          formats=SMALL_FORMATS, seed=23),
+    Case("float64_refused",
+         "Masking(mask_value=0.0) over float64 features -> LSTM(4, return_sequences=True), float64 throughout: "
+         "the plugin refuses the layer (onnxruntime has no float64 LSTM kernel, OpenVINO computes it in "
+         "float32) and leaves tf2onnx's Loop, which matches Keras for any mask", "masking",
+         lambda k: [_lstm(k, 4, return_sequences=True, dtype="float64", name="lstm")],
+         mask_mode="any", dtype="float64", left_as_loop=("float64 layer",), formats=SMALL_FORMATS, seed=24),
+    Case("openvino_target",
+         "converted with target='openvino': Embedding(mask_zero=True) -> LSTM(4, recurrent_activation="
+         "'hard_sigmoid', return_sequences=True) -> GRU(3, return_sequences=True). OpenVINO compiles no "
+         "HardSigmoid inside a native op, so the LSTM stays tf2onnx's Loop (its reason names OpenVINO; "
+         "OpenVINO reads that model from memory) and the GRU becomes native", "embedding",
+         lambda k: [_lstm(k, 4, return_sequences=True, recurrent_activation="hard_sigmoid", name="lstm"),
+                    _gru(k, 3, return_sequences=True, name="gru")],
+         target="openvino", left_as_loop=("target openvino",), formats=SMALL_FORMATS, seed=25),
 )
 
 # masks as strings, one per row ("1" = valid step)
@@ -394,8 +411,8 @@ def input_specs(case: Case):
     if case.source == "embedding":
         return [("tokens", "int32", (batch, steps))]
     if case.source == "masking":
-        return [("features", "float32", (batch, steps, FEATURES))]
-    return [("features", "float32", (batch, steps, FEATURES)), ("mask", "bool", (batch, steps))]
+        return [("features", case.dtype, (batch, steps, FEATURES))]
+    return [("features", case.dtype, (batch, steps, FEATURES)), ("mask", "bool", (batch, steps))]
 
 
 def build_model(case: Case, keras, np):
@@ -410,7 +427,7 @@ def build_model(case: Case, keras, np):
     if case.source == "embedding":
         x = keras.layers.Embedding(VOCAB, EMBED, mask_zero=True, name="embedding")(inputs[0])
     elif case.source == "masking":
-        x = keras.layers.Masking(mask_value=case.mask_value, name="masking")(inputs[0])
+        x = keras.layers.Masking(mask_value=case.mask_value, dtype=case.dtype, name="masking")(inputs[0])
     else:
         x, mask = inputs
     for layer in case.layers(keras):
@@ -441,7 +458,7 @@ def make_batch(case: Case, rows, seed: int, np) -> dict:
         tokens = rng.integers(1, VOCAB, size=(batch, steps)).astype(np.int32)
         tokens[~valid] = 0
         return {"tokens": tokens}
-    features = rng.normal(size=(batch, steps, FEATURES)).astype(np.float32)
+    features = rng.normal(size=(batch, steps, FEATURES)).astype(case.dtype)
     if case.source == "masking":
         features[~valid] = case.mask_value
         return {"features": features}
@@ -452,7 +469,7 @@ def keras_outputs(model, inputs: dict, case: Case, np) -> list:
     values = [inputs[name] for name, _, _ in input_specs(case)]
     out = model(values if len(values) > 1 else values[0], training=False)
     out = out if isinstance(out, (list, tuple)) else [out]
-    return [np.asarray(o).astype(np.float32) for o in out]
+    return [np.asarray(o).astype(case.dtype) for o in out]
 
 
 def save_tf_module(model, case: Case, path: str, n_outputs: int, tf) -> None:
@@ -607,6 +624,8 @@ def new_entry(case: Case, flavour: str, fmt: str, path: str, n_outputs: int, mas
                         "masking": f"Masking(mask_value={case.mask_value})",
                         "explicit": "explicit mask= (a bool model input)"}[case.source],
         "mask_mode": case.mask_mode,
+        "target": case.target,
+        "left_as_loop": list(case.left_as_loop),
         "opset": OPSET,
         "inputs": [{"name": name, "onnx_name": None, "dtype": dtype, "shape": list(shape)}
                    for name, dtype, shape in input_specs(case)],
@@ -651,9 +670,9 @@ def record_ops(entry: dict, onnx_path: str) -> None:
         "Loop": ops.op_counts(model_proto)["Loop"],
         "recorded_with": f"masked_lstm_rewriter {masked_lstm_rewriter.__version__}, tf2onnx {tf2onnx.__version__}",
     }
-    if entry["expected_ops"]["Loop"] or not entry["expected_ops"]["native"]:
+    for problem in manifest.expected_ops_problems(entry):
         raise RuntimeError(f"the plugin made {ops.describe_native(entry['expected_ops']['native'])} native "
-                           f"nodes and left {entry['expected_ops']['Loop']} Loop(s): not a corpus entry")
+                           f"nodes: {problem}: not a corpus entry")
 
 
 def fill_names(entry: dict, onnx_path: str) -> None:
@@ -769,8 +788,9 @@ def update_manifest(out: str, flavour: str, previous: dict, entries: list, not_i
         "format_version": manifest.FORMAT_VERSION,
         "about": "Masked Keras recurrent models (LSTM, GRU, SimpleRNN) for masked_lstm_rewriter (a tf2onnx "
                  "plugin): each entry is one saved model in one format; converting it with the plugin (mask_mode "
-                 "as given) must give the expected native ONNX ops (expected_ops.native: op type -> the direction "
-                 "of each node, recorded from a conversion; no Loop) and reproduce the stored Keras outputs of "
+                 "and target as given) must give the expected native ONNX ops (expected_ops.native: op type -> the "
+                 "direction of each node, recorded from a conversion; no Loop but one for each layer the plugin "
+                 "must refuse, whose reason contains a text of left_as_loop) and reproduce the stored Keras outputs of "
                  "every batch at every position within the tolerance; a 'post' entry's must_fail batch must fail "
                  "at inference with the guard's message. Paths are relative to this file's directory. npz keys "
                  "are the inputs' and outputs' 'name'; 'onnx_name' is what tf2onnx calls them; 'outputs' lists "
@@ -800,11 +820,12 @@ def readme(result: dict) -> str:
         "",
         "Generated by `tools/make_corpus.py`; do not edit by hand. Small masked Keras recurrent models (LSTM, GRU,",
         "SimpleRNN), saved in the formats `python -m tf2onnx.convert` loads, with input batches and the Keras",
-        "outputs for them. `manifest.json` describes every entry: the model's path and format, its `mask_mode`,",
-        "the input and output names (npz keys and ONNX names; `outputs` in ONNX order) and the signature it",
-        "converts with (each input's `shape`), the expected ops (the native `LSTM`, `GRU` and `RNN` nodes and",
-        "their directions, recorded from a conversion with the plugin; `Loop` = 0), the tolerance, and for",
-        "`\"post\"` entries a batch that must fail with the guard's message (\"not post-padded\").",
+        "outputs for them. `manifest.json` describes every entry: the model's path and format, its `mask_mode`",
+        "(and `target`), the input and output names (npz keys and ONNX names; `outputs` in ONNX order) and the",
+        "signature it converts with (each input's `shape`), the expected ops (the native `LSTM`, `GRU` and `RNN`",
+        "nodes and their directions, recorded from a conversion with the plugin; a `Loop` only for each layer the",
+        "plugin must refuse, with a text of its reason in `left_as_loop`), the tolerance, and for `\"post\"`",
+        "entries a batch that must fail with the guard's message (\"not post-padded\").",
         "",
         "```bash",
         "python -m masked_lstm_rewriter.corpus     # every entry, both Keras flavours, library and command line",
@@ -813,14 +834,16 @@ def readme(result: dict) -> str:
         "python tools/make_corpus.py --ops-only    # after an emitter change: re-record the expected ops",
         "```",
         "",
-        "| case | model | mask_mode | native nodes | keras3 | tf_keras |",
+        "| case | model | mask_mode | native nodes (left as a Loop) | keras3 | tf_keras |",
         "| --- | --- | --- | --- | --- | --- |",
     ]
     for case in dict.fromkeys(e["case"] for e in entries):
         rows = [e for e in entries if e["case"] == case]
         formats = {f: ", ".join(e["format"] for e in rows if e["flavour"] == f) or "-" for f in FLAVOURS}
         lines.append(f"| `{case}` | {rows[0]['description'].replace('|', '/')} | `{rows[0]['mask_mode']}` | "
-                     f"{ops.describe_native(rows[0]['expected_ops']['native'])} | {formats['keras3']} | "
+                     f"{ops.describe_native(rows[0]['expected_ops']['native'])}"
+                     + "".join(f" (Loop: {text})" for text in rows[0].get("left_as_loop", []))
+                     + f" | {formats['keras3']} | "
                      f"{formats['tf_keras']} |")
     if result["cases_pending"]:
         lines += ["", "Cases not in the corpus yet (`tools/make_corpus.py --cases NAME` makes one anyway):", ""]

@@ -3,11 +3,12 @@
 
 ``data/manifest.json`` (written by ``tools/make_corpus.py`` in a checkout of this project) lists
 one entry per saved model and file format. Each entry names its Keras flavour (``keras3`` or
-``tf_keras``), the model's path and format, the ``mask_mode`` to convert it with, its inputs
-(with the shapes it is converted with: its signature), its outputs, the native ops the plugin
-made of it when the corpus was generated, input batches with Keras's outputs on them and, for
-``"post"`` entries, a batch that the converted model must refuse. Paths are relative to the
-corpus directory. Nothing here imports TensorFlow.
+``tf_keras``), the model's path and format, the ``mask_mode`` (and ``target``, if any) to convert
+it with, its inputs (with the shapes it is converted with: its signature), its outputs, the native
+ops the plugin made of it when the corpus was generated (and, in ``left_as_loop``, a text of the
+reason for each masked layer the plugin must refuse and leave as tf2onnx's Loop), input batches
+with Keras's outputs on them and, for ``"post"`` entries, a batch that the converted model must
+refuse. Paths are relative to the corpus directory. Nothing here imports TensorFlow.
 """
 
 from __future__ import annotations
@@ -119,8 +120,7 @@ def entry_problems(entry: dict, corpus: str = DATA_DIR) -> list:
         return problems
     if not os.path.exists(model_path(entry, corpus)):
         problems.append(f"the model {entry['path']} is missing")
-    if entry["expected_ops"]["Loop"] != 0 or not entry["expected_ops"]["native"]:
-        problems.append(f"expected_ops {entry['expected_ops']}: an entry must become native ops and no Loop")
+    problems.extend(expected_ops_problems(entry))
     if (entry["must_fail"] is not None) != (entry["mask_mode"] == "post"):
         problems.append(f"mask_mode {entry['mask_mode']!r} with must_fail {entry['must_fail']!r}: "
                         "exactly the 'post' entries have a batch the guard must refuse")
@@ -132,6 +132,15 @@ def entry_problems(entry: dict, corpus: str = DATA_DIR) -> list:
         if not os.path.isfile(os.path.join(corpus, batch["expected"])):
             problems.append(f"batch {number}: {batch['expected']} is missing")
     return problems
+
+
+def expected_ops_problems(entry: dict) -> list:
+    """An entry becomes native ops, with a Loop only for each layer the plugin must refuse."""
+    refused = len(entry.get("left_as_loop", []))
+    if entry["expected_ops"]["Loop"] != refused or not (entry["expected_ops"]["native"] or refused):
+        return [f"expected_ops {entry['expected_ops']}: an entry must become native ops, with a Loop only for "
+                f"each layer the plugin must refuse ({refused} here)"]
+    return []
 
 
 def _batch_problems(entry: dict, corpus: str, label: str, relative: str) -> list:
