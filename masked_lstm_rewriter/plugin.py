@@ -22,6 +22,7 @@ from .batch import batch_root, same_batch
 from .emit import TARGETS, check_target, emit_layer, target_refusal
 from .masks import MASK_MODES, MaskPlanner, broadcast_mask
 from .report import finish_conversion, record
+from .schedule import NOT_FOR as SCHEDULE_NOT_FOR
 from .match import BODY_MATCH_ATTR, NoMatch, is_masked_recurrent_body, layer_name, match_body, match_loop
 from .trip import COND_MATCH_ATTR, is_loop_condition, read_condition
 
@@ -47,11 +48,14 @@ def make_rewriter(mask_mode: str = "post", target: Optional[str] = None, schedul
     ``target``: None for a model any runtime runs exactly where it compiles it; ``"openvino"`` to
     also keep as Loops the layers OpenVINO's native recurrent ops cannot run (their activations).
     ``schedule``: emit the length-aware schedule (:mod:`.schedule`), which runs long-tailed batches
-    of 8 rows or more in length-ordered segments, chosen at run time. Off by default: OpenVINO
-    2026.4 computes some layers inside its ``If`` wrongly (a ``Bidirectional``'s forward half,
-    dynamic shapes); onnxruntime is exact."""
+    of 8 rows or more in length-ordered segments, chosen at run time. Off by default, and for
+    onnxruntime only: OpenVINO 2026.4 computes some layers inside its ``If`` wrongly
+    (``schedule.NOT_FOR``), so it cannot be combined with ``target="openvino"``, and each
+    scheduled layer's report and log name OpenVINO."""
     _check_mask_mode(mask_mode)
     check_target(target)
+    if schedule and target in SCHEDULE_NOT_FOR:
+        raise ValueError(f"schedule=True cannot be used with target={target!r}: {SCHEDULE_NOT_FOR[target]}")
     if target == "openvino" and mask_mode == "post":
         logger.info(OPENVINO_GUARD_NOTE)
 
@@ -139,10 +143,12 @@ def _rewrite_loops(graph, loops, mask_mode, target, schedule=False):
     planner = MaskPlanner(graph, mask_mode, schedule)
     masks = BatchMasks(graph, layers)
     for layer in layers:
-        not_for = {other: target_refusal(layer, other) for other in TARGETS if other != target}
+        not_for = {other: (reason, f"convert with target={other!r}") for other in TARGETS
+                   if other != target and (reason := target_refusal(layer, other))}
         snapshot = GraphSnapshot(graph, planner, masks)
         try:
-            emit_layer(graph, layer, planner.tensors_for(masks.mask_for(layer), layer.mask_post_padded))
+            tensors = planner.tensors_for(masks.mask_for(layer), layer.mask_post_padded)
+            emit_layer(graph, layer, tensors)
         except Exception as error:  # pylint: disable=broad-except
             snapshot.restore()  # the loop stands exactly as tf2onnx made it
             reason = f"rewrite failed: {type(error).__name__}: {error}"
@@ -152,12 +158,16 @@ def _rewrite_loops(graph, loops, mask_mode, target, schedule=False):
         detail = f"{layer.kinds} direction={layer.direction}"
         logger.info("masked %s rewritten into %s (direction=%s, mask_mode=%s)", layer.describe(),
                     _native_ops(layer), layer.direction, mask_mode)
-        for other, reason in not_for.items():
-            if reason:
-                logger.info("masked %s: for %s, convert with target=%r (%s)", layer.describe(),
-                            other, other, reason)
-                detail += f"; for {other}, convert with target={other!r}"
-        record(layer.layer, True, detail, mask_mode, tuple(other for other, reason in not_for.items() if reason))
+        for other, (reason, remedy) in not_for.items():
+            logger.info("masked %s: for %s, %s (%s)", layer.describe(), other, remedy, reason)
+            detail += f"; for {other}, {remedy}"
+        if tensors.segments is not None:  # a runtime that computes the schedule wrongly gives no error
+            for other, reason in SCHEDULE_NOT_FOR.items():
+                logger.warning("masked %s has the length-aware schedule, exact on onnxruntime only: for %s, "
+                               "convert without schedule=True (%s)", layer.describe(), other, reason)
+                detail += f"; for {other}, convert without schedule=True"
+                not_for.setdefault(other, (reason, "convert without schedule=True"))
+        record(layer.layer, True, detail, mask_mode, tuple(not_for))
 
 
 def _native_ops(layer) -> str:

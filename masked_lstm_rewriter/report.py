@@ -24,7 +24,7 @@ class LayerReport:
     rewritten: bool
     detail: str   # "LSTM direction=reverse" (or GRU, RNN) or the reason it stayed a Loop
     mask_mode: str
-    not_for: tuple = ()  # rewritten: targets (runtimes) that cannot run it; convert with target=... for them
+    not_for: tuple = ()  # rewritten: runtimes that cannot run it exactly (detail says how to convert for them)
 
     def __str__(self):
         verdict = "native ONNX" if self.rewritten else "left as a Loop:"

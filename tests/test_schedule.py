@@ -21,7 +21,8 @@ from masked_lstm_rewriter.schedule import MIN_BATCH, SCHEDULE_NAME, SEGMENTS
 @pytest.fixture(autouse=True)
 def onnxruntime_only(monkeypatch):
     """The exactness tests run on onnxruntime: OpenVINO 2026.4 computes some layers inside the
-    schedule's If wrongly (pinned below), which is why the schedule is off by default."""
+    schedule's If wrongly (pinned below), which is why the schedule is off by default, refused with
+    target="openvino", and named in each scheduled layer's report."""
     monkeypatch.setattr(runtimes, "runtimes", lambda: ("onnxruntime",))
 
 STEPS = 40
@@ -187,6 +188,26 @@ def test_off_by_default():
     model, spec, _ = embedding_model(keras.layers.LSTM(UNITS, return_sequences=True))
     onnx_model = convert(model, spec)
     assert not any(n.op_type == "If" for n in onnx_model.graph.node)
+
+
+def test_a_scheduled_layer_is_reported_not_for_openvino(caplog):
+    """A scheduled model gives wrong numbers on OpenVINO without an error: the report and a warning
+    say so, and how to convert for it. A static batch too small for a schedule has no such note."""
+    import tensorflow as tf
+    model, spec, _ = embedding_model(keras.layers.LSTM(UNITS, return_sequences=True))
+    with caplog.at_level("WARNING", logger="masked_lstm_rewriter"):
+        convert(model, spec, rewriter=SCHEDULED)
+    layer = mlr.last_report().layers[0]
+    assert layer.not_for == ("openvino",) and "for openvino, convert without schedule=True" in layer.detail
+    assert any("exact on onnxruntime only" in r.getMessage() and "OpenVINO 2026.4" in r.getMessage()
+               for r in caplog.records)
+    convert(model, (tf.TensorSpec((1, None), tf.int32, name="tokens"),), rewriter=SCHEDULED)
+    assert mlr.last_report().layers[0].not_for == ()
+
+
+def test_the_schedule_cannot_target_openvino():
+    with pytest.raises(ValueError, match="schedule=True cannot be used with target='openvino': OpenVINO 2026.4"):
+        mlr.make_rewriter("post", target="openvino", schedule=True)
 
 
 def _openvino_error(model, spec, inputs, path=None):
