@@ -8,12 +8,15 @@ TensorFlow picks its Keras once, at import, so Keras 3 and tf_keras cannot share
 * ``MLR_KERAS=tf_keras``, ``TF_USE_LEGACY_KERAS=1``.
 
 Each run is ``python -m pytest tests`` (plus any arguments not recognised here, passed through
-to pytest: ``-x``, ``-k EXPR``, ``tests/test_guard.py``, ...). Counts come from each run's JUnit
+to pytest: ``-x``, ``-k EXPR``, ``tests/test_guard.py``, ...). On a machine with two cores or
+more the two runs go at once (``--jobs``, default: one per flavour up to the cores; measured on 2
+cores: 42 minutes for both, against about 62 one after the other), each writing its output to a
+log that is printed when it ends; with ``--jobs 1`` they run one after the other, output live. Counts come from each run's JUnit
 XML report. Prints the counts per flavour, then as its very last line
 ``N passed, N failed, N skipped`` (errors count as failed; a run that crashed or ran no test
 counts as one failed). Exits non-zero when any run failed, had errors, crashed, or ran no test.
 
-    .venv/bin/python tools/run_tests.py [--keras {keras3,tf_keras}] [--workers N] [pytest args...]
+    .venv/bin/python tools/run_tests.py [--keras {keras3,tf_keras}] [--jobs N] [--workers N] [pytest args...]
 """
 
 from __future__ import annotations
@@ -62,9 +65,14 @@ def parse_args(argv=None):
     parser.add_argument("--workers", type=int, default=0, metavar="N",
                         help="pytest-xdist workers per run (pytest -n N); default 0: no xdist. "
                              "TensorFlow is heavy: on 2 cores, plain runs are usually fastest")
+    parser.add_argument("--jobs", type=int, default=min(len(FLAVOURS), os.cpu_count() or 1), metavar="N",
+                        help="flavours run at once (default: one per flavour up to the cores); 1: one after "
+                             "the other, with live output")
     args, pytest_args = parser.parse_known_args(argv)
     if args.workers < 0:
         parser.error("--workers must be >= 0")
+    if args.jobs < 1:
+        parser.error("--jobs must be >= 1")
     return args, pytest_args
 
 
@@ -107,7 +115,8 @@ def count_junit(path: str, result: Result) -> None:
             result.passed += 1
 
 
-def run_flavour(flavour: str, args, pytest_args, report_dir: str) -> Result:
+def start_flavour(flavour: str, args, pytest_args, report_dir: str, log=None) -> tuple:
+    """(the pytest process of one flavour, its Result to fill in); its output goes to ``log`` if given."""
     report = os.path.join(report_dir, f"junit-{flavour}.xml")
     command = [sys.executable, "-m", "pytest"]
     if not names_paths(pytest_args):
@@ -118,9 +127,15 @@ def run_flavour(flavour: str, args, pytest_args, report_dir: str) -> Result:
     command += pytest_args
     print(f"=== {flavour}: MLR_KERAS={flavour}"
           f"{' TF_USE_LEGACY_KERAS=1' if flavour == 'tf_keras' else ''} {' '.join(command[1:])}", flush=True)
-    result = Result(flavour)
-    start = time.monotonic()
-    result.exit_code = subprocess.call(command, cwd=ROOT, env=flavour_env(flavour), stdin=subprocess.DEVNULL)
+    process = subprocess.Popen(command, cwd=ROOT, env=flavour_env(flavour), stdin=subprocess.DEVNULL,
+                               stdout=log, stderr=subprocess.STDOUT if log else None)
+    return process, Result(flavour)
+
+
+def finish_flavour(process, result: Result, report_dir: str, start: float) -> Result:
+    """Wait for the run and read its counts off its JUnit report."""
+    report = os.path.join(report_dir, f"junit-{result.flavour}.xml")
+    result.exit_code = process.wait()
     result.seconds = time.monotonic() - start
     if os.path.exists(report):
         try:
@@ -138,6 +153,36 @@ def run_flavour(flavour: str, args, pytest_args, report_dir: str) -> Result:
     return result
 
 
+def run_all(flavours: list, args, pytest_args, report_dir: str) -> list:
+    """Every flavour's run: ``args.jobs`` at once (each logged to a file, printed when it ends), or
+    with one job, one after the other with live output."""
+    if args.jobs == 1 or len(flavours) == 1:
+        results = []
+        for flavour in flavours:
+            start = time.monotonic()
+            results.append(finish_flavour(*start_flavour(flavour, args, pytest_args, report_dir), report_dir, start))
+        return results
+    results, pending = {}, list(flavours)
+    running = []  # (process, result, log path, start)
+    while pending or running:
+        while pending and len(running) < args.jobs:
+            flavour = pending.pop(0)
+            path = os.path.join(report_dir, f"{flavour}.log")
+            with open(path, "wb") as log:
+                process, result = start_flavour(flavour, args, pytest_args, report_dir, log)
+            running.append((process, result, path, time.monotonic()))
+        time.sleep(1)
+        for item in [item for item in running if item[0].poll() is not None]:
+            running.remove(item)
+            process, result, path, start = item
+            results[result.flavour] = finish_flavour(process, result, report_dir, start)
+            with open(path, encoding="utf-8", errors="replace") as log:
+                print(f"=== {result.flavour}: output", flush=True)
+                sys.stdout.write(log.read())
+            sys.stdout.flush()
+    return [results[flavour] for flavour in flavours]
+
+
 def main(argv=None) -> int:
     args, pytest_args = parse_args(argv)
     flavours = [f for f in FLAVOURS if f in (args.keras or FLAVOURS)]
@@ -151,7 +196,7 @@ def main(argv=None) -> int:
         return 1
 
     with tempfile.TemporaryDirectory(prefix="mlr-junit-") as report_dir:
-        results = [run_flavour(flavour, args, pytest_args, report_dir) for flavour in flavours]
+        results = run_all(flavours, args, pytest_args, report_dir)
 
     print()
     print("=== summary (errors count as failed)")
