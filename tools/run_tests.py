@@ -10,7 +10,7 @@ TensorFlow picks its Keras once, at import, so Keras 3 and tf_keras cannot share
 Each run is ``python -m pytest tests`` (plus any arguments not recognised here, passed through
 to pytest: ``-x``, ``-k EXPR``, ``tests/test_guard.py``, ...). On a machine with two cores or
 more the two runs go at once (``--jobs``, default: one per flavour up to the cores; measured on 2
-cores: 42 minutes for both, against about 62 one after the other), each writing its output to a
+cores: 36-42 minutes for both, against about 62 one after the other), each writing its output to a
 log that is printed when it ends; with ``--jobs 1`` they run one after the other, output live. Counts come from each run's JUnit
 XML report. Prints the counts per flavour, then as its very last line
 ``N passed, N failed, N skipped`` (errors count as failed; a run that crashed or ran no test
