@@ -161,12 +161,13 @@ def _rewrite_loops(graph, loops, mask_mode, target, schedule=False):
         for other, (reason, remedy) in not_for.items():
             logger.info("masked %s: for %s, %s (%s)", layer.describe(), other, remedy, reason)
             detail += f"; for {other}, {remedy}"
-        if tensors.segments is not None:  # a runtime that computes the schedule wrongly gives no error
+        if tensors.segments is not None:  # a runtime that computes the schedule wrongly gives no error: warn
+            remedy = "convert without schedule=True"
             for other, reason in SCHEDULE_NOT_FOR.items():
-                logger.warning("masked %s has the length-aware schedule, exact on onnxruntime only: for %s, "
-                               "convert without schedule=True (%s)", layer.describe(), other, reason)
-                detail += f"; for {other}, convert without schedule=True"
-                not_for.setdefault(other, (reason, "convert without schedule=True"))
+                logger.warning("masked %s has the length-aware schedule, exact on onnxruntime only: for %s, %s (%s)",
+                               layer.describe(), other, remedy, reason)
+                detail += f"; for {other}, {remedy}"
+                not_for.setdefault(other, (reason, remedy))
         record(layer.layer, True, detail, mask_mode, tuple(not_for))
 
 

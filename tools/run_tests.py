@@ -10,11 +10,11 @@ TensorFlow picks its Keras once, at import, so Keras 3 and tf_keras cannot share
 Each run is ``python -m pytest tests`` (plus any arguments not recognised here, passed through
 to pytest: ``-x``, ``-k EXPR``, ``tests/test_guard.py``, ...). On a machine with two cores or
 more the two runs go at once (``--jobs``, default: one per flavour up to the cores; measured on 2
-cores: 36-42 minutes for both, against about 62 one after the other), each writing its output to a
-log that is printed when it ends; with ``--jobs 1`` they run one after the other, output live. Counts come from each run's JUnit
-XML report. Prints the counts per flavour, then as its very last line
-``N passed, N failed, N skipped`` (errors count as failed; a run that crashed or ran no test
-counts as one failed). Exits non-zero when any run failed, had errors, crashed, or ran no test.
+cores: 36-42 minutes for both, against about 62 one after the other): Keras 3's output shows
+live, tf_keras's is printed when both have ended. ``--jobs 1`` runs them one after the other,
+both live. Counts come from each run's JUnit XML report. Prints the counts per flavour, then
+as its very last line ``N passed, N failed, N skipped`` (errors count as failed; a run that
+crashed or ran no test counts as one failed). Exits non-zero when any run failed, had errors, crashed, or ran no test.
 
     .venv/bin/python tools/run_tests.py [--keras {keras3,tf_keras}] [--jobs N] [--workers N] [pytest args...]
 """
@@ -154,32 +154,30 @@ def finish_flavour(process, result: Result, report_dir: str, start: float) -> Re
 
 
 def run_all(flavours: list, args, pytest_args, report_dir: str) -> list:
-    """Every flavour's run: ``args.jobs`` at once (each logged to a file, printed when it ends), or
-    with one job, one after the other with live output."""
-    if args.jobs == 1 or len(flavours) == 1:
-        results = []
-        for flavour in flavours:
-            start = time.monotonic()
-            results.append(finish_flavour(*start_flavour(flavour, args, pytest_args, report_dir), report_dir, start))
-        return results
-    results, pending = {}, list(flavours)
-    running = []  # (process, result, log path, start)
+    """Every flavour's run: up to ``args.jobs`` at once, the first one's output live and the
+    others' logged to files, printed once every run has ended; with one job, one after the other,
+    all live."""
+    jobs = 1 if len(flavours) == 1 else args.jobs
+    results, pending, running, logs = {}, list(flavours), [], []
     while pending or running:
-        while pending and len(running) < args.jobs:
+        while pending and len(running) < jobs:
             flavour = pending.pop(0)
-            path = os.path.join(report_dir, f"{flavour}.log")
-            with open(path, "wb") as log:
-                process, result = start_flavour(flavour, args, pytest_args, report_dir, log)
-            running.append((process, result, path, time.monotonic()))
+            live = jobs == 1 or flavour == flavours[0]
+            path = None if live else os.path.join(report_dir, f"{flavour}.log")
+            with open(path or os.devnull, "wb") as log:
+                process, result = start_flavour(flavour, args, pytest_args, report_dir, None if live else log)
+            running.append((process, result, time.monotonic()))
+            if path:
+                logs.append((flavour, path))
         time.sleep(1)
         for item in [item for item in running if item[0].poll() is not None]:
             running.remove(item)
-            process, result, path, start = item
-            results[result.flavour] = finish_flavour(process, result, report_dir, start)
-            with open(path, encoding="utf-8", errors="replace") as log:
-                print(f"=== {result.flavour}: output", flush=True)
-                sys.stdout.write(log.read())
-            sys.stdout.flush()
+            results[item[1].flavour] = finish_flavour(*item[:2], report_dir, item[2])
+    for flavour, path in logs:
+        with open(path, encoding="utf-8", errors="replace") as log:
+            print(f"\n=== {flavour}: output (it ran at the same time as {flavours[0]})", flush=True)
+            sys.stdout.write(log.read())
+        sys.stdout.flush()
     return [results[flavour] for flavour in flavours]
 
 
