@@ -2,7 +2,7 @@
 """``python -m masked_lstm_rewriter``: ``python -m tf2onnx.convert`` plus the rewrite.
 
     python -m masked_lstm_rewriter --saved-model DIR --output model.onnx [--mask-mode post|any]
-                                   [--target openvino]
+                                   [--target openvino|onnxruntime]
 
 Every tf2onnx.convert argument works as it does there. ``--mask-mode`` defaults to
 ``$TF2ONNX_MASKED_LSTM`` or ``post``; ``--target`` to ``$TF2ONNX_MASKED_LSTM_TARGET`` (unset:

@@ -93,11 +93,13 @@ def portability_refusal(layer: MaskedRecurrentLayer) -> Optional[str]:
     return None
 
 
-# Runtimes a conversion can target, and what each compiles inside its native recurrent ops
-# (OpenVINO 2026.4, measured: "Unsupported activation function" for the others, at compile time)
-TARGET_ACTIVATIONS = {"openvino": ("Sigmoid", "Tanh", "Relu")}
+# Runtimes a conversion can target, and what each compiles inside its native recurrent ops (None:
+# every activation the plugin supports; OpenVINO 2026.4, measured: "Unsupported activation
+# function" for the others, at compile time). A model converted for a target is exact there;
+# without one, on every runtime the README names.
+TARGET_ACTIVATIONS = {"onnxruntime": None, "openvino": ("Sigmoid", "Tanh", "Relu")}
 TARGETS = tuple(TARGET_ACTIVATIONS)
-TARGET_NAMES = {"openvino": "OpenVINO"}
+TARGET_NAMES = {"onnxruntime": "onnxruntime", "openvino": "OpenVINO"}
 
 
 def check_target(target: Optional[str]) -> None:
@@ -111,7 +113,7 @@ def target_refusal(layer: MaskedRecurrentLayer, target: Optional[str]) -> Option
     The Loop is what such a runtime can run: OpenVINO runs tf2onnx's masked Loops exactly where
     its native ops refuse the activation (measured on every activation the plugin supports)."""
     portability = portability_refusal(layer)
-    if portability or target is None:
+    if portability or target is None or TARGET_ACTIVATIONS[target] is None:
         return portability
     for cell in layer.cells:
         unsupported = sorted({a.name for a in cell.activations} - set(TARGET_ACTIVATIONS[target]))

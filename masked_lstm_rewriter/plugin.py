@@ -23,6 +23,7 @@ from .emit import TARGETS, check_target, emit_layer, target_refusal
 from .masks import MASK_MODES, MaskPlanner, broadcast_mask
 from .report import finish_conversion, record
 from .schedule import NOT_FOR as SCHEDULE_NOT_FOR
+from .schedule import TARGET as SCHEDULE_TARGET
 from .match import BODY_MATCH_ATTR, NoMatch, is_masked_recurrent_body, layer_name, match_body, match_loop
 from .trip import COND_MATCH_ATTR, is_loop_condition, read_condition
 
@@ -46,16 +47,18 @@ def make_rewriter(mask_mode: str = "post", target: Optional[str] = None, schedul
     """A tf2onnx custom rewriter ``(graph, ops) -> ops`` for masked Keras LSTM, GRU and SimpleRNN loops.
 
     ``target``: None for a model any runtime runs exactly where it compiles it; ``"openvino"`` to
-    also keep as Loops the layers OpenVINO's native recurrent ops cannot run (their activations).
+    also keep as Loops the layers OpenVINO's native recurrent ops cannot run (their activations);
+    ``"onnxruntime"`` for a model meant for onnxruntime only.
     ``schedule``: emit the length-aware schedule (:mod:`.schedule`), which runs long-tailed batches
-    of 8 rows or more in length-ordered segments, chosen at run time. Off by default, and for
-    onnxruntime only: OpenVINO 2026.4 computes some layers inside its ``If`` wrongly
-    (``schedule.NOT_FOR``), so it cannot be combined with ``target="openvino"``, and each
-    scheduled layer's report and log name OpenVINO."""
+    of 8 rows or more in length-ordered segments, chosen at run time. Off by default, and only with
+    ``target="onnxruntime"``: OpenVINO 2026.4 computes some layers inside its ``If`` wrongly, with
+    no error (``schedule.NOT_FOR``), so a scheduled model is made for onnxruntime on request only,
+    and each scheduled layer's report names OpenVINO in ``not_for``."""
     _check_mask_mode(mask_mode)
     check_target(target)
-    if schedule and target in SCHEDULE_NOT_FOR:
-        raise ValueError(f"schedule=True cannot be used with target={target!r}: {SCHEDULE_NOT_FOR[target]}")
+    if schedule and target != SCHEDULE_TARGET:
+        raise ValueError(f"schedule=True needs target={SCHEDULE_TARGET!r} (not {target!r}): the schedule is exact on "
+                         f"onnxruntime only ({'; '.join(SCHEDULE_NOT_FOR.values())})")
     if target == "openvino" and mask_mode == "post":
         logger.info(OPENVINO_GUARD_NOTE)
 
@@ -161,11 +164,11 @@ def _rewrite_loops(graph, loops, mask_mode, target, schedule=False):
         for other, (reason, remedy) in not_for.items():
             logger.info("masked %s: for %s, %s (%s)", layer.describe(), other, remedy, reason)
             detail += f"; for {other}, {remedy}"
-        if tensors.segments is not None:  # a runtime that computes the schedule wrongly gives no error: warn
+        if tensors.segments is not None:  # made for onnxruntime on request (make_rewriter)
             remedy = "convert without schedule=True"
             for other, reason in SCHEDULE_NOT_FOR.items():
-                logger.warning("masked %s has the length-aware schedule, exact on onnxruntime only: for %s, %s (%s)",
-                               layer.describe(), other, remedy, reason)
+                logger.info("masked %s has the length-aware schedule, exact on onnxruntime only: for %s, %s (%s)",
+                            layer.describe(), other, remedy, reason)
                 detail += f"; for {other}, {remedy}"
                 not_for.setdefault(other, (reason, remedy))
         record(layer.layer, True, detail, mask_mode, tuple(not_for))

@@ -27,10 +27,12 @@ schedule makes the cost follow the valid steps (packed sequences):
   ``MIN_BATCH`` neither ``If`` is emitted.
 
 Every index is computed in the graph from the lengths; nothing depends on how a runtime treats
-padded steps (OpenVINO ignores ``sequence_lens`` with dynamic shapes). Opt-in
-(``make_rewriter(schedule=True)``) and for onnxruntime only (``NOT_FOR``): OpenVINO 2026.4
-computes some layers inside the layer's If wrongly (tests/test_schedule.py pins it);
-onnxruntime is exact.
+padded steps (OpenVINO ignores ``sequence_lens`` with dynamic shapes). Opt-in, and for
+onnxruntime only (``make_rewriter(target="onnxruntime", schedule=True)``): OpenVINO 2026.4
+computes some layers inside the layer's If wrongly, with no error (``NOT_FOR``;
+tests/test_schedule.py pins it). Its stale reads follow its memory reuse around If outputs whose
+shapes grow from one run to the next: a copy after the If moves the wrong half from one layer to
+another rather than removing it, so no graph form is known to avoid it. onnxruntime is exact.
 """
 
 from __future__ import annotations
@@ -52,10 +54,12 @@ SEGMENT_COST = 10       # a segment's fixed cost, in row-steps of the recurrent 
 PLAN_COST = 70          # the plan's and the gathers' cost, in row-steps
 GAIN = (3, 4)           # run the segments when their estimated cost is below 3/4 of the single node's
 SCHEDULE_NAME = "masked_lstm_rewriter_schedule"   # the If nodes' names start with it (corpus/ops.py)
-# runtimes that do not run a scheduled layer exactly (measured), and why: such a layer's report names
-# them, and make_rewriter refuses to schedule for them as a target
-NOT_FOR = {"openvino": "OpenVINO 2026.4 computes a Bidirectional layer's forward half inside the schedule's If "
-                       "wrongly, with no error, and refuses some layers in mask_mode='any'"}
+# the one target a scheduled model is made for (make_rewriter refuses the schedule for any other);
+# runtimes that do not run a scheduled layer exactly (measured), and why: its report names them
+TARGET = "onnxruntime"
+NOT_FOR = {"openvino": "OpenVINO 2026.4 computes some layers inside the schedule's If wrongly, with no error, "
+                       "on a run whose shapes outgrow the ones before (a Bidirectional layer's forward half), and "
+                       "refuses some layers in mask_mode='any'"}
 
 
 @dataclasses.dataclass(frozen=True)

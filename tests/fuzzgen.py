@@ -74,8 +74,8 @@ ROW_KINDS = ("post", "pre", "holes", "both ends", "empty", "full")
 MODES = ("any", "post")
 VOCAB = 20
 MAX_ROWS, MAX_STEPS = 16, 20
-# MLR_FUZZ_SCHEDULE=1: convert with the length-aware schedule (make_rewriter(schedule=True)),
-# which the "long-tailed" batches run
+# MLR_FUZZ_SCHEDULE=1: convert with the length-aware schedule, which the "long-tailed" batches run
+# (make_rewriter(target="onnxruntime", schedule=True): the fuzzer runs onnxruntime)
 SCHEDULE = os.environ.get("MLR_FUZZ_SCHEDULE", "0") == "1"
 
 
@@ -452,7 +452,8 @@ REFUSED_REASONS = set(REFUSED_ACTIVATION_REASONS.values())
 def convert_and_report(model, spec, mode, case: ModelCase, result: CaseResult):
     """The ONNX model in ``mode``. Every layer must be rewritten except the refused ones, which
     must stay Loops for their reason; anything else left as a Loop is recorded as a failure."""
-    onnx_model = convert(model, spec, rewriter=mlr.make_rewriter(mode, schedule=SCHEDULE))
+    rewriter = mlr.make_rewriter(mode, target="onnxruntime", schedule=True) if SCHEDULE else mlr.make_rewriter(mode)
+    onnx_model = convert(model, spec, rewriter=rewriter)
     report = mlr.last_report()
     for layer in report.left_as_loop:
         if layer.detail not in REFUSED_REASONS and CELL_STATE_REFUSAL not in layer.detail:

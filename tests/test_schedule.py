@@ -21,8 +21,8 @@ from masked_lstm_rewriter.schedule import MIN_BATCH, SCHEDULE_NAME, SEGMENTS
 @pytest.fixture(autouse=True)
 def onnxruntime_only(monkeypatch):
     """The exactness tests run on onnxruntime: OpenVINO 2026.4 computes some layers inside the
-    schedule's If wrongly (pinned below), which is why the schedule is off by default, refused with
-    target="openvino", and named in each scheduled layer's report."""
+    schedule's If wrongly (pinned below), which is why the schedule is off by default, made only
+    with target="onnxruntime", and OpenVINO named in each scheduled layer's report."""
     monkeypatch.setattr(runtimes, "runtimes", lambda: ("onnxruntime",))
 
 STEPS = 40
@@ -49,7 +49,11 @@ def schedule_taken(onnx_model, feeds) -> list:
     return [bool(np.asarray(r).all()) for r in results[len(results) - len(plans):]]
 
 
-SCHEDULED = mlr.make_rewriter("post", schedule=True)
+def scheduled(mode="post"):
+    return mlr.make_rewriter(mode, target="onnxruntime", schedule=True)
+
+
+SCHEDULED = scheduled()
 
 
 def check_scheduled(model, spec, batches, ops, taken=True, rewriter=SCHEDULED):
@@ -85,7 +89,7 @@ def test_every_kind_direction_and_mode(kind, direction, mode):
     model, spec, _ = embedding_model(layer)
     batches = [[tokens(BATCHES["long-tailed"])], [tokens(BATCHES["reversed"], 1)]]
     count = 2 if direction == "bidirectional" else 1
-    check_scheduled(model, spec, batches, {OPS[kind]: count}, rewriter=mlr.make_rewriter(mode, schedule=True))
+    check_scheduled(model, spec, batches, {OPS[kind]: count}, rewriter=scheduled(mode))
 
 
 @pytest.mark.parametrize("mode", ["post", "any"])
@@ -96,7 +100,7 @@ def test_stacked_cells_in_one_loop(mode):
                            return_sequences=True, return_state=True)
     model, spec, _ = stacked_embedding_model(rnn)
     batches = [[tokens(BATCHES["long-tailed"])], [tokens(BATCHES["reversed"], 1)]]
-    check_scheduled(model, spec, batches, {"LSTM": 1, "GRU": 1}, rewriter=mlr.make_rewriter(mode, schedule=True))
+    check_scheduled(model, spec, batches, {"LSTM": 1, "GRU": 1}, rewriter=scheduled(mode))
 
 
 @pytest.mark.parametrize("name", list(BATCHES))
@@ -113,7 +117,7 @@ def test_any_mode_with_holes_and_pre_padding():
     batch[1] = np.roll(batch[1], 10)          # pre-padded
     batch[4, 1] = 0                           # a hole
     batch[12] = np.roll(batch[12], 5)         # both ends
-    check_scheduled(model, spec, [[batch]], {"GRU": 2}, rewriter=mlr.make_rewriter("any", schedule=True))
+    check_scheduled(model, spec, [[batch]], {"GRU": 2}, rewriter=scheduled("any"))
 
 
 def test_initial_state():
@@ -191,11 +195,11 @@ def test_off_by_default():
 
 
 def test_a_scheduled_layer_is_reported_not_for_openvino(caplog):
-    """A scheduled model gives wrong numbers on OpenVINO without an error: the report and a warning
+    """A scheduled model gives wrong numbers on OpenVINO without an error: the report and the log
     say so, and how to convert for it. A static batch too small for a schedule has no such note."""
     import tensorflow as tf
     model, spec, _ = embedding_model(keras.layers.LSTM(UNITS, return_sequences=True))
-    with caplog.at_level("WARNING", logger="masked_lstm_rewriter"):
+    with caplog.at_level("INFO", logger="masked_lstm_rewriter"):
         convert(model, spec, rewriter=SCHEDULED)
     layer = mlr.last_report().layers[0]
     assert layer.not_for == ("openvino",) and "for openvino, convert without schedule=True" in layer.detail
@@ -205,9 +209,13 @@ def test_a_scheduled_layer_is_reported_not_for_openvino(caplog):
     assert mlr.last_report().layers[0].not_for == ()
 
 
-def test_the_schedule_cannot_target_openvino():
-    with pytest.raises(ValueError, match="schedule=True cannot be used with target='openvino': OpenVINO 2026.4"):
-        mlr.make_rewriter("post", target="openvino", schedule=True)
+@pytest.mark.parametrize("target", [None, "openvino"])
+def test_the_schedule_needs_target_onnxruntime(target):
+    """A model any runtime may be given (no target), or one for OpenVINO, gets no schedule: it would
+    be wrong there with no error."""
+    with pytest.raises(ValueError, match=f"schedule=True needs target='onnxruntime' \\(not {target!r}\\): the "
+                                         "schedule is exact on onnxruntime only \\(OpenVINO 2026.4"):
+        mlr.make_rewriter("post", target=target, schedule=True)
 
 
 def _openvino_error(model, spec, inputs, path=None):
