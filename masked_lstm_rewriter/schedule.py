@@ -197,9 +197,9 @@ def _segments(g, node: RecurrentNode, plan: SegmentPlan) -> list:
         states = list(out.output[1:])
         if node.wants_c:
             flat_c.append(_op(g, "Reshape", out.output[2], rows))
-    outputs = [_op(g, "Gather", _op(g, "Concat", *flat_y, axis=0), plan.gather_y, axis=0)]
+    zeros = g.make_const(utils.make_name("zero_state"), np.zeros((1, node.hidden), np.float32)).output[0]
+    outputs = [_op(g, "Gather", _op(g, "Concat", *flat_y, zeros, axis=0), plan.gather_y, axis=0)]
     if node.wants_c:
-        zeros = g.make_const(utils.make_name("zero_state"), np.zeros((1, node.hidden), np.float32)).output[0]
         gather_c = _op(g, "Gather", plan.rows, _const(g, "second", [1]), axis=0)      # [1, B]
         outputs.append(_op(g, "Gather", _op(g, "Concat", *flat_c, zeros, axis=0), gather_c, axis=0))
     return outputs
@@ -263,33 +263,43 @@ def _pairs(g, left: str, right: str) -> tuple:
 
 def _gather_indices(g, lengths: str, steps: str, order: str, first: str, end: str, active: str) -> tuple:
     """([T, 1, B], [B]) rows of the stacked segment outputs (and final cell states) for each position of
-    the node layout, in the caller's row order. Step t of row b is read at t' = min(t, length - 1)
-    (at least 0): each valid step where it is, some valid row past them (the fix-ups replace
-    those); a row's cell state from the segment of its last valid step, zeros for an empty row."""
+    the node layout, in the caller's row order. Step t of row b is read at t' = min(t, length - 1):
+    each valid step where it is, and past a row's length its last valid output, which is what a
+    plain layer shows there; an empty row reads the zeros row after the stacked outputs (t' = -1,
+    the last entry of the per-step tables). A row's cell state comes from the segment of its last
+    valid step, zeros for an empty row.
+
+    What depends on the step only (its segment, the rows the segment runs, where its first row
+    sits in the stacked outputs) is computed once per step, [T], and gathered at t'."""
     count = _op(g, "Squeeze", _op(g, "Shape", order), _const(g, "axes", [0]))
     rank = _op(g, "ScatterElements", order, order, _op(g, "Range", _scalar(g, 0), count, _scalar(g, 1)),
                axis=0)                                                         # [B] each row's place in ``order``
-    time = _op(g, "Unsqueeze", _op(g, "Range", _scalar(g, 0), steps, _scalar(g, 1)), _const(g, "axes", [1]))
-    last = _op(g, "Max", _op(g, "Sub", lengths, _const(g, "one", [1])), _const(g, "zero", [0]))  # [B]
-    read = _op(g, "Min", time, last)                                          # [T, B] t'
+    time = _op(g, "Range", _scalar(g, 0), steps, _scalar(g, 1))              # [T]
     later = _op(g, "Slice", first, _const(g, "one", [1]), _const(g, "many", [SEGMENTS]), _const(g, "axis", [0]))
 
-    def segment_of(t, axis):
-        """Which segment step ``t`` falls in: the count of later segments' first steps at or before it."""
-        at_or_after = _op(g, "GreaterOrEqual", _op(g, "Unsqueeze", t, _const(g, "axes", [axis])), later)
-        return _op(g, "ReduceSum", _op(g, "Cast", at_or_after, to=TensorProto.INT64), _const(g, "axes", [axis]),
+    def segment_of(t):
+        """Which segment each step of ``t`` ([N]) falls in: the count of later segments' first steps at
+        or before it."""
+        at_or_after = _op(g, "GreaterOrEqual", _op(g, "Unsqueeze", t, _const(g, "axes", [1])), later)
+        return _op(g, "ReduceSum", _op(g, "Cast", at_or_after, to=TensorProto.INT64), _const(g, "axes", [1]),
                    keepdims=0)
 
-    segment = segment_of(read, 2)                                             # [T, B]
-    rows = _op(g, "Gather", active, segment, axis=0)
-    offsets = _op(g, "CumSum", _op(g, "Mul", active, _op(g, "Sub", end, first)), _const(g, "axis", [0]),
-                  exclusive=1)
-    within = _op(g, "Mul", _op(g, "Sub", read, _op(g, "Gather", first, segment, axis=0)), rows)
-    column = _op(g, "Min", rank, _op(g, "Sub", rows, _const(g, "one", [1])))
-    gather_y = _op(g, "Add", _op(g, "Add", _op(g, "Gather", offsets, segment, axis=0), within), column)
+    segment = segment_of(time)                                                # [T]
+    rows = _op(g, "Gather", active, segment, axis=0)                          # [T] rows run at each step
+    covered = _op(g, "Mul", active, _op(g, "Sub", end, first))                # [S] stacked rows per segment
+    offsets = _op(g, "CumSum", covered, _const(g, "axis", [0]), exclusive=1)
+    zeros_row = _op(g, "ReduceSum", covered, _const(g, "axes", [0]), keepdims=1)   # [1] after the stacked outputs
+    within = _op(g, "Mul", _op(g, "Sub", time, _op(g, "Gather", first, segment, axis=0)), rows)
+    step_base = _op(g, "Concat", _op(g, "Add", _op(g, "Gather", offsets, segment, axis=0), within), zeros_row,
+                    axis=0)                                                   # [T + 1]: step t's first row
+    step_rows = _op(g, "Concat", rows, _const(g, "one", [1]), axis=0)        # [T + 1]
+    last = _op(g, "Sub", lengths, _const(g, "one", [1]))                     # [B], -1 for an empty row
+    read = _op(g, "Min", _op(g, "Unsqueeze", time, _const(g, "axes", [1])), last)   # [T, B] t'
+    column = _op(g, "Min", rank, _op(g, "Sub", _op(g, "Gather", step_rows, read, axis=0), _const(g, "one", [1])))
+    gather_y = _op(g, "Add", _op(g, "Gather", step_base, read, axis=0), column)
     gather_y = _op(g, "Unsqueeze", gather_y, _const(g, "axes", [1]))       # [T, 1, B]: Y's layout
     state_offsets = _op(g, "CumSum", active, _const(g, "axis", [0]), exclusive=1)
-    stacked = _op(g, "Add", _op(g, "Gather", state_offsets, segment_of(last, 1), axis=0), rank)
+    stacked = _op(g, "Add", _op(g, "Gather", state_offsets, segment_of(last), axis=0), rank)
     total = _op(g, "ReduceSum", active, _const(g, "axes", [0]), keepdims=1)   # the zeros row
     gather_c = _op(g, "Where", _op(g, "Greater", lengths, _const(g, "zero", [0])), stacked, total)
     return gather_y, gather_c
