@@ -148,19 +148,28 @@ def _if(graph, condition: str, name: str, then_branch, else_branch) -> list:
     return list(node.output)
 
 
-def emit_node(graph, node: RecurrentNode, plan: Optional[SegmentPlan]) -> tuple:
-    """(y [T, B, H], final c [B, H] or None) in the node layout: the single node, or, with a plan,
-    an If between the segments and it. Each branch returns its results unsqueezed, as the node does
-    (the Squeezes after the If alias them; inside a branch, they would copy)."""
+def emit_node(graph, node: RecurrentNode, plan: Optional[SegmentPlan], carry=None) -> tuple:
+    """(y [T, B, H], final c [B, H] or None, carried) in the node layout: the single node, or, with a
+    plan, an If between the segments and it. Each branch returns its results unsqueezed, as the node
+    does (the Squeezes after the If alias them; inside a branch, they would copy).
+
+    ``carry``, (graph, the node's Y [T, 1, B, H]) -> Y with each row's last valid output repeated
+    past its length and zeros for an empty row, is what the segments give for free (their gather
+    reads step min(t, length - 1), an empty row a zeros row). With a plan, the single node's branch
+    applies it, so that both branches agree, and ``carried`` is True: the caller's fix-up is done."""
+    carried = plan is not None and carry is not None
     if plan is None:
         outputs = _single(graph, node)
     else:
-        outputs = _if(graph, plan.use, node.name.replace("/", "_"), lambda g: _segments(g, node, plan),
-                      lambda g: _single(g, node))
+        def single(g):
+            outputs = _single(g, node)
+            return [carry(g, outputs[0])] + outputs[1:] if carried else outputs
+
+        outputs = _if(graph, plan.use, node.name.replace("/", "_"), lambda g: _segments(g, node, plan), single)
         for output, shape in zip(outputs, ([-1, 1, -1, node.hidden], [1, -1, node.hidden])):
             graph.set_shape(output, shape)  # what the converters of the consumers read (a Concat's axis)
     y = _op(graph, "Squeeze", outputs[0], _const(graph, "axes", [1]))
-    return y, (_op(graph, "Squeeze", outputs[1], _const(graph, "axes", [0])) if node.wants_c else None)
+    return y, (_op(graph, "Squeeze", outputs[1], _const(graph, "axes", [0])) if node.wants_c else None), carried
 
 
 def _single(g, node: RecurrentNode) -> list:
