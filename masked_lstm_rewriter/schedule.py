@@ -16,9 +16,11 @@ schedule makes the cost follow the valid steps (packed sequences):
   any runtime whatever it does with padded steps (no ``sequence_lens`` is passed): rows that end
   inside a segment are read at their last valid step only, by index, and an LSTM's cell state
   over the padding steps of such a row is held by the padding column (:mod:`.emit`). The
-  segments' outputs are stacked and gathered back, in one ``Gather``, into the [T, B, H] node
-  layout in the caller's row order: what the single node gives at every valid step. The fix-ups
-  downstream are the same;
+  segments' outputs are stacked, with a zeros row, and gathered back, in one ``Gather``, into
+  the [T, B, H] node layout in the caller's row order: what the single node gives at every valid
+  step, and past a row's length its last valid output (zeros for an empty row). That is a plain
+  forward layer's sequence as Keras gives it, so such a layer skips the fix-up ``Where`` (the
+  single node's branch applies it inside the ``If``); the other fix-ups downstream are the same;
 * whether it pays is decided at run time: an ``If`` per mask computes the plan only for batches
   of at least ``MIN_BATCH`` rows (else a few constants), and an ``If`` per layer runs the
   segments when the estimated cost (the rows times steps the segments cover, plus a fixed cost

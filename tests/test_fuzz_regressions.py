@@ -177,3 +177,20 @@ def test_keras_overflow_inside_under_a_stock_loop_is_not_compared():
     result = fuzzgen.check_case(case, batches)
     assert result.ok, fuzzgen.describe(case, batches, result)
     assert result.non_finite and result.passed, result
+
+
+def test_a_model_of_refused_layers_is_stock_tf2onnx_even_where_its_loop_overflows():
+    """Found by the fuzzer (Keras 3, with the schedule and without): a Bidirectional LSTM with
+    softplus gates, both halves refused (left as tf2onnx's Loops). On a batch whose values reach
+    1e24, the Loop's arithmetic select turns a discarded step's overflowing candidate into NaN
+    where Keras is finite. That model is stock tf2onnx's: the fuzzer counts it apart."""
+    case = ModelCase(
+        layers=(LayerCase(kind="LSTM", units=1, direction="bidirectional", merge_mode="ave", activation="softplus",
+                          recurrent_activation="softplus", use_bias=False, reset_after=False),),
+        return_sequences=True, return_state=True, mask_source="embedding", mask_value=0.0, initial_state=False,
+        seed=2272, signature="dynamic")
+    batches = (BatchCase(rows=8, steps=12, kind="post", seed=1952), BatchCase(rows=2, steps=11, kind="mixed", seed=451),
+               BatchCase(rows=5, steps=17, kind="random", seed=511))
+    result = fuzzgen.check_case(case, batches)
+    assert result.ok, fuzzgen.describe(case, batches, result)
+    assert result.stock_overflow and result.passed, result

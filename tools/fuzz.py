@@ -84,6 +84,7 @@ def run_worker(args) -> dict:
         totals["comparisons"] += result.comparisons
         totals["passed"] += result.passed
         totals["non-finite"] += result.non_finite
+        totals["stock overflow"] += result.stock_overflow
         totals["ill-conditioned"] += len(result.ill_conditioned)
         if result.ill_conditioned:
             worst_ill[0] = max([worst_ill[0]] + [onnx / max(keras, 1e-30)
@@ -181,7 +182,8 @@ def print_summary(result) -> bool:
     print(f"{result['flavour']}: {t['cases']} cases, {t['model/batch cases']} model/batch cases, "
           f"{t['comparisons']} comparisons with Keras (both modes) in {result['seconds']:.0f}s")
     print(f"  passed {t['passed']}, mismatches {t['mismatches']}, crashes {t['crashes']}, "
-          f"not compared (Keras's output overflowed) {t['non-finite']}")
+          f"not compared (Keras's output overflowed) {t['non-finite']}, (every layer refused and "
+          f"stock tf2onnx's Loop overflowed) {t['stock overflow']}")
     print(f"  worst |keras - onnx| / max(1, |keras|): {result['worst']:.3g} (limit 1e-05; "
           f"{t['ill-conditioned']} ill-conditioned comparisons above it passed as no more than "
           f"{result.get('worst_ill', 0.0):.2g}x as far from float64 Keras as float32 Keras is, limit 10x)")
