@@ -187,6 +187,24 @@ def test_segments_cover_long_tailed_batches():
     assert_matches_keras(model, onnx_model, spec, [tokens([STEPS] + [1] * 15)])
 
 
+@pytest.mark.parametrize("layer, wheres", [
+    (lambda: keras.layers.LSTM(UNITS, return_sequences=True), 0),
+    (lambda: keras.layers.LSTM(UNITS, return_sequences=True, go_backwards=True), 1)], ids=["plain", "go_backwards"])
+def test_a_plain_layer_takes_its_sequence_off_the_gather(layer, wheres):
+    """The segments' gather reads each row's last valid output past its length (an empty row: the
+    zeros row), which is a plain forward layer's sequence: no fix-up Where after the layer's If
+    (the single node's branch has it). A reversed layer keeps its Where (zeros at padded steps)."""
+    model, spec, _ = embedding_model(layer())
+    onnx_model = check_scheduled(model, spec, [[tokens(LONG_TAILED)]], {"LSTM": 1})
+    check_scheduled(model, spec, [[tokens([5, 0, 3])]], {"LSTM": 1}, taken=False)  # the single node's branch
+    main = onnx_model.graph.node
+    layer_if = next(n for n in main if n.op_type == "If" and n.name.startswith(SCHEDULE_NAME)
+                    and "_plan" not in n.name and "_indices" not in n.name)
+    assert sum(n.op_type == "Where" for n in main) == wheres
+    single = next(a.g for a in layer_if.attribute if a.name == "else_branch")
+    assert sum(n.op_type == "Where" for n in single.node) == (2 if wheres == 0 else 0)
+
+
 def test_off_by_default():
     """Without ``schedule=True`` the graph is the single node's, with no If."""
     model, spec, _ = embedding_model(keras.layers.LSTM(UNITS, return_sequences=True))
