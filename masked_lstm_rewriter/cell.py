@@ -202,6 +202,7 @@ _SINGLE_OP_ACTIVATIONS = {
     "Relu": Activation("Relu"),
     "Softsign": Activation("Softsign"),
     "Elu": Activation("Elu", alpha=1.0),
+    "Softplus": Activation("Softplus"),  # read, so that its step is matched, but refused (below)
 }
 
 # Activations ONNX's recurrent ops name but that are not exact in practice: op -> why not.

@@ -95,6 +95,7 @@ class BodyMatch:
     writes_sequence: bool    # one list element per step (else a single slot, return_sequences=False)
     counters: frozenset = frozenset()    # loop variables the body advances by one (step counters)
     invariants: frozenset = frozenset()  # loop variables the body passes through unchanged
+    refused: Optional[str] = None        # why the layer stays a Loop although its step was read
 
     @property
     def top(self) -> CellMatch:
@@ -257,11 +258,21 @@ def _input_index(graph, tensor: str) -> Optional[int]:
 
 
 def match_body(graph) -> Union[BodyMatch, NoMatch]:
-    """Read a masked LSTM, GRU or SimpleRNN step out of a While body graph."""
+    """Read a masked LSTM, GRU or SimpleRNN step out of a While body graph.
+
+    A body with an activation the native ops compute wrongly (``REFUSED_ACTIVATION_REASONS``)
+    is still read, and marked ``refused``: :func:`match_loop` leaves it a Loop for that reason,
+    while a layer stacked above can still read its number of steps off its output list."""
     refused = next((REFUSED_ACTIVATION_REASONS[n.type] for n in graph.get_nodes()
                     if n.type in REFUSED_ACTIVATION_REASONS), None)
-    if refused is not None:
-        return NoMatch(refused)
+    body = _match_step(graph)
+    if refused is None:
+        return body
+    return NoMatch(refused) if isinstance(body, NoMatch) else dataclasses.replace(body, refused=refused)
+
+
+def _match_step(graph) -> Union[BodyMatch, NoMatch]:
+    """:func:`match_body` without the activation refusal."""
     writes = [n for n in graph.get_nodes() if n.type == "TensorListSetItem"]
     if len(writes) != 1:
         return NoMatch(f"expected one output list write per step, found {len(writes)}")
@@ -636,6 +647,9 @@ def match_loop(graph, while_node, body: BodyMatch, condition=None) -> Union[Mask
     """Check how the While op is fed and consumed, resolve weights, describe the layer.
 
     ``condition``: what :func:`.trip.read_condition` read off the loop's condition graph."""
+    refused = body.refused  # an activation the native ops compute wrongly (one of REFUSED_ACTIVATION_REASONS)
+    if refused:
+        return NoMatch(refused)
     x_list = while_node.input[body.x_list_index]
     x, x_reversed = _list_source(graph, x_list)
     if x is None:

@@ -194,3 +194,22 @@ def test_a_model_of_refused_layers_is_stock_tf2onnx_even_where_its_loop_overflow
     result = fuzzgen.check_case(case, batches)
     assert result.ok, fuzzgen.describe(case, batches, result)
     assert result.stock_overflow and result.passed, result
+
+
+def test_a_layer_above_a_refused_one_reads_its_steps_through_it():
+    """Found by the fuzzer (tf_keras, static signature): the first layer stays a Loop (softplus);
+    the one above it has the static number of steps as its loop's bound, which could only be
+    proven through the refused layer's output list. That layer's step is now read (and refused),
+    so its list's reserved size is known, and only the softplus layer stays a Loop."""
+    case = ModelCase(
+        layers=(LayerCase(kind="LSTM", units=6, direction="forward", merge_mode="concat", activation="softplus",
+                          recurrent_activation="relu", use_bias=False, reset_after=True),
+                LayerCase(kind="LSTM", units=6, direction="go_backwards", merge_mode="concat", activation="relu",
+                          recurrent_activation="linear", use_bias=True, reset_after=False),
+                LayerCase(kind="GRU", units=4, direction="forward", merge_mode="concat", activation="tanh",
+                          recurrent_activation="tanh", use_bias=True, reset_after=True)),
+        return_sequences=True, return_state=False, mask_source="embedding", mask_value=0.0, initial_state=True,
+        seed=640, signature="static")
+    batches = (BatchCase(rows=7, steps=20, kind="post", seed=1943), BatchCase(rows=2, steps=14, kind="random", seed=332))
+    result = fuzzgen.check_case(case, batches)
+    assert result.ok, fuzzgen.describe(case, batches, result)
