@@ -3,7 +3,8 @@
 
 CI runs a fixed sample (hypothesis derandomized, no example database): FUZZ_MODELS model cases
 of FUZZ_BATCHES batches each, so at least 200 model/batch cases per Keras flavour; each case
-draws the signature its model is converted with (half dynamic, half a static form). Set
+draws the signature its model is converted with (half dynamic, half a static form), and half
+the cases, by another stable hash, are converted with the length-aware schedule. Set
 MLR_FUZZ_EXAMPLES=N for N model cases; ``tools/fuzz.py`` runs thousands and counts.
 """
 
@@ -62,6 +63,14 @@ def test_every_kind_of_row_is_generated():
     assert (~rows[:, 0] & rows[:, -1]).any()                       # pre-padded or holes at the start
     assert (rises.any(1) & rows[:, 0]).any()                       # a hole
     assert (~rows[:, 0] & ~rows[:, -1] & rows.any(1)).any()       # padding at both ends
+
+
+def test_about_half_the_sampled_models_get_the_schedule():
+    """The CI sample converts both ways (unless MLR_FUZZ_SCHEDULE fixes one)."""
+    if fuzzgen.SCHEDULE in ("0", "1"):
+        pytest.skip(f"MLR_FUZZ_SCHEDULE={fuzzgen.SCHEDULE}")
+    cases = [fuzzgen.ModelCase(seed=seed) for seed in range(200)]
+    assert 70 <= sum(map(fuzzgen.scheduled, cases)) <= 130
 
 
 @settings(max_examples=200, deadline=None, derandomize=True, database=None)
