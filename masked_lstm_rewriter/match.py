@@ -265,9 +265,12 @@ def match_body(graph) -> Union[BodyMatch, NoMatch]:
     while a layer stacked above can still read its number of steps off its output list."""
     refused = next((REFUSED_ACTIVATION_REASONS[n.type] for n in graph.get_nodes()
                     if n.type in REFUSED_ACTIVATION_REASONS), None)
-    body = _match_step(graph)
     if refused is None:
-        return body
+        return _match_step(graph)
+    try:  # the step is read only for what a layer above needs: the refusal is the reason, whatever happens
+        body = _match_step(graph)
+    except Exception:  # pylint: disable=broad-except
+        return NoMatch(refused)
     return NoMatch(refused) if isinstance(body, NoMatch) else dataclasses.replace(body, refused=refused)
 
 

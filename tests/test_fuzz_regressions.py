@@ -210,6 +210,7 @@ def test_a_layer_above_a_refused_one_reads_its_steps_through_it():
                           recurrent_activation="tanh", use_bias=True, reset_after=True)),
         return_sequences=True, return_state=False, mask_source="embedding", mask_value=0.0, initial_state=True,
         seed=640, signature="static")
-    batches = (BatchCase(rows=7, steps=20, kind="post", seed=1943), BatchCase(rows=2, steps=14, kind="random", seed=332))
+    batches = (BatchCase(rows=7, steps=20, kind="post", seed=1943),
+               BatchCase(rows=2, steps=14, kind="random", seed=332))
     result = fuzzgen.check_case(case, batches)
     assert result.ok, fuzzgen.describe(case, batches, result)
