@@ -180,3 +180,25 @@ def _state(graph):
     nodes = sorted((n.name, n.type, tuple(n.input), tuple(n.output), n.graph is graph) for n in graph.get_nodes())
     consumers = {k: frozenset(v) for k, v in graph._output_to_consumers.items() if v}  # pylint: disable=protected-access
     return nodes, consumers, tuple(graph.outputs)
+
+
+def test_a_failed_first_layer_leaves_the_schedule_to_the_next(caplog, monkeypatch):
+    """The mask's tensors, the schedule's plan among them, are made with the first layer rewritten
+    over the mask. When that layer's rewrite fails, they go with it and the next layer makes them
+    again: one plan, which the runs below take and skip."""
+    import numpy as np
+
+    import runtimes
+    from kerasutil import post_padded_tokens
+
+    monkeypatch.setattr(runtimes, "runtimes", lambda: ("onnxruntime",))  # the schedule is for onnxruntime
+    model, spec, _ = two_layer_model()
+    INJECTIONS["after the first rewiring"](monkeypatch)
+    with caplog.at_level(logging.WARNING, logger="masked_lstm_rewriter"):
+        onnx_model = convert(model, spec, rewriter=mlr.make_rewriter("post", target="onnxruntime", schedule=True))
+    counts = op_counts(onnx_model)
+    assert (counts["Loop"], counts["LSTM"], counts["TopK"]) == (1, 2, 0), counts  # TopK: in a branch
+    assert sum(n.op_type == "If" and "_plan" in n.name for n in onnx_model.graph.node) == 1
+    long_tailed = post_padded_tokens([30, 3, 0, 5, 2, 9, 1, 4, 0, 6, 2, 3, 14, 1, 2, 7], 30, 50, 0)
+    assert_matches_keras(model, onnx_model, spec, [long_tailed])
+    assert_matches_keras(model, onnx_model, spec, [np.asarray(long_tailed[:3])])

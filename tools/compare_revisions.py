@@ -11,7 +11,12 @@ then times them on onnxruntime (one thread) in interleaved rounds, the order rot
 batch 1 and 32, fill 1.0 and 0.5. Prints, per cell, each side's median and the ratio current /
 base with the p10-p90 of the per-round ratios.
 
+``--schedule SIDE...`` converts that side (or both) with the length-aware schedule,
+``make_rewriter("post", target="onnxruntime", schedule=True)``: ``--schedule current`` against
+the same revision gives the schedule's cost over the plugin without it.
+
     .venv/bin/python tools/compare_revisions.py BASE [--models lstm bilstm gru] [--budget SECONDS]
+                                                     [--schedule {base,current} ...]
 """
 
 from __future__ import annotations
@@ -34,13 +39,16 @@ def parse_args(argv=None):
     parser.add_argument("base", help="git revision to compare the working tree with")
     parser.add_argument("--models", nargs="+", choices=benchmark.MODELS, default=list(benchmark.MODELS))
     parser.add_argument("--budget", type=float, default=8.0, metavar="SECONDS", help="timing per cell (default 8)")
+    parser.add_argument("--schedule", nargs="+", choices=("base", "current"), default=[],
+                        help="convert these sides with schedule=True (target onnxruntime)")
     parser.add_argument("--convert", metavar="DIR", help=argparse.SUPPRESS)  # child: convert into DIR
     parser.add_argument("--tree", help=argparse.SUPPRESS)  # child: with the package of this tree
     return parser.parse_args(argv)
 
 
-def convert_into(folder: str, tree: str, models: list) -> None:
-    """Child process: each model's "post" conversion by the masked_lstm_rewriter of ``tree``."""
+def convert_into(folder: str, tree: str, models: list, scheduled: bool) -> None:
+    """Child process: each model's "post" conversion by the masked_lstm_rewriter of ``tree``, with the
+    schedule if ``scheduled``."""
     import importlib
 
     import tensorflow as tf
@@ -54,20 +62,23 @@ def convert_into(folder: str, tree: str, models: list) -> None:
     mlr = importlib.import_module("masked_lstm_rewriter")
 
     spec = (tf.TensorSpec((None, None), tf.int32, name="tokens"),)
+    rewriter = mlr.make_rewriter("post", target="onnxruntime", schedule=True) if scheduled else mlr.make_rewriter("post")
     for model in models:
         masked, _ = benchmark.build_pair(keras, model)
         with quiet_stderr(True):
             proto, _ = tf2onnx.convert.from_keras(masked, input_signature=spec, opset=benchmark.OPSET,
-                                                  custom_rewriter=[mlr.make_rewriter("post")])
+                                                  custom_rewriter=[rewriter])
         with open(os.path.join(folder, f"{model}.onnx"), "wb") as out:
             out.write(proto.SerializeToString())
-        print(f"{model}: converted with {os.path.dirname(os.path.dirname(mlr.__file__))}", flush=True)
+        print(f"{model}: converted with {os.path.dirname(os.path.dirname(mlr.__file__))}"
+              f"{' (scheduled)' if scheduled else ''}", flush=True)
 
 
-def convert_with(tree: str, folder: str, models: list) -> None:
+def convert_with(tree: str, folder: str, models: list, scheduled: bool) -> None:
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="3")
     subprocess.run([sys.executable, os.path.abspath(__file__), "unused", "--convert", folder, "--tree", tree,
-                    "--models", *models], env=env, check=True, cwd=folder)
+                    "--models", *models] + (["--schedule", "current"] if scheduled else []),
+                   env=env, check=True, cwd=folder)
 
 
 def check_against_keras(models: list, folders: dict) -> None:
@@ -110,7 +121,7 @@ def time_all(models: list, folders: dict, budget: float) -> None:
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.convert:
-        convert_into(args.convert, args.tree, args.models)
+        convert_into(args.convert, args.tree, args.models, "current" in args.schedule)
         return 0
     with tempfile.TemporaryDirectory(prefix="mlr-compare-") as tmp:
         base_tree = os.path.join(tmp, "base")
@@ -120,12 +131,13 @@ def main(argv=None) -> int:
             folders = {"base": os.path.join(tmp, "base-models"), "current": os.path.join(tmp, "current-models")}
             for side, tree in (("base", base_tree), ("current", ROOT)):
                 os.makedirs(folders[side])
-                convert_with(tree, folders[side], args.models)
+                convert_with(tree, folders[side], args.models, side in args.schedule)
             check_against_keras(args.models, folders)
             revision = subprocess.run(["git", "rev-parse", "--short", args.base], cwd=ROOT, check=True,
                                       capture_output=True, text=True).stdout.strip()
+            scheduled = f"; scheduled: {' and '.join(args.schedule)}" if args.schedule else ""
             print(f"base {args.base} ({revision}) against the working tree; T={STEPS}, onnxruntime, 1 thread, "
-                  f"{args.budget:g} s per cell")
+                  f"{args.budget:g} s per cell{scheduled}")
             time_all(args.models, folders, args.budget)
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", base_tree], cwd=ROOT, check=False)
