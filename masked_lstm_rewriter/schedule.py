@@ -112,9 +112,10 @@ def plan_segments(graph, counts: str, guarded: str, time_major: str) -> SegmentP
 
     def plan(g):
         lengths = _op(g, "Cast", counts, to=TensorProto.INT64)
-        use, order, starts, ends, active = _compute_segments(g, lengths, batch)
-        bounds = _op(g, "Concat", *starts, *ends, active, axis=0)
-        indices = _if(g, use, "indices", lambda inner: _indices(inner, lengths, time_major, order, bounds),
+        use, order, first, end, active = _compute_segments(g, lengths, batch)
+        starts = _pairs(g, first, _const(g, "zeros", [0] * SEGMENTS))
+        bounds = _op(g, "Concat", *starts, *_pairs(g, end, active), active, axis=0)
+        indices = _if(g, use, "indices", lambda inner: _indices(inner, lengths, time_major, order, first, end, active),
                       _no_indices)
         return [use, bounds, *indices]
 
@@ -126,14 +127,11 @@ def plan_segments(graph, counts: str, guarded: str, time_major: str) -> SegmentP
     return SegmentPlan(use=use, bounds=bounds, rows=rows, gather_y=gather_y)
 
 
-def _indices(g, lengths: str, time_major: str, order: str, bounds: str) -> list:
-    """The plan's ``rows`` and ``gather_y`` (see :class:`SegmentPlan`), from the segments' ``bounds``."""
+def _indices(g, lengths: str, time_major: str, order: str, first: str, end: str, active: str) -> list:
+    """The plan's ``rows`` and ``gather_y`` (see :class:`SegmentPlan`), from the segments' [S] first
+    steps, end steps and rows."""
     steps = _op(g, "Squeeze", _op(g, "Slice", _op(g, "Shape", time_major), _const(g, "zero", [0]),
                                   _const(g, "one", [1])), _const(g, "axes", [0]))
-    first, end = (_op(g, "Slice", bounds, _const(g, "at", [at]), _const(g, "to", [at + 2 * SEGMENTS]),
-                      _const(g, "axis", [0]), _const(g, "step", [2])) for at in (0, 2 * SEGMENTS))
-    active = _op(g, "Slice", bounds, _const(g, "at", [4 * SEGMENTS]), _const(g, "to", [5 * SEGMENTS]),
-                 _const(g, "axis", [0]))
     gather_y, gather_c = _gather_indices(g, lengths, steps, order, first, end, active)
     rows = _op(g, "Concat", *(_op(g, "Unsqueeze", t, _const(g, "axes", [0])) for t in (order, gather_c)), axis=0)
     return [rows, gather_y]
@@ -231,7 +229,9 @@ def _slice_rows(g, tensor: str, rows: str, axis: int) -> str:
 
 
 def _compute_segments(g, lengths: str, batch: str) -> tuple:
-    """(use, order, starts, ends, active) for a batch with these ``lengths`` (see the module's docstring)."""
+    """(use, order, first, end, active) for a batch with these ``lengths`` (see the module's docstring):
+    whether the segments pay, the rows longest first, and per segment its first step, its end step
+    and the rows it runs ([S] each)."""
     segments = SEGMENTS
     sorted_lengths, order = g.make_node("TopK", [lengths, batch], output_count=2,
                                         attr={"axis": 0, "largest": 1, "sorted": 1}).output
@@ -253,9 +253,7 @@ def _compute_segments(g, lengths: str, batch: str) -> tuple:
     active = _op(g, "ReduceSum", _op(g, "Cast", _op(g, "Greater", column, first), to=TensorProto.INT64),
                  _const(g, "axes", [0]), keepdims=0)                          # [S] rows valid at each first step
     use = _worth_it(g, batch, longest, active, _op(g, "Sub", end, first))
-    starts = _pairs(g, first, _const(g, "zeros", [0] * segments))
-    ends = _pairs(g, end, active)
-    return use, order, starts, ends, active
+    return use, order, first, end, active
 
 
 def _worth_it(g, batch: str, longest: str, active: str, length: str) -> str:

@@ -186,10 +186,8 @@ def test_a_failed_first_layer_leaves_the_schedule_to_the_next(caplog, monkeypatc
     """The mask's tensors, the schedule's plan among them, are made with the first layer rewritten
     over the mask. When that layer's rewrite fails, they go with it and the next layer makes them
     again: one plan, which the runs below take and skip."""
-    import numpy as np
-
     import runtimes
-    from kerasutil import post_padded_tokens
+    from test_schedule import LONG_TAILED, schedule_taken, tokens
 
     monkeypatch.setattr(runtimes, "runtimes", lambda: ("onnxruntime",))  # the schedule is for onnxruntime
     model, spec, _ = two_layer_model()
@@ -199,6 +197,8 @@ def test_a_failed_first_layer_leaves_the_schedule_to_the_next(caplog, monkeypatc
     counts = op_counts(onnx_model)
     assert (counts["Loop"], counts["LSTM"], counts["TopK"]) == (1, 2, 0), counts  # TopK: in a branch
     assert sum(n.op_type == "If" and "_plan" in n.name for n in onnx_model.graph.node) == 1
-    long_tailed = post_padded_tokens([30, 3, 0, 5, 2, 9, 1, 4, 0, 6, 2, 3, 14, 1, 2, 7], 30, 50, 0)
-    assert_matches_keras(model, onnx_model, spec, [long_tailed])
-    assert_matches_keras(model, onnx_model, spec, [np.asarray(long_tailed[:3])])
+    (failed,) = mlr.last_report().left_as_loop
+    assert INJECTED in failed.detail
+    for batch, taken in ((tokens(LONG_TAILED), True), (tokens([5, 0, 3]), False)):
+        assert schedule_taken(onnx_model, {"tokens": batch}) == [taken]
+        assert_matches_keras(model, onnx_model, spec, [batch])

@@ -62,7 +62,7 @@ def convert_into(folder: str, tree: str, models: list, scheduled: bool) -> None:
     mlr = importlib.import_module("masked_lstm_rewriter")
 
     spec = (tf.TensorSpec((None, None), tf.int32, name="tokens"),)
-    rewriter = mlr.make_rewriter("post", target="onnxruntime", schedule=True) if scheduled else mlr.make_rewriter("post")
+    rewriter = mlr.make_rewriter("post", **({"target": "onnxruntime", "schedule": True} if scheduled else {}))
     for model in models:
         masked, _ = benchmark.build_pair(keras, model)
         with quiet_stderr(True):
