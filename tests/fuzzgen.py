@@ -7,9 +7,12 @@ strategies; :func:`build_model` makes the Keras model and :func:`batch_inputs` t
 :func:`check_case` converts the model once per mask mode, with the signature form the case drew
 (dynamic, or one with a static batch or number of steps: tests/signatures.py; then every batch
 takes the first batch's static sizes, and a batch-1 model takes the batches row by row), and
-compares onnxruntime with Keras on every batch, at every position (within ATOL; relative above 1, see :func:`scaled_difference`; or,
-for ill-conditioned models, see :class:`Float64Referee`): ``"any"`` always, ``"post"`` on post-padded batches; on other
-batches ``"post"`` must fail with the guard's message, never return numbers. It returns what it
+compares onnxruntime, and OpenVINO where the conversion is for it (see :func:`convert_and_report`),
+with Keras on every batch, at every position (within ATOL; relative above 1, see
+:func:`scaled_difference`; or, for ill-conditioned models, see :class:`Float64Referee`):
+``"any"`` always, ``"post"`` on post-padded batches; on other batches ``"post"`` must fail with
+the guard's message (on onnxruntime), never return numbers. The case's wiring makes stacks,
+sequences read by more than the layer above, and parallel layers (see ``WIRINGS``). It returns what it
 saw (a :class:`CaseResult`) rather than raising, so that ``tools/fuzz.py`` can count;
 ``tests/test_fuzz.py`` asserts on it.
 """
@@ -28,6 +31,7 @@ import numpy as np
 import tensorflow as tf
 from hypothesis import strategies as st
 
+import runtimes
 import signatures
 from kerasutil import ATOL, FLAVOUR, convert, keras, keras_outputs, op_counts, randomize_weights, session
 from models import FEATURES, token_mask
@@ -72,6 +76,11 @@ MASK_VALUES = (0.0, -1.0, 2.5)
 BATCH_KINDS = ("post", "pre", "holes", "both ends", "mixed", "random", "long-tailed")
 ROW_KINDS = ("post", "pre", "holes", "both ends", "empty", "full")
 MODES = ("any", "post")
+# how the layers are wired, as whole models do: "chain" (each layer reads the one below); "skip" (the
+# first layer's sequence is also a model output: it has readers besides the layer above, as with a
+# Concatenate, a residual Add or an attention); "parallel" (a second layer like the first reads the
+# same input, its sequence another model output)
+WIRINGS = ("chain", "chain", "skip", "parallel")
 VOCAB = 20
 MAX_ROWS, MAX_STEPS = 16, 20
 # The length-aware schedule (make_rewriter(target="onnxruntime", schedule=True): the fuzzer runs
@@ -118,6 +127,7 @@ class ModelCase:
     initial_state: bool = False        # states given to the first layer as model inputs
     seed: int = 0
     signature: str = "dynamic"         # a form of tests/signatures.py: what the conversion fixes
+    wiring: str = "chain"              # see WIRINGS
 
     def stays_a_loop(self, index: int) -> bool:
         """Layer ``index`` must stay a Loop: an activation the rewriter refuses, or (the last
@@ -128,7 +138,14 @@ class ModelCase:
 
     @property
     def loop_layers(self) -> list:
-        return [layer for i, layer in enumerate(self.layers) if self.stays_a_loop(i)]
+        """The layers that must stay Loops (the parallel copy of the first layer returns no states)."""
+        copy = [self.layers[0]] if self.wiring == "parallel" and self.layers[0].refused else []
+        return [layer for i, layer in enumerate(self.layers) if self.stays_a_loop(i)] + copy
+
+    @property
+    def all_layers(self) -> list:
+        """Every recurrent layer of the model: the stack, and the first layer's parallel copy."""
+        return list(self.layers) + ([self.layers[0]] if self.wiring == "parallel" else [])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,7 +186,16 @@ def model_cases(draw, kinds=SAMPLED_KINDS):
         mask_value=draw(st.sampled_from(MASK_VALUES)) if source == "masking" else 0.0,
         initial_state=draw(st.booleans()),
         seed=draw(st.integers(0, 2**16)))
+    case = dataclasses.replace(case, wiring=wiring_for(case))
     return dataclasses.replace(case, signature=signature_for(case))
+
+
+def wiring_for(case: ModelCase) -> str:
+    """The wiring of ``case``, by a stable hash of the rest of it (as :func:`signature_for`: the
+    derandomized sample keeps its cases, and each gets a wiring); a single layer has no "skip"."""
+    choices = WIRINGS if len(case.layers) > 1 else tuple(w for w in WIRINGS if w != "skip")
+    key = repr(dataclasses.replace(case, wiring="chain")).encode() + b"/wiring"
+    return choices[int(hashlib.sha256(key).hexdigest(), 16) % len(choices)]
 
 
 def signature_for(case: ModelCase) -> str:
@@ -266,6 +292,10 @@ def build_model(case: ModelCase, weights_from=None):
     inputs += [s for s, _ in states]
     spec += [s for _, s in states]
     explicit_everywhere = case.mask_source in ("explicit", "computed")
+    extra = []  # the other model outputs the wiring adds
+    if case.wiring == "parallel":
+        copy = _keras_layer(case.layers[0], True, False)(x, **({"mask": mask} if mask is not None else {}))
+        extra += list(copy) if isinstance(copy, (list, tuple)) else [copy]
     for i, layer in enumerate(case.layers):
         last = i == len(case.layers) - 1
         keras_layer = _keras_layer(layer, case.return_sequences if last else True, case.return_state and last)
@@ -275,7 +305,9 @@ def build_model(case: ModelCase, weights_from=None):
         if i == 0 and states:
             kwargs["initial_state"] = [s for s, _ in states]
         x = keras_layer(x, **kwargs)
-    model = keras.Model(inputs, x)
+        if i == 0 and not last and case.wiring == "skip":
+            extra.append(x)
+    model = keras.Model(inputs, ([x] if not isinstance(x, (list, tuple)) else list(x)) + extra if extra else x)
     if weights_from is None:
         randomize_weights(model, seed=case.seed)
     else:
@@ -428,6 +460,7 @@ class CaseResult:
     guard_fired: int = 0        # ... on which "post" failed with the guard's message
     guard_missed: list = dataclasses.field(default_factory=list)  # (batch, what happened instead)
     worst: float = 0.0          # largest scaled_difference from Keras seen (referee or not)
+    openvino: bool = False      # compared on OpenVINO too
     loops: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # reason -> layers
 
     @property
@@ -461,8 +494,10 @@ REFUSED_REASONS = set(REFUSED_ACTIVATION_REASONS.values())
 
 
 def convert_and_report(model, spec, mode, case: ModelCase, result: CaseResult):
-    """The ONNX model in ``mode``. Every layer must be rewritten except the refused ones, which
-    must stay Loops for their reason; anything else left as a Loop is recorded as a failure."""
+    """(the ONNX model in ``mode``, whether OpenVINO runs it too). Every layer must be rewritten
+    except the refused ones, which must stay Loops for their reason; anything else left as a Loop
+    is recorded as a failure. OpenVINO runs it unless it is not in the suite's runtimes, or the
+    conversion says a layer is not for it (the schedule; an activation it does not compile)."""
     rewriter = mlr.make_rewriter(mode, target="onnxruntime", schedule=True) if scheduled(case) else \
         mlr.make_rewriter(mode)
     onnx_model = convert(model, spec, rewriter=rewriter)
@@ -471,11 +506,28 @@ def convert_and_report(model, spec, mode, case: ModelCase, result: CaseResult):
         if layer.detail not in REFUSED_REASONS and CELL_STATE_REFUSAL not in layer.detail:
             result.loops[f"{mode}: {layer.detail}"] += 1
     loops = sum(layer.onnx_layers for layer in case.loop_layers)
-    expected = sum(layer.onnx_layers for layer in case.layers) - loops
+    expected = sum(layer.onnx_layers for layer in case.all_layers) - loops
     if len(report.rewritten) != expected or op_counts(onnx_model)["Loop"] != loops:
         result.loops[f"{mode}: {len(report.rewritten)} of {expected} layers rewritten, "
                      f"{op_counts(onnx_model)['Loop']} Loop(s) (expected {loops})"] += 1
-    return onnx_model
+    for_openvino = "openvino" in runtimes.runtimes() and not any("openvino" in layer.not_for for layer in report.layers)
+    return onnx_model, for_openvino
+
+
+def openvino_session(onnx_model):
+    """OpenVINO's model compiled once, with the shapes ``onnx_model`` declares, behind
+    onnxruntime's ``run(None, feeds)``."""
+    core = runtimes.ov.Core()
+    compiled = core.compile_model(core.read_model(onnx_model.SerializeToString(), b""), "CPU",
+                                  runtimes.OPENVINO_CONFIG)
+    names = [output.name for output in onnx_model.graph.output]
+
+    class Session:  # pylint: disable=too-few-public-methods
+        @staticmethod
+        def run(_, feeds):
+            results = compiled(feeds)
+            return [np.asarray(results[compiled.output(name)]) for name in names]
+    return Session()
 
 
 def _run(sess, spec, inputs):
@@ -541,9 +593,15 @@ def check_case(case: ModelCase, batches) -> CaseResult:
     batches = fit_batches(case, batches)
     spec, _ = signatures.signature(spec, batch_inputs(case, batches[0])[0], case.signature)
     referee = Float64Referee(case, model)
-    sessions = {mode: session(convert_and_report(model, spec, mode, case, result)) for mode in MODES}
+    sessions = {}
+    for mode in MODES:
+        onnx_model, for_openvino = convert_and_report(model, spec, mode, case, result)
+        sessions[mode] = session(onnx_model)
+        if for_openvino:
+            sessions[f"{mode} on openvino"] = openvino_session(onnx_model)
+            result.openvino = True
     # with every layer refused, "post" is stock tf2onnx's Loops: no guard, exact for any mask
-    guarded = len(case.loop_layers) < len(case.layers)
+    guarded = len(case.loop_layers) < len(case.all_layers)
     layer_outputs = _layer_outputs_model(model)
     for batch in batches:
         whole_inputs, whole_mask = batch_inputs(case, batch)
@@ -576,10 +634,13 @@ def keras_overflows_inside(layer_outputs, inputs) -> bool:
 
 
 def _check_feed(result, sessions, spec, feed: Feed, referee, guarded):
-    """"any" on the feed; "post" too where its mask is post-padded, else "post" must fail with the guard."""
-    _compare(result, "any", feed, _run(sessions["any"], spec, feed.inputs), referee, stock=not guarded)
-    if is_post_padded(feed.mask) or not guarded:
-        _compare(result, "post", feed, _run(sessions["post"], spec, feed.inputs), referee, stock=not guarded)
+    """"any" on the feed; "post" too where its mask is post-padded, else "post" must fail with the guard
+    (on onnxruntime: OpenVINO's synchronous single-thread inference drops errors, see the README)."""
+    exact_modes = ["any"] + (["post"] if is_post_padded(feed.mask) or not guarded else [])
+    for name in [f"{mode}{runtime}" for mode in exact_modes for runtime in ("", " on openvino")]:
+        if name in sessions:
+            _compare(result, name, feed, _run(sessions[name], spec, feed.inputs), referee, stock=not guarded)
+    if "post" in exact_modes:
         return
     result.non_post += 1
     try:

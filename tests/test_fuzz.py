@@ -3,8 +3,10 @@
 
 CI runs a fixed sample (hypothesis derandomized, no example database): FUZZ_MODELS model cases
 of FUZZ_BATCHES batches each, so at least 200 model/batch cases per Keras flavour; each case
-draws the signature its model is converted with (half dynamic, half a static form), and half
-the cases, by another stable hash, are converted with the length-aware schedule. Set
+draws the signature its model is converted with (half dynamic, half a static form) and its
+wiring (a stack, a lower sequence read elsewhere too, parallel layers), and half the cases, by
+another stable hash, are converted with the length-aware schedule; the others also run on
+OpenVINO. Set
 MLR_FUZZ_EXAMPLES=N for N model cases; ``tools/fuzz.py`` runs thousands and counts.
 """
 
@@ -100,18 +102,29 @@ def test_inputs_carry_the_batch_mask(source, initial_state):
     assert len(inputs) == 1 + (source == "explicit") + (2 if initial_state else 0)
 
 
-def test_the_ci_sample_converts_with_every_signature_form():
-    """The derandomized sample test_random_models_match_keras_in_both_modes runs: about half its
-    models dynamic, every static form among the others."""
-    forms = collections.Counter()
+def ci_sample() -> list:
+    """The model cases of the derandomized sample test_random_models_match_keras_in_both_modes runs."""
+    cases = []
 
     @CI_SETTINGS
     @given(case=fuzzgen.model_cases(), batches=fuzzgen.batch_lists(FUZZ_BATCHES))
     def sample(case, batches):  # pylint: disable=unused-argument
-        forms[case.signature] += 1
+        cases.append(case)
     sample()  # pylint: disable=no-value-for-parameter
+    return cases
+
+
+def test_the_ci_sample_converts_with_every_signature_form():
+    """About half the sample's models dynamic, every static form among the others."""
+    forms = collections.Counter(case.signature for case in ci_sample())
     assert set(forms) == set(signatures.FORMS), forms
     assert 0.3 <= forms["dynamic"] / sum(forms.values()) <= 0.7, forms
+
+
+def test_the_ci_sample_has_every_wiring():
+    """Stacks, a lower sequence read elsewhere too, and parallel layers are all in the CI sample."""
+    wirings = collections.Counter(case.wiring for case in ci_sample())
+    assert set(wirings) == set(fuzzgen.WIRINGS), wirings
 
 
 @pytest.mark.parametrize("form", signatures.FORMS)

@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
 """Differential fuzzing on demand: N random masked Keras models, each on several random batches,
-converted in both mask modes and compared with Keras at every position (see tests/fuzzgen.py).
+converted in both mask modes and compared with Keras at every position, on onnxruntime and
+(conversions not made for onnxruntime only) OpenVINO (see tests/fuzzgen.py).
 
 Each Keras flavour runs in its own process (TensorFlow picks its Keras once, at import). Prints,
 per flavour: cases, model/batch comparisons, passed, mismatches, how often the "post" guard
 fired on batches that are not post-padded, the worst |keras - onnx|, the signature forms the
-models were converted with (half dynamic, half static), and the layers left as a Loop and why;
+models were converted with (half dynamic, half static) and their wirings, and the layers left as a Loop and why;
 then every failing case as a pasteable ``ModelCase``/``BatchCase`` (keep it in
 tests/test_fuzz_regressions.py: the pytest fuzz test shrinks it). Exits non-zero on any
 mismatch, missed guard, Loop left or crash.
@@ -60,6 +61,7 @@ def run_worker(args) -> dict:
     loops = collections.Counter()
     batch_kinds = collections.Counter()
     forms = collections.Counter()  # signature forms converted with
+    wirings = collections.Counter()
     failures = []
     worst = [0.0]
     worst_ill = [0.0]  # largest (ONNX vs float64) / (Keras float32 vs float64) among ill-conditioned passes
@@ -73,6 +75,7 @@ def run_worker(args) -> dict:
         totals["cases"] += 1
         batch_kinds.update(batch.kind for batch in batches)
         forms[case.signature] += 1
+        wirings[case.wiring] += 1
         try:
             result = fuzzgen.check_case(case, batches)
         except Exception as error:  # pylint: disable=broad-except  (a crash is a finding, keep going)
@@ -82,6 +85,7 @@ def run_worker(args) -> dict:
             return
         totals["model/batch cases"] += len(batches)
         totals["comparisons"] += result.comparisons
+        totals["on openvino"] += result.openvino
         totals["passed"] += result.passed
         totals["non-finite"] += result.non_finite
         totals["stock overflow"] += result.stock_overflow
@@ -104,7 +108,8 @@ def run_worker(args) -> dict:
 
     fuzz()  # pylint: disable=no-value-for-parameter
     return {"flavour": fuzzgen.FLAVOUR, "totals": dict(totals), "worst": worst[0], "worst_ill": worst_ill[0],
-            "loops": dict(loops), "batch_kinds": dict(batch_kinds), "signatures": dict(forms), "failures": failures,
+            "loops": dict(loops), "batch_kinds": dict(batch_kinds), "signatures": dict(forms),
+            "wirings": dict(wirings), "failures": failures,
             "seconds": time.monotonic() - start}
 
 
@@ -180,7 +185,7 @@ def print_summary(result) -> bool:
     guard = f"{t['guard fired']}/{t['non-post batches']}" + (
         f" ({100 * t['guard fired'] / t['non-post batches']:.0f}%)" if t["non-post batches"] else "")
     print(f"{result['flavour']}: {t['cases']} cases, {t['model/batch cases']} model/batch cases, "
-          f"{t['comparisons']} comparisons with Keras (both modes) in {result['seconds']:.0f}s")
+          f"{t['comparisons']} comparisons with Keras (both modes, both runtimes) in {result['seconds']:.0f}s")
     print(f"  passed {t['passed']}, mismatches {t['mismatches']}, crashes {t['crashes']}, "
           f"not compared (Keras's output overflowed) {t['non-finite']}, (every layer refused and "
           f"stock tf2onnx's Loop overflowed) {t['stock overflow']}")
@@ -191,6 +196,8 @@ def print_summary(result) -> bool:
           f"returned numbers or another error {t['guard missed']}")
     print("  batch kinds: " + ", ".join(f"{k} {n}" for k, n in sorted(result["batch_kinds"].items())))
     print("  signatures: " + ", ".join(f"{k} {n}" for k, n in sorted(result.get("signatures", {}).items())))
+    print("  wirings: " + ", ".join(f"{k} {n}" for k, n in sorted(result.get("wirings", {}).items()))
+          + f"; cases also compared on OpenVINO: {t.get('on openvino', 0)}")
     loops = result["loops"]
     print("  layers left as Loop: " + ("none" if not loops else "; ".join(f"{r} (x{n})" for r, n in loops.items())))
     for failure in result["failures"]:
