@@ -7,7 +7,7 @@ strategies; :func:`build_model` makes the Keras model and :func:`batch_inputs` t
 :func:`check_case` converts the model once per mask mode, with the signature form the case drew
 (dynamic, or one with a static batch or number of steps: tests/signatures.py; then every batch
 takes the first batch's static sizes, and a batch-1 model takes the batches row by row), and
-compares onnxruntime, and OpenVINO where the conversion is for it (see :func:`convert_and_report`),
+compares onnxruntime, and OpenVINO on the conversion made for it (:func:`openvino_conversion`),
 with Keras on every batch, at every position (within ATOL; relative above 1, see
 :func:`scaled_difference`; or, for ill-conditioned models, see :class:`Float64Referee`):
 ``"any"`` always, ``"post"`` on post-padded batches; on other batches ``"post"`` must fail with
@@ -494,10 +494,10 @@ REFUSED_REASONS = set(REFUSED_ACTIVATION_REASONS.values())
 
 
 def convert_and_report(model, spec, mode, case: ModelCase, result: CaseResult):
-    """(the ONNX model in ``mode``, whether OpenVINO runs it too). Every layer must be rewritten
+    """(the ONNX model in ``mode``, whether it is for OpenVINO too). Every layer must be rewritten
     except the refused ones, which must stay Loops for their reason; anything else left as a Loop
-    is recorded as a failure. OpenVINO runs it unless it is not in the suite's runtimes, or the
-    conversion says a layer is not for it (the schedule; an activation it does not compile)."""
+    is recorded as a failure. It is not for OpenVINO when the conversion says a layer is not (the
+    schedule; an activation OpenVINO does not compile)."""
     rewriter = mlr.make_rewriter(mode, target="onnxruntime", schedule=True) if scheduled(case) else \
         mlr.make_rewriter(mode)
     onnx_model = convert(model, spec, rewriter=rewriter)
@@ -510,8 +510,16 @@ def convert_and_report(model, spec, mode, case: ModelCase, result: CaseResult):
     if len(report.rewritten) != expected or op_counts(onnx_model)["Loop"] != loops:
         result.loops[f"{mode}: {len(report.rewritten)} of {expected} layers rewritten, "
                      f"{op_counts(onnx_model)['Loop']} Loop(s) (expected {loops})"] += 1
-    for_openvino = "openvino" in runtimes.runtimes() and not any("openvino" in layer.not_for for layer in report.layers)
+    for_openvino = not any("openvino" in layer.not_for for layer in report.layers)
     return onnx_model, for_openvino
+
+
+def openvino_conversion(model, spec, mode, onnx_model, for_openvino):
+    """The conversion a user deploying on OpenVINO makes (``target="openvino"``, no schedule): the
+    model converted for onnxruntime where it is the same, or None when the suite leaves OpenVINO out."""
+    if "openvino" not in runtimes.runtimes():
+        return None
+    return onnx_model if for_openvino else convert(model, spec, rewriter=mlr.make_rewriter(mode, target="openvino"))
 
 
 def openvino_session(onnx_model):
@@ -597,8 +605,9 @@ def check_case(case: ModelCase, batches) -> CaseResult:
     for mode in MODES:
         onnx_model, for_openvino = convert_and_report(model, spec, mode, case, result)
         sessions[mode] = session(onnx_model)
-        if for_openvino:
-            sessions[f"{mode} on openvino"] = openvino_session(onnx_model)
+        openvino_model = openvino_conversion(model, spec, mode, onnx_model, for_openvino)
+        if openvino_model is not None:
+            sessions[f"{mode} on openvino"] = openvino_session(openvino_model)
             result.openvino = True
     # with every layer refused, "post" is stock tf2onnx's Loops: no guard, exact for any mask
     guarded = len(case.loop_layers) < len(case.all_layers)
