@@ -231,3 +231,16 @@ def test_shared_layer_inputs_on_openvino(wiring, form):
     assert result.ok, fuzzgen.describe(case, batches, result)
     assert result.openvino == ("openvino" in fuzzgen.runtimes.runtimes())
     assert result.comparisons == 3 * (1 + result.openvino)
+
+
+def test_a_loop_kept_for_openvino_that_overflows_is_not_compared():
+    """Found by the fuzzer with OpenVINO (seed 31): a linear recurrent activation is native for
+    onnxruntime but stays stock tf2onnx's Loop for target="openvino"; that Loop's arithmetic
+    select turned an overflow at a step Keras discards into NaN on OpenVINO. tf2onnx's, as with
+    every layer refused (test_a_model_of_refused_layers_is_stock_tf2onnx_even_where_its_loop_overflows)."""
+    case = ModelCase(layers=(LayerCase(kind="LSTM", units=1, direction="bidirectional", merge_mode=None,
+                                       activation="relu", recurrent_activation="linear", use_bias=False),),
+                     return_sequences=False, mask_source="masking", initial_state=True, seed=831)
+    batches = (BatchCase(rows=15, steps=15, kind="mixed", seed=34),)
+    result = fuzzgen.check_case(case, batches)
+    assert result.ok, fuzzgen.describe(case, batches, result)
