@@ -239,7 +239,7 @@ def _may_read_a_shared_swap(g, x: str) -> bool:
     if _swaps_first_axes(g, node):
         derived, shared = _swap_derived(g, node.input[0], {})
         return derived and shared
-    return sum(_swaps_first_axes(g, reader) for reader in _data_readers(g, x)) > 0
+    return any(_swaps_first_axes(g, reader) for reader in _data_readers(g, x))
 
 
 def _swap_derived(g, tensor: str, known: dict, depth: int = 0) -> tuple:

@@ -194,8 +194,12 @@ def wiring_for(case: ModelCase) -> str:
     """The wiring of ``case``, by a stable hash of the rest of it (as :func:`signature_for`: the
     derandomized sample keeps its cases, and each gets a wiring); a single layer has no "skip"."""
     choices = WIRINGS if len(case.layers) > 1 else tuple(w for w in WIRINGS if w != "skip")
-    key = repr(dataclasses.replace(case, wiring="chain")).encode() + b"/wiring"
-    return choices[int(hashlib.sha256(key).hexdigest(), 16) % len(choices)]
+    return _hashed_choice(repr(dataclasses.replace(case, wiring="chain")) + "/wiring", choices)
+
+
+def _hashed_choice(key: str, choices):
+    """One of ``choices``, the same every time for the same ``key``."""
+    return choices[int(hashlib.sha256(key.encode()).hexdigest(), 16) % len(choices)]
 
 
 def signature_for(case: ModelCase) -> str:
@@ -204,8 +208,7 @@ def signature_for(case: ModelCase) -> str:
     hypothesis, the choice came out lumpy in the derandomized CI sample of 50: two of the five
     static forms never; hashed, every form is in it.)"""
     choices = ("dynamic",) * len(signatures.STATIC_FORMS) + signatures.STATIC_FORMS
-    key = repr(dataclasses.replace(case, signature="dynamic")).encode()
-    return choices[int(hashlib.sha256(key).hexdigest(), 16) % len(choices)]
+    return _hashed_choice(repr(dataclasses.replace(case, signature="dynamic")), choices)
 
 
 def scheduled(case: ModelCase) -> bool:
@@ -214,7 +217,7 @@ def scheduled(case: ModelCase) -> bool:
     MLR_FUZZ_SCHEDULE says every case (1) or none (0)."""
     if SCHEDULE in ("0", "1"):
         return SCHEDULE == "1"
-    return int(hashlib.sha256(repr(case).encode() + b"/schedule").hexdigest(), 16) % 2 == 0
+    return _hashed_choice(repr(case) + "/schedule", (True, False))
 
 
 @st.composite
@@ -515,9 +518,9 @@ def convert_and_report(model, spec, mode, case: ModelCase, result: CaseResult):
 
 
 def openvino_conversion(model, spec, mode, onnx_model, for_openvino):
-    """(the conversion a user deploying on OpenVINO makes: ``target="openvino"``, no schedule; the
-    model converted for onnxruntime where it is the same; or None when the suite leaves OpenVINO
-    out, whether that conversion kept a layer as stock tf2onnx's Loop for the target)."""
+    """(model, kept a Loop): the conversion a user deploying on OpenVINO makes (``target="openvino"``,
+    no schedule; ``onnx_model`` where that is the same), and whether it kept a layer as stock
+    tf2onnx's Loop for the target. (None, False) when the suite leaves OpenVINO out."""
     if "openvino" not in runtimes.runtimes():
         return None, False
     if for_openvino:

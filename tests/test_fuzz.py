@@ -5,8 +5,8 @@ CI runs a fixed sample (hypothesis derandomized, no example database): FUZZ_MODE
 of FUZZ_BATCHES batches each, so at least 200 model/batch cases per Keras flavour; each case
 draws the signature its model is converted with (half dynamic, half a static form) and its
 wiring (a stack, a lower sequence read elsewhere too, parallel layers), and half the cases, by
-another stable hash, are converted with the length-aware schedule; the others also run on
-OpenVINO. Set
+another stable hash, are converted with the length-aware schedule. Every case also runs on
+OpenVINO, converted as for it (``target="openvino"``, no schedule). Set
 MLR_FUZZ_EXAMPLES=N for N model cases; ``tools/fuzz.py`` runs thousands and counts.
 """
 

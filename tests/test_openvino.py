@@ -21,7 +21,7 @@ from models import UNITS, embedding_model, initial_state_model
 import masked_lstm_rewriter as mlr
 
 ov = pytest.importorskip("openvino")
-from runtimes import run_openvino  # noqa: E402
+from runtimes import run_onnxruntime, run_openvino  # noqa: E402
 
 SHAPES = ["dynamic", "static"]
 
@@ -203,7 +203,6 @@ def test_openvino_still_scrambles_a_swap_shared_by_recurrent_nodes():
     static dimension) give the first node scrambled steps (OpenVINO's CPU plugin turns the shared
     Transpose into a Reshape for both); one Max in front of the second node makes both exact.
     If the first assertion fails, OpenVINO changed: update the README's OpenVINO notes."""
-    from runtimes import run_onnxruntime  # pylint: disable=import-outside-toplevel
     model, feeds = _two_lstms_over_one_swap(barrier=False)
     expected, got = run_onnxruntime(model, feeds), run_openvino(model, feeds)
     assert np.abs(expected[0] - got[0]).max() > 0.1, "OpenVINO now keeps a shared Transpose: update the README"

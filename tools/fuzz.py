@@ -7,7 +7,8 @@ OpenVINO (converted for it: ``target="openvino"``, no schedule; see tests/fuzzge
 Each Keras flavour runs in its own process (TensorFlow picks its Keras once, at import). Prints,
 per flavour: cases, model/batch comparisons, passed, mismatches, how often the "post" guard
 fired on batches that are not post-padded, the worst |keras - onnx|, the signature forms the
-models were converted with (half dynamic, half static) and their wirings, and the layers left as a Loop and why;
+models were converted with (half dynamic, half static) and their wirings, and the layers left as
+a Loop and why;
 then every failing case as a pasteable ``ModelCase``/``BatchCase`` (keep it in
 tests/test_fuzz_regressions.py: the pytest fuzz test shrinks it). Exits non-zero on any
 mismatch, missed guard, Loop left or crash.
@@ -187,8 +188,8 @@ def print_summary(result) -> bool:
     print(f"{result['flavour']}: {t['cases']} cases, {t['model/batch cases']} model/batch cases, "
           f"{t['comparisons']} comparisons with Keras (both modes, both runtimes) in {result['seconds']:.0f}s")
     print(f"  passed {t['passed']}, mismatches {t['mismatches']}, crashes {t['crashes']}, "
-          f"not compared (Keras's output overflowed) {t['non-finite']}, (every layer refused and "
-          f"stock tf2onnx's Loop overflowed) {t['stock overflow']}")
+          f"not compared (Keras's output overflowed) {t['non-finite']}, (a stock tf2onnx Loop, every "
+          f"layer refused or kept for OpenVINO, overflowed) {t['stock overflow']}")
     print(f"  worst |keras - onnx| / max(1, |keras|): {result['worst']:.3g} (limit 1e-05; "
           f"{t['ill-conditioned']} ill-conditioned comparisons above it passed as no more than "
           f"{result.get('worst_ill', 0.0):.2g}x as far from float64 Keras as float32 Keras is, limit 10x)")
