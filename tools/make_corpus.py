@@ -149,6 +149,7 @@ class Case:
     target: Optional[str] = None     # make_rewriter's target (None: any runtime)
     left_as_loop: tuple = ()         # a text of the reason of each masked layer the plugin must refuse
     dtype: str = "float32"           # of the features input and of Masking (the layers set their own)
+    wiring: str = "chain"            # chain: each layer reads the one before; WIRINGS lists the others
 
 
 def _lstm(keras, units, **kwargs):
@@ -166,6 +167,14 @@ def _rnn(keras, units, **kwargs):
 def _bidirectional(keras, layer, **kwargs):
     return keras.layers.Bidirectional(layer, name="bidirectional", **kwargs)
 
+
+# how a case's layers connect, other than one after the other ("chain"): both end in a Concatenate of
+# every layer's sequence, so a recurrent op's input is also read by another node (OpenVINO's CPU plugin
+# once scrambled such a shared input with a static dimension, which its static-shape runs have)
+WIRINGS = {
+    "concatenate": "each layer reads the one before; the output concatenates every layer's sequence",
+    "parallel": "every layer reads the same input; the output concatenates their sequences",
+}
 
 CASES = (
     Case("embedding_forward",
@@ -311,6 +320,27 @@ CASES = (
          lambda k: [_lstm(k, 4, return_sequences=True, recurrent_activation="hard_sigmoid", name="lstm"),
                     _gru(k, 3, return_sequences=True, name="gru")],
          target="openvino", left_as_loop=("target openvino",), formats=SMALL_FORMATS, seed=25),
+    Case("stacked_concatenate",
+         "signature tokens (5, None): Embedding(mask_zero=True) -> LSTM(5, return_sequences=True) -> GRU(4, "
+         "return_sequences=True), the "
+         "output both sequences concatenated: the GRU's input is also an output (OpenVINO's CPU plugin "
+         "scrambled such a shared input with a static dimension until the emitter gave the GRU its own)", "embedding",
+         lambda k: [_lstm(k, 5, return_sequences=True, name="lstm"), _gru(k, 4, return_sequences=True, name="gru")],
+         wiring="concatenate", formats=SMALL_FORMATS, signature={"batch": 5}, seed=26,
+         batches=(("5 rows x 7 steps, lengths 7 3 0 1 6", ("1111111", "1110000", "0000000", "1000000", "1111110")),
+                  ("5 rows x 4 steps, lengths 0 4 2 4 1", ("0000", "1111", "1100", "1111", "1000"))),
+         not_post_padded=("5 rows x 6 steps: post-padded rows, a pre-padded row, a row with a hole",
+                          ("111000", "001111", "101100", "111111", "000000"))),
+    Case("any_parallel",
+         "signature (None, 7, 3): Masking(mask_value=-1.0) -> LSTM(4, return_sequences=True) and SimpleRNN(3, "
+         "return_sequences=True) "
+         "over the same input, concatenated: two recurrent ops read one tensor", "masking",
+         lambda k: [_lstm(k, 4, return_sequences=True, name="lstm"), _rnn(k, 3, return_sequences=True, name="rnn")],
+         mask_mode="any", mask_value=-1.0, wiring="parallel", formats=SMALL_FORMATS, signature={"steps": 7},
+         batches=(("7 steps: full, empty, pre-padded, holes, both ends, post-padded",
+                   ("1111111", "0000000", "0001111", "1010110", "0111100", "1110000")),
+                  ("7 steps: pre-padded to one step, post-padded to one step", ("0000001", "1000000"))),
+         seed=27),
 )
 
 # masks as strings, one per row ("1" = valid step)
@@ -430,9 +460,16 @@ def build_model(case: Case, keras, np):
         x = keras.layers.Masking(mask_value=case.mask_value, dtype=case.dtype, name="masking")(inputs[0])
     else:
         x, mask = inputs
+    first, sequences = x, []
     for layer in case.layers(keras):
         recurrent = isinstance(layer, (keras.layers.RNN, keras.layers.Bidirectional))
-        x = layer(x, mask=mask) if recurrent and mask is not None else layer(x)
+        source = first if case.wiring == "parallel" else x
+        x = layer(source, mask=mask) if recurrent and mask is not None else layer(source)
+        sequences.append(x)
+    if case.wiring in WIRINGS:
+        x = keras.layers.Concatenate(name="concatenate")(sequences)
+    elif case.wiring != "chain":
+        raise ValueError(f"case {case.name}: unknown wiring {case.wiring!r}")
     model = keras.Model(inputs if len(inputs) > 1 else inputs[0], x, name=case.name)
     rng = np.random.default_rng(case.seed)  # as tests/kerasutil.randomize_weights: no zero bias
     for layer in model.layers:
