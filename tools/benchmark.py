@@ -23,8 +23,8 @@ post-padded, with lengths spread evenly over fill +- 0.125 (every row full at fi
 rows: T=100, batch 1 and 32, 1 thread, fill 1.0 and 0.5. Each cell is timed in interleaved rounds
 (every variant once per round, the order rotating, a run under 10 ms after an untimed one of the
 same model, so that it is timed with its own data in the caches), after a warm-up; the number
-of rounds follows from a time budget per cell. Reported: medians, p10-p90 and the interquartile range of
-each variant, and the ratios (median over median; p10-p90 of the per-round ratios).
+of rounds follows from a time budget per cell. Reported: medians, p10-p90 and the interquartile
+range of each variant, and the ratios (median over median; p10-p90 of the per-round ratios).
 
 The timing runs in one child process per thread count, with one onnxruntime global thread pool
 shared by the variants' sessions: per-session pools left spinning after a run would steal a

@@ -168,13 +168,11 @@ def _bidirectional(keras, layer, **kwargs):
     return keras.layers.Bidirectional(layer, name="bidirectional", **kwargs)
 
 
-# how a case's layers connect, other than one after the other ("chain"): both end in a Concatenate of
-# every layer's sequence, so a recurrent op's input is also read by another node (OpenVINO's CPU plugin
-# once scrambled such a shared input with a static dimension, which its static-shape runs have)
-WIRINGS = {
-    "concatenate": "each layer reads the one before; the output concatenates every layer's sequence",
-    "parallel": "every layer reads the same input; the output concatenates their sequences",
-}
+# how a case's layers connect other than one after the other ("chain"): "concatenate" (each layer reads
+# the one before) and "parallel" (every layer reads the same input) both output a Concatenate of every
+# layer's sequence, so a recurrent op's input is also read by another node (OpenVINO's CPU plugin once
+# scrambled such a shared input with a static dimension, which its static-shape runs have)
+WIRINGS = ("concatenate", "parallel")
 
 CASES = (
     Case("embedding_forward",
@@ -322,9 +320,9 @@ CASES = (
          target="openvino", left_as_loop=("target openvino",), formats=SMALL_FORMATS, seed=25),
     Case("stacked_concatenate",
          "signature tokens (5, None): Embedding(mask_zero=True) -> LSTM(5, return_sequences=True) -> GRU(4, "
-         "return_sequences=True), the "
-         "output both sequences concatenated: the GRU's input is also an output (OpenVINO's CPU plugin "
-         "scrambled such a shared input with a static dimension until the emitter gave the GRU its own)", "embedding",
+         "return_sequences=True), the output both sequences concatenated: the GRU's input is also an output "
+         "(OpenVINO's CPU plugin scrambled such a shared input with a static dimension until the emitter "
+         "gave the GRU its own)", "embedding",
          lambda k: [_lstm(k, 5, return_sequences=True, name="lstm"), _gru(k, 4, return_sequences=True, name="gru")],
          wiring="concatenate", formats=SMALL_FORMATS, signature={"batch": 5}, seed=26,
          batches=(("5 rows x 7 steps, lengths 7 3 0 1 6", ("1111111", "1110000", "0000000", "1000000", "1111110")),
@@ -333,8 +331,7 @@ CASES = (
                           ("111000", "001111", "101100", "111111", "000000"))),
     Case("any_parallel",
          "signature (None, 7, 3): Masking(mask_value=-1.0) -> LSTM(4, return_sequences=True) and SimpleRNN(3, "
-         "return_sequences=True) "
-         "over the same input, concatenated: two recurrent ops read one tensor", "masking",
+         "return_sequences=True) over the same input, concatenated: two recurrent ops read one tensor", "masking",
          lambda k: [_lstm(k, 4, return_sequences=True, name="lstm"), _rnn(k, 3, return_sequences=True, name="rnn")],
          mask_mode="any", mask_value=-1.0, wiring="parallel", formats=SMALL_FORMATS, signature={"steps": 7},
          batches=(("7 steps: full, empty, pre-padded, holes, both ends, post-padded",
