@@ -21,9 +21,11 @@ schedule makes the cost follow the valid steps (packed sequences):
   step, and past a row's length its last valid output (zeros for an empty row). That is a plain
   forward layer's sequence as Keras gives it, so such a layer skips the fix-up ``Where`` (the
   single node's branch applies it inside the ``If``); the other fix-ups downstream are the same;
-* whether it pays is decided at run time: an ``If`` per mask computes the plan (and, in an ``If``
-  nested in it, the gather indices when the segments pay) only for batches of at least
-  ``MIN_BATCH`` rows (else a few constants), and an ``If`` per layer runs the
+* whether it pays is decided at run time: an ``If`` per mask computes the plan only for batches of
+  at least ``MIN_BATCH`` rows (else a few constants); in it, a cheap bound (the sum of the
+  lengths) first rules out batches where no segments could pay (full or nearly equal rows), then
+  an ``If`` nested in it sorts and cuts, and one nested in that computes the gather indices when
+  the segments pay. An ``If`` per layer runs the
   segments when the estimated cost (the rows times steps the segments cover, plus a fixed cost
   per segment and per plan) is below ``GAIN`` of the single node's (batch times longest row),
   and the single node otherwise, exactly as without a schedule. With a static batch below
@@ -55,6 +57,7 @@ SEGMENTS = len(RANKS_16THS) + 1
 MIN_BATCH = 8           # below this many rows the single node always runs (measured: tools/benchmark.py)
 SEGMENT_COST = 10       # a segment's fixed cost, in row-steps of the recurrent op
 PLAN_COST = 70          # the plan's and the gathers' cost, in row-steps
+FIXED_COST = SEGMENT_COST * SEGMENTS + PLAN_COST
 GAIN = (3, 4)           # run the segments when their estimated cost is below 3/4 of the single node's
 SCHEDULE_NAME = "masked_lstm_rewriter_schedule"   # the If nodes' names start with it (corpus/ops.py)
 # the one target a scheduled model is made for (make_rewriter refuses the schedule for any other);
@@ -102,8 +105,9 @@ def plan_segments(graph, counts: str, guarded: str, time_major: str) -> SegmentP
     """The plan over the lengths ``counts`` ([B] int32, node layout) and the number of steps (axis 0
     of ``time_major``), in one If: for batches of at least ``MIN_BATCH`` rows (the batch size read
     off ``guarded``, the lengths through the "post" guard, so that the guard runs first on every
-    path), the segments, whether they pay, and, in an If nested in it, the gather indices where
-    they do; else placeholders. One If, so that a small batch pays for one.
+    path), whether segments could pay at all (:func:`_may_pay`), and where they could, in an If
+    nested in it, the segments, whether they pay, and, in an If nested in that, the gather indices
+    where they do; else placeholders. One If at the top, so that a small batch pays for one.
 
     (The layers' nodes are not in it: a node in an If nested in another ran slower, measured in
     onnxruntime 1.31, +7% to +11% for the plugin's models at batch 32.)"""
@@ -112,6 +116,9 @@ def plan_segments(graph, counts: str, guarded: str, time_major: str) -> SegmentP
 
     def plan(g):
         lengths = _op(g, "Cast", counts, to=TensorProto.INT64)
+        return _if(g, _may_pay(g, lengths, batch), "segments", lambda inner: segments(inner, lengths), placeholders)
+
+    def segments(g, lengths):
         use, order, first, end, active = _compute_segments(g, lengths, batch)
         starts = _pairs(g, first, _const(g, "zeros", [0] * SEGMENTS))
         bounds = _op(g, "Concat", *starts, *_pairs(g, end, active), active, axis=0)
@@ -256,18 +263,34 @@ def _compute_segments(g, lengths: str, batch: str) -> tuple:
     return use, order, first, end, active
 
 
+def _may_pay(g, lengths: str, batch: str) -> str:
+    """Bool [1]: can the segments pay at all? A necessary condition of :func:`_worth_it`, cheap enough
+    to run first, so that a batch of full or nearly equal rows skips the sort and the segments: they
+    cover every valid step (their cost is at least the sum of the lengths plus the fixed costs) and
+    need a longest row of at least SEGMENTS steps."""
+    longest = _reduce_max(g, lengths, 0, keepdims=1)
+    least = _op(g, "Add", _op(g, "ReduceSum", lengths, _const(g, "axes", [0]), keepdims=1),
+                _const(g, "fixed", [FIXED_COST]))
+    return _cheaper(g, least, _op(g, "Mul", batch, longest), longest)
+
+
 def _worth_it(g, batch: str, longest: str, active: str, length: str) -> str:
     """Bool scalar: every segment has a step (the longest row has at least SEGMENTS steps) and the
     segments' estimated cost is below GAIN of the single node's, in row-steps: a node runs at least
     ~2 rows' worth of work per step, plus SEGMENT_COST per segment and PLAN_COST."""
     rows = _op(g, "Max", active, _const(g, "two", [2]))
     covered = _op(g, "ReduceSum", _op(g, "Mul", rows, length), _const(g, "axes", [0]), keepdims=1)
-    cost = _op(g, "Add", covered, _const(g, "fixed", [SEGMENT_COST * SEGMENTS + PLAN_COST]))
-    single = _op(g, "Mul", batch, longest)
+    cost = _op(g, "Add", covered, _const(g, "fixed", [FIXED_COST]))
+    return _cheaper(g, cost, _op(g, "Mul", batch, longest), longest)
+
+
+def _cheaper(g, cost: str, single: str, longest: str) -> str:
+    """Bool [1], an If's condition: ``cost`` is below GAIN of ``single`` (row-steps, [1] each) and the
+    longest row has at least SEGMENTS steps (one per segment)."""
     cheaper = _op(g, "Less", _op(g, "Mul", cost, _const(g, "gain_den", [GAIN[1]])),
                   _op(g, "Mul", single, _const(g, "gain_num", [GAIN[0]])))
     long_enough = _op(g, "GreaterOrEqual", longest, _const(g, "segments", [SEGMENTS]))
-    return _op(g, "And", cheaper, long_enough)                               # [1]: an If's condition
+    return _op(g, "And", cheaper, long_enough)
 
 
 def _pairs(g, left: str, right: str) -> tuple:
@@ -323,11 +346,11 @@ def _gather_indices(g, lengths: str, steps: str, order: str, first: str, end: st
     return gather_y, gather_c
 
 
-def _reduce_max(g, tensor: str, axis: int) -> str:
-    """ReduceMax over ``axis`` without keeping it (its axes became an input in opset 18)."""
+def _reduce_max(g, tensor: str, axis: int, keepdims: int = 0) -> str:
+    """ReduceMax over ``axis`` (its axes became an input in opset 18)."""
     if g.opset >= 18:
-        return _op(g, "ReduceMax", tensor, _const(g, "axes", [axis]), keepdims=0)
-    return _op(g, "ReduceMax", tensor, axes=[axis], keepdims=0)
+        return _op(g, "ReduceMax", tensor, _const(g, "axes", [axis]), keepdims=keepdims)
+    return _op(g, "ReduceMax", tensor, axes=[axis], keepdims=keepdims)
 
 
 def _scalar(g, value: int) -> str:

@@ -2,9 +2,13 @@
 """The length-ordered schedule (masked_lstm_rewriter/schedule.py): exact at every position, for
 every layer kind, direction and mask mode, on batches that run it and on batches that do not."""
 
+import functools
+
 import numpy as np
 import onnx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from onnx import helper
 
 from kerasutil import (assert_matches_keras, check_conversion, convert, keras, layer_directions, onnx_outputs,
@@ -205,18 +209,65 @@ def test_a_plain_layer_takes_its_sequence_off_the_gather(layer, wheres):
     assert sum(n.op_type == "Where" for n in single.node) == (2 if wheres == 0 else 0)
 
 
+def nested_ifs(node) -> list:
+    """The If nodes directly in ``node``'s branches."""
+    return [n for a in node.attribute for n in a.g.node if n.op_type == "If"]
+
+
 def test_one_if_per_mask_and_one_per_layer():
-    """A small batch pays for one If per mask, the plan's (the gather indices are an If nested in
-    it), and one per layer. (The layers' nodes are not nested in the plan's If: a node two Ifs
-    deep ran slower in onnxruntime 1.31.)"""
+    """A small batch pays for one If per mask, the plan's, and one per layer. In the plan's If, the
+    sort and the segments are an If that a cheap bound skips (full rows), and the gather indices an
+    If in that one. (The layers' nodes are not nested in the plan's If: a node two Ifs deep ran
+    slower in onnxruntime 1.31.)"""
     model, spec, _ = embedding_model(keras.layers.LSTM(UNITS, return_sequences=True),
                                      keras.layers.GRU(UNITS, return_sequences=True))
     onnx_model = convert(model, spec, rewriter=SCHEDULED)
     ifs = [n.name for n in onnx_model.graph.node if n.op_type == "If"]
     assert len(ifs) == 3 and sum("_plan" in name for name in ifs) == 1, ifs
     plan = next(n for n in onnx_model.graph.node if n.op_type == "If" and "_plan" in n.name)
-    nested = [n for a in plan.attribute for n in a.g.node if n.op_type == "If"]
-    assert len(nested) == 1 and "_indices" in nested[0].name
+    segments = nested_ifs(plan)
+    assert [n.name.startswith(SCHEDULE_NAME + "_segments") for n in segments] == [True]
+    assert [n.name.startswith(SCHEDULE_NAME + "_indices") for n in nested_ifs(segments[0])] == [True]
+
+
+@functools.lru_cache(maxsize=None)
+def plan_conditions():
+    """An onnxruntime session: lengths [B] int32 -> (the cheap bound, whether the segments pay)."""
+    import onnxruntime as ort
+    from tf2onnx.graph import Graph
+
+    from masked_lstm_rewriter import schedule
+    g = Graph([], opset=15)
+    g.add_graph_input("lengths", onnx.TensorProto.INT32, [-1])
+    lengths = g.make_node("Cast", ["lengths"], attr={"to": onnx.TensorProto.INT64}).output[0]
+    batch = g.make_node("Shape", [lengths]).output[0]
+    outputs = [schedule._may_pay(g, lengths, batch), schedule._compute_segments(g, lengths, batch)[0]]
+    for output in outputs:
+        g.add_graph_output(output, onnx.TensorProto.BOOL, [1])
+    model = g.make_model("plan_conditions")
+    model.ir_version = 8
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(lengths=st.lists(st.integers(0, 200), min_size=MIN_BATCH, max_size=64),
+       tail=st.sampled_from(["uniform", "one long", "lognormal"]))
+def test_the_cheap_bound_never_rules_out_segments_that_pay(lengths, tail):
+    """:func:`_may_pay` skips the sort and the segments: it must hold wherever the full test holds
+    (else a batch that would pay runs the single node: exact, but slow)."""
+    lengths = np.asarray(lengths)
+    if tail == "one long":
+        lengths = np.minimum(lengths, 12)
+        lengths[0] = 200
+    elif tail == "lognormal":
+        lengths = np.minimum(np.exp(lengths / 40.0) * 3, 200).astype(np.int64)
+    may_pay, pays = (bool(r.all()) for r in plan_conditions().run(None, {"lengths": lengths.astype(np.int32)}))
+    assert may_pay or not pays, lengths
+
+
+def test_the_cheap_bound_skips_full_rows_and_keeps_long_tails():
+    assert [bool(plan_conditions().run(None, {"lengths": np.asarray(lengths, np.int32)})[0].all())
+            for lengths in ([STEPS] * 16, [30] * 8 + [20] * 8, LONG_TAILED)] == [False, False, True]
 
 
 def test_off_by_default():
