@@ -10,9 +10,10 @@ TensorFlow picks its Keras once, at import, so Keras 3 and tf_keras cannot share
 Each run is ``python -m pytest tests`` (plus any arguments not recognised here, passed through
 to pytest: ``-x``, ``-k EXPR``, ``tests/test_guard.py``, ...). On a machine with two cores or
 more the two runs go at once (``--jobs``, default: one per flavour up to the cores; measured on 2
-cores: 36-42 minutes for both, against about 62 one after the other): Keras 3's output shows
+cores: 36-60 minutes for both, against about 62 one after the other): Keras 3's output shows
 live, tf_keras's is printed when both have ended. ``--jobs 1`` runs them one after the other,
-both live. Counts come from each run's JUnit XML report. Prints the counts per flavour, then
+both live. Counts come from each run's JUnit XML report. Prints each flavour's slowest test
+files (minutes), the counts per flavour, then
 as its very last line ``N passed, N failed, N skipped`` (errors count as failed; a run that
 crashed or ran no test counts as one failed). Exits non-zero when any run failed, had errors, crashed, or ran no test.
 
@@ -34,6 +35,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTS = "tests"
 FLAVOURS = ("keras3", "tf_keras")
 NO_TESTS_COLLECTED = 5  # pytest's exit code when nothing ran
+SLOWEST = 8             # test files listed with their time after the run
 
 
 @dataclasses.dataclass
@@ -46,6 +48,7 @@ class Result:
     exit_code: int = 0
     seconds: float = 0.0
     problem: str = ""  # why the run counts as failed beyond its test counts
+    file_seconds: dict = dataclasses.field(default_factory=dict)  # test file -> seconds of its cases
 
     @property
     def ran(self) -> int:
@@ -101,9 +104,12 @@ def names_paths(pytest_args) -> bool:
 
 
 def count_junit(path: str, result: Result) -> None:
-    """Counts per test case: an error or failure makes it failed, else skipped, else passed."""
+    """Counts per test case: an error or failure makes it failed, else skipped, else passed; and
+    each test file's time (where CI's time goes, for sampling: README, Testing)."""
     root = ElementTree.parse(path).getroot()
     for case in root.iter("testcase"):
+        module = next((part for part in case.get("classname", "").split(".") if part.startswith("test_")), "?")
+        result.file_seconds[module] = result.file_seconds.get(module, 0.0) + float(case.get("time") or 0)
         tags = {child.tag for child in case}
         if "error" in tags:
             result.errors += 1
@@ -197,6 +203,10 @@ def main(argv=None) -> int:
         results = run_all(flavours, args, pytest_args, report_dir)
 
     print()
+    print(f"=== the {SLOWEST} slowest test files (minutes)")
+    for r in results:
+        slowest = sorted(r.file_seconds.items(), key=lambda item: -item[1])[:SLOWEST]
+        print(f"{r.flavour:>8}: " + ", ".join(f"{name} {seconds / 60:.1f}" for name, seconds in slowest))
     print("=== summary (errors count as failed)")
     for r in results:
         status = "ok" if r.ok else "FAILED"
