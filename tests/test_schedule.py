@@ -265,6 +265,17 @@ def test_the_cheap_bound_never_rules_out_segments_that_pay(lengths, tail):
     assert may_pay or not pays, lengths
 
 
+def test_a_batch_past_the_bound_that_does_not_pay():
+    """Lengths spread evenly (an empty row among them) pass the cheap bound, then the full test
+    finds the segments do not pay: the plan's middle path (sorted and cut, no indices) and the
+    single node, exact at every position."""
+    lengths = [26, 20, 11, 12, 1, 3, 0, 7, 33, 26, 37, 20, 24, 39, 29]
+    bound, pays = (bool(r.all()) for r in plan_conditions().run(None, {"lengths": np.asarray(lengths, np.int32)}))
+    assert (bound, pays) == (True, False)
+    model, spec, _ = embedding_model(keras.layers.LSTM(UNITS, return_sequences=True, return_state=True))
+    check_scheduled(model, spec, [[tokens(lengths)]], {"LSTM": 1}, taken=False)
+
+
 def test_the_cheap_bound_skips_full_rows_and_keeps_long_tails():
     assert [bool(plan_conditions().run(None, {"lengths": np.asarray(lengths, np.int32)})[0].all())
             for lengths in ([STEPS] * 16, [30] * 8 + [20] * 8, LONG_TAILED)] == [False, False, True]
