@@ -137,26 +137,42 @@ def check_conversion(model, spec, inputs, rewriter="default", ops=None, opset=15
     Keras on ``inputs``, at every position. ``ops``: the expected native op counts
     (``{"LSTM": 2}``), or a function of the signature form that gives them, checked with no
     Loop left. Returns the model converted with ``spec``."""
+    return check_batches(model, spec, [inputs], rewriter, ops, opset)
+
+
+def check_batches(model, spec, batches, rewriter="default", ops=None, opset=15):
+    """:func:`check_conversion` on several batches (each a list of inputs): each signature form is
+    converted once for all the batches it gives the same spec (the declared form always), not
+    once per batch."""
     rewriter = mlr.rewrite_masked_lstm if rewriter == "default" else rewriter
     converted = None
     for form in signatures.forms_for():
-        form_spec, batches = signatures.signature(spec, inputs, form)
-        onnx_model = convert(model, form_spec, rewriter=rewriter, opset=opset)
-        needs_target = _runtimes_needing_a_target(rewriter)
-        for op, count in ((ops(form) if callable(ops) else ops) or {}).items():
-            assert_native(onnx_model, lstm=count, op=op)
-        for runtime in runtimes.runtimes():
-            runtime_model = onnx_model
-            if runtime in needs_target:  # convert as a user targeting that runtime would
-                runtime_model = convert(model, form_spec, mlr.make_rewriter(rewriter.mask_mode, runtime), opset)
-            for batch in batches:
-                try:
-                    assert_matches_keras(model, runtime_model, form_spec, batch, runtime)
-                except AssertionError as error:
-                    raise AssertionError(f"signature {form!r} ({[s.shape for s in form_spec]}): {error}") from error
-        if converted is None:
-            converted = onnx_model
+        by_spec = {}  # the form's spec (as text) -> (spec, the batches to feed it)
+        for inputs in batches:
+            form_spec, fed = signatures.signature(spec, inputs, form)
+            by_spec.setdefault(repr(form_spec), (form_spec, []))[1].extend(fed)
+        for form_spec, fed in by_spec.values():
+            onnx_model = _check_form(model, form, form_spec, fed, rewriter, ops, opset)
+            converted = converted or onnx_model
     return converted
+
+
+def _check_form(model, form, form_spec, batches, rewriter, ops, opset):
+    """One conversion with ``form_spec``, checked on every runtime and batch; returns it."""
+    onnx_model = convert(model, form_spec, rewriter=rewriter, opset=opset)
+    needs_target = _runtimes_needing_a_target(rewriter)
+    for op, count in ((ops(form) if callable(ops) else ops) or {}).items():
+        assert_native(onnx_model, lstm=count, op=op)
+    for runtime in runtimes.runtimes():
+        runtime_model = onnx_model
+        if runtime in needs_target:  # convert as a user targeting that runtime would
+            runtime_model = convert(model, form_spec, mlr.make_rewriter(rewriter.mask_mode, runtime), opset)
+        for batch in batches:
+            try:
+                assert_matches_keras(model, runtime_model, form_spec, batch, runtime)
+            except AssertionError as error:
+                raise AssertionError(f"signature {form!r} ({[s.shape for s in form_spec]}): {error}") from error
+    return onnx_model
 
 
 def canonical(onnx_model):

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import helper
 
-from kerasutil import (assert_matches_keras, check_conversion, convert, keras, layer_directions, onnx_outputs,
+from kerasutil import (assert_matches_keras, check_batches, convert, keras, layer_directions, onnx_outputs,
                        post_padded_tokens, scheduled_layers, walk_nodes)
 from models import FEATURES, UNITS, embedding_model, explicit_mask_model, initial_state_model
 from test_stacked_cells import stacked_embedding_model
@@ -63,10 +63,9 @@ SCHEDULED = scheduled()
 def check_scheduled(model, spec, batches, ops, taken=True, rewriter=SCHEDULED):
     """Exact on every batch under the signature forms, and the dynamic model runs the segments on
     each batch (``taken``); returns that model."""
-    onnx_model = None
+    onnx_model = check_batches(model, spec, batches, rewriter=rewriter, ops=ops)
+    assert scheduled_layers(onnx_model) == sum(ops.values()), "every layer carries the schedule"
     for inputs in batches:
-        onnx_model = check_conversion(model, spec, inputs, rewriter=rewriter, ops=ops)
-        assert scheduled_layers(onnx_model) == sum(ops.values()), "every layer carries the schedule"
         feeds = {s.name: np.asarray(x) for s, x in zip(spec, inputs)}
         assert all(schedule_taken(onnx_model, feeds)) == taken, [len(i) for i in inputs]
     return onnx_model
