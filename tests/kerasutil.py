@@ -167,11 +167,12 @@ def _check_form(model, form, form_spec, batches, rewriter, ops, opset):
         runtime_model = onnx_model
         if runtime in needs_target:  # convert as a user targeting that runtime would
             runtime_model = convert(model, form_spec, mlr.make_rewriter(rewriter.mask_mode, runtime), opset)
-        for batch in batches:
+        for index, batch in enumerate(batches):
             try:
                 assert_matches_keras(model, runtime_model, form_spec, batch, runtime)
             except AssertionError as error:
-                raise AssertionError(f"signature {form!r} ({[s.shape for s in form_spec]}): {error}") from error
+                where = f"signature {form!r} ({[s.shape for s in form_spec]}), batch {index} of the form"
+                raise AssertionError(f"{where}: {error}") from error
     return onnx_model
 
 
