@@ -10,7 +10,7 @@ TensorFlow picks its Keras once, at import, so Keras 3 and tf_keras cannot share
 Each run is ``python -m pytest tests`` (plus any arguments not recognised here, passed through
 to pytest: ``-x``, ``-k EXPR``, ``tests/test_guard.py``, ...). On a machine with two cores or
 more the two runs go at once (``--jobs``, default: one per flavour up to the cores; measured on 2
-cores: 36-60 minutes for both, against about 62 one after the other): Keras 3's output shows
+cores: 38-60 minutes for both, against about 62 one after the other): Keras 3's output shows
 live, tf_keras's is printed when both have ended. ``--jobs 1`` runs them one after the other,
 both live. Counts come from each run's JUnit XML report. Prints each flavour's slowest test
 files (minutes), the counts per flavour, then
