@@ -156,7 +156,8 @@ def check_batches(model, spec, batches, rewriter="default", ops=None, opset=15):
             by_spec.setdefault(repr(form_spec), (form_spec, []))[1].extend(fed)
         for form_spec, fed in by_spec.values():
             onnx_model = _check_form(model, form, form_spec, fed, rewriter, ops, opset)
-            converted = converted or onnx_model
+            if converted is None:
+                converted = onnx_model
     return converted
 
 
