@@ -15,6 +15,7 @@ the command line before it chooses its Keras flavour.
 import importlib
 
 _EXPORTS = {
+    "convert": "conversion", "Converted": "conversion",
     "make_rewriter": "plugin", "rewrite_masked_lstm": "plugin", "enable": "plugin", "disable": "plugin",
     "enabled_mode": "plugin", "last_report": "report", "ConversionReport": "report", "LayerReport": "report",
     "GUARD_MESSAGE": "masks", "MASK_MODES": "masks", "TARGETS": "emit",

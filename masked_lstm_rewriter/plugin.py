@@ -17,7 +17,7 @@ from typing import Optional
 from tf2onnx import tfonnx
 from tf2onnx.tf_loader import find_function
 
-from . import time_distributed
+from . import keras3_fixes, time_distributed
 from .batch import batch_root, same_batch
 from .emit import TARGETS, check_target, emit_layer, target_refusal
 from .masks import MASK_MODES, MaskPlanner, broadcast_mask
@@ -34,18 +34,37 @@ _MARK = "_is_masked_lstm_rewriter"
 
 def _check_mask_mode(mask_mode: str) -> None:
     if mask_mode not in MASK_MODES:
-        raise ValueError(f"mask_mode must be one of {MASK_MODES}, not {mask_mode!r}")
+        raise ValueError(f"mask_mode must be one of {MASK_MODES} (or None: the runtime's default), not {mask_mode!r}")
 
 
 # measured with OpenVINO 2026.4 (tests/test_openvino.py pins it)
 OPENVINO_GUARD_NOTE = ("OpenVINO enforces the \"post\" guard except in synchronous inference compiled with "
                        "INFERENCE_NUM_THREADS=1, which drops every runtime error and returns empty or stale outputs: "
                        "there, use mask_mode='any' (exact for any mask) or start_async() + wait()")
+# the mode a conversion gets when none is asked for: "any" where the runtime can drop the guard's error
+DEFAULT_MASK_MODES = {None: "post", "onnxruntime": "post", "openvino": "any"}
 
 
-def make_rewriter(mask_mode: str = "post", target: Optional[str] = None, schedule: bool = False):
+def resolve_mask_mode(mask_mode: Optional[str], target: Optional[str]) -> str:
+    """The mask mode to use: ``mask_mode`` if given, else the target runtime's default.
+
+    OpenVINO's default is ``"any"``: its synchronous single-thread inference drops the
+    ``"post"`` guard's error and returns garbage for a pre-padded batch. Asking for ``"post"``
+    there anyway is allowed, with a WARNING saying so."""
+    check_target(target)
+    if mask_mode is None:
+        return DEFAULT_MASK_MODES[target]
+    _check_mask_mode(mask_mode)
+    if target == "openvino" and mask_mode == "post":
+        logger.warning("mask_mode='post' for OpenVINO: %s", OPENVINO_GUARD_NOTE)
+    return mask_mode
+
+
+def make_rewriter(mask_mode: Optional[str] = None, target: Optional[str] = None, schedule: bool = False):
     """A tf2onnx custom rewriter ``(graph, ops) -> ops`` for masked Keras LSTM, GRU and SimpleRNN loops.
 
+    ``mask_mode``: ``"post"`` (post-padded masks, checked at run time), ``"any"`` (every mask),
+    or None for the target's default (``"any"`` for OpenVINO, else ``"post"``).
     ``target``: None for a model any runtime runs exactly where it compiles it; ``"openvino"`` to
     also keep as Loops the layers OpenVINO's native recurrent ops cannot run (their activations);
     ``"onnxruntime"`` for a model meant for onnxruntime only.
@@ -54,13 +73,10 @@ def make_rewriter(mask_mode: str = "post", target: Optional[str] = None, schedul
     ``target="onnxruntime"``: OpenVINO 2026.4 computes some layers inside its ``If`` wrongly, with
     no error (``schedule.NOT_FOR``), so a scheduled model is made for onnxruntime on request only,
     and each scheduled layer's report names OpenVINO in ``not_for``."""
-    _check_mask_mode(mask_mode)
-    check_target(target)
+    mask_mode = resolve_mask_mode(mask_mode, target)
     if schedule and target != SCHEDULE_TARGET:
         raise ValueError(f"schedule=True needs target={SCHEDULE_TARGET!r} (not {target!r}): the schedule is exact on "
                          f"onnxruntime only ({'; '.join(SCHEDULE_NOT_FOR.values())})")
-    if target == "openvino" and mask_mode == "post":
-        logger.info(OPENVINO_GUARD_NOTE)
 
     def rewrite_masked_lstm(graph, ops):
         if is_masked_recurrent_body(graph):
@@ -299,27 +315,33 @@ class _Enabled(contextlib.AbstractContextManager):
         if self._previous is None:
             disable()
         else:
-            enable(self._previous.mask_mode, self._previous.target, self._previous.schedule)
+            _install(self._previous)
         return False
 
 
-def enable(mask_mode: str = "post", target: Optional[str] = None, schedule: bool = False) -> _Enabled:
+def enable(mask_mode: Optional[str] = None, target: Optional[str] = None, schedule: bool = False) -> _Enabled:
     """Apply the rewrite in every tf2onnx conversion of this process from now on.
 
-    ``target`` as in :func:`make_rewriter`. Enabling again changes the mode; the rewrite is
-    never applied twice (not even when a caller also passes it in ``custom_rewriter``). Use the
-    result as a context manager to restore the previous state on exit. In a Keras 3 process it
-    also makes Keras trace ``TimeDistributed`` correctly (:mod:`.time_distributed`).
+    ``mask_mode`` and ``target`` as in :func:`make_rewriter`; the default mask mode is the
+    target's (``"any"`` for OpenVINO, else ``"post"``). Enabling again changes the mode; the
+    rewrite is never applied twice (not even when a caller also passes it in ``custom_rewriter``).
+    Use the result as a context manager to restore the previous state on exit. It also applies
+    the fixes Keras 3 models need to convert at all (:mod:`.time_distributed`, :mod:`.keras3_fixes`).
     """
-    global _original_process_parsed_graph, _enabled_rewriter  # pylint: disable=global-statement
-    rewriter = make_rewriter(mask_mode, target, schedule)
     previous = _enabled_rewriter
+    _install(make_rewriter(mask_mode, target, schedule))
+    return _Enabled(previous)
+
+
+def _install(rewriter) -> None:
+    """Make ``rewriter`` the one every tf2onnx conversion of this process runs."""
+    global _original_process_parsed_graph, _enabled_rewriter  # pylint: disable=global-statement
     if _original_process_parsed_graph is None:
         _original_process_parsed_graph = tfonnx.process_parsed_graph
         tfonnx.process_parsed_graph = _with_rewriter(_original_process_parsed_graph)
     _enabled_rewriter = rewriter
     time_distributed.install()
-    return _Enabled(previous)
+    keras3_fixes.install()
 
 
 def disable() -> None:
@@ -330,6 +352,7 @@ def disable() -> None:
     _original_process_parsed_graph = None
     _enabled_rewriter = None
     time_distributed.uninstall()
+    keras3_fixes.uninstall()
 
 
 def enabled_mode():

@@ -77,3 +77,9 @@ def finish_conversion() -> ConversionReport:
 def last_report() -> Optional[ConversionReport]:
     """The report of the last conversion this thread ran with the rewriter, or None."""
     return _RECORDER.last
+
+
+def start_conversion() -> None:
+    """Forget the last report and any entries left by a conversion that failed half-way."""
+    _RECORDER.pending = []
+    _RECORDER.last = None

@@ -1,0 +1,99 @@
+# SPDX-License-Identifier: Apache-2.0
+"""One call for export scripts: a Keras model, a Keras file or a SavedModel in, an ONNX model out.
+
+    import masked_lstm_rewriter as mlr
+    onnx_model, report = mlr.convert(model, "model.onnx")
+
+It converts with tf2onnx under :func:`.plugin.enable`, so the Keras 3 fixes apply too (the
+``Sequential`` output names of :mod:`.keras3_fixes`, the ``TimeDistributed`` tracing of
+:mod:`.time_distributed`), infers the input signature (:mod:`.keras_source`) and writes the file
+all at once (:mod:`.output_file`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import NamedTuple, Optional
+
+import onnx
+import tensorflow as tf
+import tf2onnx
+from tf2onnx import tf_loader, utils
+
+from . import keras_source, output_file
+from .plugin import enable
+from .report import ConversionReport, last_report, start_conversion
+
+logger = logging.getLogger("masked_lstm_rewriter")
+
+# tf2onnx options that choose what is read from a SavedModel (the rest go to the conversion)
+SAVED_MODEL_OPTIONS = ("tag", "signature_def", "concrete_function", "use_graph_names")
+
+
+class Converted(NamedTuple):
+    """What :func:`convert` returns: the ONNX model and what the rewriter did with each masked layer."""
+
+    onnx_model: onnx.ModelProto
+    report: ConversionReport
+
+
+def convert(model, output_path=None, *, mask_mode: Optional[str] = None, runtime: Optional[str] = None,
+            input_signature=None, opset: Optional[int] = None, schedule: bool = False,
+            **tf2onnx_options) -> Converted:
+    """Convert ``model`` to ONNX with its masked recurrent layers as native ops.
+
+    ``model``: a Keras model (Keras 3 or tf_keras; ``Sequential``, functional or subclassed), or
+    the path of a ``.keras`` / ``.h5`` file or of a SavedModel directory.
+    ``output_path``: where to write the ONNX file (written only if the conversion succeeds).
+    ``mask_mode``: ``"post"``, ``"any"``, or None for the runtime's default (``"any"`` for
+    OpenVINO, else ``"post"``). ``runtime``: None (any runtime), ``"onnxruntime"`` or
+    ``"openvino"`` (as ``target`` in :func:`.make_rewriter`). ``schedule``: the length-aware
+    schedule, with ``runtime="onnxruntime"`` only.
+    ``input_signature``: ``tf.TensorSpec``s; by default the model's own inputs, dynamic in batch
+    and time (a SavedModel keeps its serving signature). Other keyword arguments go to tf2onnx
+    (``from_keras``'s, such as ``inputs_as_nchw`` or ``target``; for a SavedModel also ``tag``,
+    ``signature_def``).
+    """
+    start_conversion()
+    with enable(mask_mode, runtime, schedule):
+        if isinstance(model, (str, os.PathLike)) and keras_source.is_saved_model(model):
+            if input_signature is not None:
+                raise keras_source.SourceError(f"{os.fspath(model)}: a SavedModel is converted with its serving "
+                                               "signature; input_signature= is for Keras models")
+            onnx_model, storage = _from_saved_model(os.fspath(model), opset, tf2onnx_options)
+        else:
+            keras_model = keras_source.load(model) if isinstance(model, (str, os.PathLike)) else model
+            if not keras_source.is_keras_model(keras_model):
+                raise TypeError(f"expected a Keras model or a path, not {type(keras_model).__name__}")
+            spec = input_signature if input_signature is not None else keras_source.input_signature(keras_model)
+            onnx_model, storage = tf2onnx.convert.from_keras(keras_model, input_signature=spec, opset=opset,
+                                                             **tf2onnx_options)
+    report = last_report() or ConversionReport()
+    if output_path is not None:
+        save(onnx_model, output_path, storage)
+    return Converted(onnx_model, report)
+
+
+def _from_saved_model(path: str, opset, options: dict):
+    """tf2onnx's own SavedModel conversion (what ``python -m tf2onnx.convert --saved-model`` does)."""
+    loader = {name: options.pop(name) for name in SAVED_MODEL_OPTIONS if name in options}
+    large_model = options.get("large_model", False)
+    graph_def, inputs, outputs, tables, renames = tf_loader.from_saved_model(
+        path, None, None, loader.get("tag"), loader.get("signature_def"), loader.get("concrete_function"),
+        large_model, return_initialized_tables=True, return_tensors_to_rename=True,
+        use_graph_names=loader.get("use_graph_names", False))
+    with tf.device("/cpu:0"):
+        return tf2onnx.convert._convert_common(  # pylint: disable=protected-access
+            graph_def, name=path, opset=opset, input_names=inputs, output_names=outputs,
+            tensors_to_rename=renames, initialized_tables=tables, **options)
+
+
+def save(onnx_model, path, external_storage=None) -> None:
+    """Write ``onnx_model`` to ``path`` all at once (a zip with its tensors for a large model)."""
+    with output_file.atomic_path(path) as partial:
+        if external_storage is not None:
+            utils.save_onnx_zip(partial, onnx_model, external_storage)
+        else:
+            onnx.save_model(onnx_model, partial)
+    logger.info("ONNX model written to %s", os.fspath(path))
