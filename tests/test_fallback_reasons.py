@@ -1,12 +1,13 @@
 # SPDX-License-Identifier: Apache-2.0
-"""README.md ("Why a layer stays a Loop") lists every reason the rewriter can give for leaving a
-layer a Loop.
+"""docs/why-a-loop.md lists every reason the rewriter can give for leaving a layer a Loop.
 
 The reasons are read from the package's source: the first argument of every ``NoMatch(...)``,
 every string assigned to a name ``reason`` or ``*_REASON``, and the values of a dict assigned to
 a name ``*_REASONS`` (a ``NoMatch`` of a name or a subscript takes its text from there). An
 f-string is matched by its constant start (its stable prefix); a reason must contain at least a
-few words of fixed text.
+few words of fixed text. The strings returned by a function named ``*_refusal`` (a layer kept as a
+Loop for a runtime: ``emit.portability_refusal``, ``emit.target_refusal``) may start with a
+variable part: each of their fixed pieces of at least a few words must be on the page.
 """
 
 import ast
@@ -15,7 +16,8 @@ import os
 import re
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DOC = os.path.join(ROOT, "README.md")
+DOC_NAME = "docs/why-a-loop.md"
+DOC = os.path.join(ROOT, *DOC_NAME.split("/"))
 MIN_PREFIX = 12  # characters of fixed text a reason must start with
 
 
@@ -33,11 +35,16 @@ def stable_text(node):
     return None
 
 
-def reasons_in_source():
-    found = []
+def parsed_sources():
+    """(path, syntax tree) of each module of the package (not its subpackages)."""
     for path in sorted(glob.glob(os.path.join(ROOT, "masked_lstm_rewriter", "*.py"))):
         with open(path, encoding="utf-8") as handle:
-            tree = ast.parse(handle.read(), path)
+            yield path, ast.parse(handle.read(), path)
+
+
+def reasons_in_source():
+    found = []
+    for path, tree in parsed_sources():
         for node in ast.walk(tree):
             if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "NoMatch" and node.args:
                 if not isinstance(node.args[0], (ast.Name, ast.Subscript)):  # those: a *_REASONS dict
@@ -48,6 +55,29 @@ def reasons_in_source():
                     found.append((path, node.lineno, stable_text(node.value)))
                 elif any(name.endswith("_REASONS") for name in names) and isinstance(node.value, ast.Dict):
                     found.extend((path, node.lineno, stable_text(value)) for value in node.value.values)
+    return found
+
+
+def fixed_parts(node):
+    """The constant pieces of a str constant or f-string expression (None for anything else)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    if isinstance(node, ast.JoinedStr):
+        return [part.value for part in node.values if isinstance(part, ast.Constant) and isinstance(part.value, str)]
+    return None
+
+
+def refusals_in_source():
+    """(path, line, fixed pieces) of each string returned by a function named ``*_refusal``."""
+    found = []
+    for path, tree in parsed_sources():
+        for function in ast.walk(tree):
+            if isinstance(function, ast.FunctionDef) and function.name.endswith("_refusal"):
+                for node in ast.walk(function):
+                    if isinstance(node, ast.Return) and node.value is not None:
+                        parts = fixed_parts(node.value)
+                        if parts is not None:
+                            found.append((path, node.lineno, parts))
     return found
 
 
@@ -66,5 +96,13 @@ def test_every_reason_is_documented():
         if reason is None or len(reason.strip()) < MIN_PREFIX:
             problems.append(f"{where}: a reason must start with fixed text (found {reason!r})")
         elif normalise(reason) not in doc:
-            problems.append(f"{where}: {reason!r} is not in README.md")
+            problems.append(f"{where}: {reason!r} is not in {DOC_NAME}")
+    refusals = refusals_in_source()
+    assert len(refusals) >= 2, refusals  # portability_refusal and target_refusal: the scan still works
+    for path, line, parts in refusals:
+        where = f"{os.path.relpath(path, ROOT)}:{line}"
+        pieces = [normalise(part) for part in parts if len(part.strip()) >= MIN_PREFIX]
+        if not pieces:
+            problems.append(f"{where}: a refusal must hold fixed text (found {parts!r})")
+        problems.extend(f"{where}: {piece!r} is not in {DOC_NAME}" for piece in pieces if piece not in doc)
     assert not problems, "\n".join(problems)
