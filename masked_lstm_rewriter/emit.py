@@ -98,7 +98,7 @@ def portability_refusal(layer: MaskedRecurrentLayer) -> Optional[str]:
 # Runtimes a conversion can target, and what each compiles inside its native recurrent ops (None:
 # every activation the plugin supports; OpenVINO 2026.4, measured: "Unsupported activation
 # function" for the others, at compile time). A model converted for a target is exact there;
-# without one, on every runtime the README names.
+# without one, on every runtime docs/supported-layers.md names.
 TARGET_ACTIVATIONS = {"onnxruntime": None, "openvino": ("Sigmoid", "Tanh", "Relu")}
 TARGETS = tuple(TARGET_ACTIVATIONS)
 TARGET_NAMES = {"onnxruntime": "onnxruntime", "openvino": "OpenVINO"}

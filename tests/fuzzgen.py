@@ -59,12 +59,12 @@ KINDS = {"LSTM": RecurrentKind("LSTM", states=2), "GRU": RecurrentKind("GRU", st
          "SimpleRNN": RecurrentKind("SimpleRNN", states=1, gates=False)}
 SAMPLED_KINDS = ("LSTM", "GRU", "SimpleRNN")
 
-# README "Support" table: the activations the rewriter supports (either slot), plus softplus,
+# docs/supported-layers.md, Activations: the activations the rewriter supports (either slot), plus softplus,
 # which it refuses (the layer must stay a Loop with that reason, and still match Keras).
 ACTIVATIONS = ("sigmoid", "tanh", "relu", "hard_sigmoid", "softsign", "softplus", "elu", "linear")
 REFUSED_ACTIVATIONS = ("softplus",)
-# README "How it works": the recurrent activations whose gates reach exactly 0 and 1 (an LSTM's
-# cell state is held over padded steps by driving them there)
+# docs/how-it-works.md ("How the outputs are built"): the recurrent activations whose gates reach
+# exactly 0 and 1 (an LSTM's cell state is held over padded steps by driving them there)
 SATURATING_ACTIVATIONS = ("sigmoid", "hard_sigmoid")
 CELL_STATE_REFUSAL = "cannot hold it over padded steps"
 DIRECTIONS = ("forward", "go_backwards", "bidirectional")
@@ -270,7 +270,7 @@ def build_model(case: ModelCase, weights_from=None):
     """(Keras model, input signature) for ``case``, with random non-zero weights (or, cast to
     floatx, those of the model ``weights_from``).
 
-    Keras 3 drops an implicit mask when ``initial_state=`` is given (README, Limits), so the first
+    Keras 3 drops an implicit mask when ``initial_state=`` is given (docs/limits.md), so the first
     layer then gets its mask explicitly (for Embedding/Masking: computed from the input in the graph)."""
     keras.utils.set_random_seed(case.seed)
     inputs, spec, mask = [], [], None
@@ -653,7 +653,7 @@ def keras_overflows_inside(layer_outputs, inputs) -> bool:
 
 def _check_feed(result, sessions, spec, feed: Feed, referee, guarded, stock_loops=frozenset()):
     """"any" on the feed; "post" too where its mask is post-padded, else "post" must fail with the guard
-    (on onnxruntime: OpenVINO's synchronous single-thread inference drops errors, see the README)."""
+    (on onnxruntime: OpenVINO's synchronous single-thread inference drops errors, see docs/openvino.md)."""
     exact_modes = ["any"] + (["post"] if is_post_padded(feed.mask) or not guarded else [])
     for name in [f"{mode}{runtime}" for mode in exact_modes for runtime in ("", " on openvino")]:
         if name in sessions:

@@ -5,7 +5,7 @@ on OpenVINO too when ``MLR_OPENVINO`` is on, see :mod:`runtimes`).
 Skipped when openvino is not installed. Each test compiles the model the way a user would: with
 the shapes it declares (dynamic), and where it says so with static ones too. One test pins the
 runtime behaviour the emitter is built around (OpenVINO ignores ``sequence_lens`` with dynamic
-shapes): if it fails, OpenVINO changed, and the README's OpenVINO notes should say so.
+shapes): if it fails, OpenVINO changed, and docs/openvino.md should say so.
 """
 
 import logging
@@ -80,10 +80,10 @@ def test_guard_fails_loudly(static):
 
 
 def test_single_thread_synchronous_inference_drops_runtime_errors():
-    """An OpenVINO 2026.4 limit the README documents: compiled with INFERENCE_NUM_THREADS=1, the
+    """An OpenVINO 2026.4 limit docs/openvino.md documents: compiled with INFERENCE_NUM_THREADS=1, the
     synchronous infer() drops any runtime error (here the guard's) and returns empty outputs, or
     the previous request's; start_async() + wait() still raises. If this fails, OpenVINO changed:
-    update the README's OpenVINO notes."""
+    update docs/openvino.md."""
     model, spec, inputs = embedding_model(keras.layers.LSTM(UNITS, return_sequences=True))
     onnx_model = convert(model, spec)
     core = ov.Core()
@@ -119,7 +119,7 @@ def test_hard_sigmoid_for_openvino_stays_a_loop_that_openvino_runs(caplog):
 
 
 def test_loops_load_from_memory_not_from_a_path(tmp_path):
-    """An OpenVINO 2026.4 limit the README documents: its ONNX front end reads tf2onnx's masked
+    """An OpenVINO 2026.4 limit docs/openvino.md documents: its ONNX front end reads tf2onnx's masked
     Loop from memory (``read_model(bytes, b"")``) but not from a file path (it miscounts the
     body's inputs); the plugin's native models load both ways. If this fails, OpenVINO changed."""
     model, spec, inputs = embedding_model(
@@ -162,7 +162,7 @@ def test_openvino_still_ignores_sequence_lens_with_dynamic_shapes():
     np.testing.assert_allclose(y_h[0, 0], y[1, 0, 0], atol=ATOL)  # static: Y_h at the row's length
     y, y_h = run_openvino(model, feeds, static=False)
     assert not np.allclose(y_h[0, 0], y[1, 0, 0], atol=1e-3), \
-        "OpenVINO now honours sequence_lens with dynamic shapes: update the README's OpenVINO notes"
+        "OpenVINO now honours sequence_lens with dynamic shapes: update docs/openvino.md"
 
 
 def test_pre_padded_bidirectional_any_mode_on_openvino():
@@ -202,10 +202,10 @@ def test_openvino_still_scrambles_a_swap_shared_by_recurrent_nodes():
     """The runtime bug emit._read_alone avoids: two recurrent nodes reading one Transpose (with a
     static dimension) give the first node scrambled steps (OpenVINO's CPU plugin turns the shared
     Transpose into a Reshape for both); one Max in front of the second node makes both exact.
-    If the first assertion fails, OpenVINO changed: update the README's OpenVINO notes."""
+    If the first assertion fails, OpenVINO changed: update docs/openvino.md."""
     model, feeds = _two_lstms_over_one_swap(barrier=False)
     expected, got = run_onnxruntime(model, feeds), run_openvino(model, feeds)
-    assert np.abs(expected[0] - got[0]).max() > 0.1, "OpenVINO now keeps a shared Transpose: update the README"
+    assert np.abs(expected[0] - got[0]).max() > 0.1, "OpenVINO now keeps a shared Transpose: update docs/openvino.md"
     model, feeds = _two_lstms_over_one_swap(barrier=True)
     for e, g in zip(run_onnxruntime(model, feeds), run_openvino(model, feeds)):
         np.testing.assert_allclose(g, e, atol=ATOL)

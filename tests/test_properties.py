@@ -49,7 +49,7 @@ def test_random_layers_on_random_post_padded_batches(options, stacked, masking, 
     model = randomize_weights(keras.Model(x_in, keras.layers.LSTM(**options)(x)), seed=1)
     onnx_model = convert(model, spec)
     if options["return_state"] and options["recurrent_activation"] not in ("sigmoid", "hard_sigmoid"):
-        # the returned cell state needs gates that saturate (README, How it works): that layer stays a Loop
+        # the returned cell state needs gates that saturate (docs/how-it-works.md): that layer stays a Loop
         assert (op_counts(onnx_model)["LSTM"], op_counts(onnx_model)["Loop"]) == (int(stacked), 1)
     else:
         assert_native(onnx_model, lstm=2 if stacked else 1)

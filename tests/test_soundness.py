@@ -203,11 +203,11 @@ def _bare_node(kind, bias, steps=3, batch=2, inputs=2, hidden=3):
 @pytest.mark.parametrize("kind", ["LSTM", "GRU", "RNN"])
 @pytest.mark.parametrize("bias", [True, False], ids=["with B", "without B"])
 def test_which_recurrent_kernels_swallow_nan(runtime, kind, bias):
-    """Pins the runtime limit the README documents: onnxruntime's LSTM and GRU kernels clip every
+    """Pins the runtime limit docs/limits.md documents: onnxruntime's LSTM and GRU kernels clip every
     gate pre-activation with ``deepcpu::clip_add_bias`` when the node has a B input, and its
     ``std::min``/``std::max`` turn NaN into +FLT_MAX (finite gates from there on); without B they
     use ``clip_ignore_bias``, which keeps NaN; the RNN kernel never clips. OpenVINO keeps NaN.
-    Fails when a runtime changes, so that the README can be updated."""
+    Fails when a runtime changes, so that docs/limits.md can be updated."""
     if runtime == "openvino" and runtimes.ov is None:
         pytest.skip("openvino is not installed")
     model, feeds = _bare_node(kind, bias)

@@ -3,7 +3,7 @@
 """What would it cost to make onnxruntime's LSTM keep a NaN of its input?
 
 onnxruntime's LSTM and GRU kernels turn NaN into +FLT_MAX when the node has a bias input B
-(``deepcpu::clip_add_bias``); without B they keep it (README, Limits). The cheapest way to drop B
+(``deepcpu::clip_add_bias``); without B they keep it (docs/limits.md). The cheapest way to drop B
 is to fold the bias into W as one more input column, fed by a constant-1 feature appended to X:
 ``Shape``, ``Concat``, ``ConstantOfShape``, ``Concat`` before the node. This times one ONNX LSTM
 node (input 64, hidden 128, T steps: the benchmark's) with B and folded, on the same input, one

@@ -105,7 +105,7 @@ def names_paths(pytest_args) -> bool:
 
 def count_junit(path: str, result: Result) -> None:
     """Counts per test case: an error or failure makes it failed, else skipped, else passed; and
-    each test file's time (where CI's time goes, for sampling: README, Testing)."""
+    each test file's time (where CI's time goes, for sampling: docs/testing.md)."""
     root = ElementTree.parse(path).getroot()
     for case in root.iter("testcase"):
         module = next((part for part in case.get("classname", "").split(".") if part.startswith("test_")), "?")

@@ -198,8 +198,8 @@ def runners(model_proto, onnx_path: str, runtime: str = "onnxruntime") -> list:
     if runtime == "onnxruntime":
         return [("", onnxruntime_session(model_proto).run)]
     if runtime == "openvino":
-        # OpenVINO 2026.4 reads tf2onnx's masked Loop from memory but not from a file path (the
-        # README's workaround for a layer the plugin leaves as a Loop): a user loads such a model so
+        # OpenVINO 2026.4 reads tf2onnx's masked Loop from memory but not from a file path (see
+        # docs/openvino.md, for a layer the plugin leaves as a Loop): a user loads such a model so
         from_memory = op_counts(model_proto)["Loop"] > 0
         return [("dynamic shapes", openvino_runner(onnx_path, static=False, from_memory=from_memory)),
                 ("static shapes", openvino_runner(onnx_path, static=True, from_memory=from_memory))]
