@@ -1,0 +1,344 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The batches ``verify`` feeds a model and its ONNX conversion (see :mod:`.verification`).
+
+Each model input gets a role from its dtype and rank (:class:`InputRole`):
+
+* token ids (integer ``[batch, time]``): drawn from ``[1, vocabulary)`` at valid steps, 0 (the
+  ``mask_zero`` padding id) at padded ones. The vocabulary is the ``input_dim`` of the
+  ``Embedding`` that reads the input (the smallest one in the model when none reads it directly),
+  or for a SavedModel that of the ONNX ``Gather`` that reads it; ids past it make Keras fail.
+  Token ids always get padded batches: a mask may also be computed from them (``tokens > 0``).
+* a mask (boolean ``[batch, time]``): the batch's valid steps themselves.
+* features (rank 3 or more): random normal; at padded steps the ``mask_value`` of the ``Masking``
+  layer that reads them, if one does, else random too (an explicit mask ignores them).
+* anything else (initial states, ...): random.
+
+A model with token ids, a mask or masked features gets padded batches (:data:`PADDED_KINDS`):
+rows post-padded to different lengths (a partial, a full, an empty and a one-step row first),
+the same rows pre-padded (``pad_sequences``' default), and rows with a hole between valid steps.
+Any model also gets a batch of one full row; an unmasked model a random batch of several rows.
+A dimension fixed in the ONNX model (or the Keras signature) keeps its size; dynamic ones get
+``rows`` x ``steps`` (other dynamic axes :data:`OTHER_DIM`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import numpy as np
+
+TOKENS, MASK, FEATURES, OTHER = "token ids", "mask", "features", "other"
+SINGLE, RANDOM, POST, PRE, HOLES = "single", "random", "post-padded", "pre-padded", "holes"
+PADDED_KINDS = (POST, PRE, HOLES)
+MIN_STEPS = {PRE: 2, HOLES: 3}  # fewer steps cannot pad a row before, or between, valid steps
+DEFAULT_VOCABULARY = 10         # token ids no Embedding or Gather is found for
+OTHER_DIM = 3                   # a dynamic axis that is neither batch nor time
+
+
+@dataclasses.dataclass(frozen=True)
+class InputRole:
+    """How one model input is fed: its names on both sides, dtypes, shape and role."""
+
+    name: str                 # the reference's (Keras or SavedModel) input name
+    onnx_name: str
+    dtype: np.dtype           # what the reference takes
+    onnx_dtype: np.dtype      # what the ONNX model takes
+    shape: tuple              # None where dynamic
+    kind: str                 # TOKENS, MASK, FEATURES or OTHER
+    vocabulary: Optional[int] = None    # token ids are drawn from [1, vocabulary)
+    mask_value: Optional[float] = None  # features at padded steps (a Masking layer reads them)
+
+    @property
+    def padded(self) -> bool:
+        """Does this input carry a mask the batch kinds should pad?"""
+        return self.kind in (TOKENS, MASK) or self.mask_value is not None
+
+    @property
+    def sequence(self) -> bool:
+        return self.kind != OTHER
+
+
+@dataclasses.dataclass(frozen=True)
+class Batch:
+    """One set of inputs, in the reference's input order, and where each sequence is valid."""
+
+    kind: str
+    rows: int
+    steps: int
+    inputs: tuple
+    masks: dict  # steps -> [rows, steps] bool: the valid positions of sequences with that many steps
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind} {self.rows}x{self.steps}"
+
+    @property
+    def post_padded(self) -> bool:
+        """Are all rows' valid steps first (what a model converted in mask_mode="post" accepts)?"""
+        return all(is_post_padded(mask) for mask in self.masks.values())
+
+    def mask_for(self, shape) -> Optional[np.ndarray]:
+        """The valid positions of an output of ``shape`` if it is a sequence ([rows, steps, ...])."""
+        if len(shape) < 2 or shape[0] != self.rows:
+            return None
+        return self.masks.get(shape[1])
+
+
+def input_kind(dtype: np.dtype, rank: int) -> str:
+    """The role an input of ``dtype`` and ``rank`` plays (see the module docstring)."""
+    if rank == 2 and dtype == np.bool_:
+        return MASK
+    if rank == 2 and np.issubdtype(dtype, np.integer):
+        return TOKENS
+    return FEATURES if rank >= 3 else OTHER
+
+
+def is_post_padded(mask: np.ndarray) -> bool:
+    """True when no row has a valid step after a padded one."""
+    return not np.any(mask[:, 1:] & ~mask[:, :-1])
+
+
+def make_batches(roles: list, rows: int = 5, steps: int = 12, seed: int = 0) -> list:
+    """The batches for inputs ``roles`` (see the module docstring), drawn with ``seed``."""
+    rng = np.random.default_rng(seed)
+    fixed_rows = next((role.shape[0] for role in roles if role.shape and role.shape[0] is not None), None)
+    many = fixed_rows or rows
+    longest = max((_steps(role, steps) for role in roles if role.sequence), default=steps)
+    kinds = [(SINGLE, 1)] if fixed_rows in (None, 1) else []
+    if any(role.padded for role in roles):
+        kinds += [(kind, many) for kind in PADDED_KINDS if longest >= MIN_STEPS.get(kind, 1)]
+    else:
+        kinds.append((RANDOM, many))
+    return [_batch(roles, kind, count, steps, rng) for kind, count in kinds]
+
+
+def _batch(roles: list, kind: str, rows: int, steps: int, rng) -> Batch:
+    """One batch of ``kind``: a mask per sequence length, then each input drawn to match it."""
+    masked = any(role.padded for role in roles)
+    masks = {}
+    for role in roles:
+        if role.sequence and masked:
+            length = _steps(role, steps)
+            if length not in masks:
+                masks[length] = valid_steps(kind, rows, length, rng)
+    inputs = tuple(input_array(role, rows, steps, masks.get(_steps(role, steps)), rng) for role in roles)
+    longest = max((_steps(role, steps) for role in roles if role.sequence), default=steps)
+    return Batch(kind, rows, longest, inputs, masks)
+
+
+def _steps(role: InputRole, steps: int) -> int:
+    return role.shape[1] if role.sequence and role.shape[1] is not None else steps
+
+
+def valid_steps(kind: str, rows: int, steps: int, rng) -> np.ndarray:
+    """[rows, steps] bool: which steps of each row are valid in a batch of ``kind``."""
+    if kind in (SINGLE, RANDOM):
+        return np.ones((rows, steps), bool)
+    lengths = row_lengths(rows, steps, rng)
+    if kind == HOLES:
+        return np.stack([_row_with_hole(length, steps) for length in lengths])
+    post = np.arange(steps)[None, :] < lengths[:, None]
+    return post[:, ::-1].copy() if kind == PRE else post
+
+
+def row_lengths(rows: int, steps: int, rng) -> np.ndarray:
+    """Valid steps per row: a partial row first (so that a batch of one still pads), then a full
+    row, an empty row, a one-step row, random lengths after."""
+    partial = max(1, min(steps - 1, steps // 2))
+    pattern = [partial, steps, 0, 1] + [int(n) for n in rng.integers(1, steps + 1, size=max(0, rows - 4))]
+    return np.array(pattern[:rows])
+
+
+def _row_with_hole(length: int, steps: int) -> np.ndarray:
+    """``length`` valid steps with one padded step in their middle (where the row has room for it)."""
+    row = np.zeros(steps, bool)
+    if 2 <= length < steps:
+        cut = length // 2
+        row[:cut] = True
+        row[cut + 1:length + 1] = True
+    else:
+        row[:length] = True
+    return row
+
+
+def input_array(role: InputRole, rows: int, steps: int, mask: Optional[np.ndarray], rng) -> np.ndarray:
+    """Values for one input (in the reference's dtype), padded where ``mask`` is False."""
+    shape = concrete_shape(role, rows, steps)
+    if role.kind == MASK:
+        values = mask if mask is not None else np.ones(shape, bool)
+    elif role.kind == TOKENS:
+        values = rng.integers(1, max(role.vocabulary or DEFAULT_VOCABULARY, 2), size=shape)
+        if mask is not None:
+            values[~mask] = 0
+    elif np.issubdtype(role.dtype, np.integer):
+        values = rng.integers(0, 2, size=shape)
+    elif role.dtype == np.bool_:
+        values = rng.random(shape) < 0.5
+    else:
+        values = rng.standard_normal(shape)
+        if role.mask_value is not None and mask is not None:
+            values[~mask] = role.mask_value
+    return np.asarray(values).astype(role.dtype)
+
+
+def concrete_shape(role: InputRole, rows: int, steps: int) -> tuple:
+    """``role``'s shape with the batch ``rows``, a sequence's time ``steps``, :data:`OTHER_DIM` elsewhere."""
+    shape = list(role.shape)
+    for axis, size in enumerate(shape):
+        if axis == 0:
+            shape[axis] = rows
+        elif size is None:
+            shape[axis] = _steps(role, steps) if axis == 1 and role.sequence else OTHER_DIM
+    return tuple(shape)
+
+
+# ---------------------------------------------------------------- roles: what reads each input
+
+
+class InterfaceError(ValueError):
+    """The ONNX model's inputs cannot be paired with the reference model's."""
+
+
+def input_roles(specs: list, onnx_model, keras_model=None) -> list:
+    """An :class:`InputRole` per input of the reference (``tf.TensorSpec``s, in its order), paired
+    with the ONNX model's inputs by name, else by position when the counts agree."""
+    onnx_inputs = graph_inputs(onnx_model)
+    onnx_names = match_inputs([spec.name for spec in specs], list(onnx_inputs))
+    features = sum(1 for spec in specs if len(spec.shape) >= 3)
+    roles = []
+    for index, (spec, onnx_name) in enumerate(zip(specs, onnx_names)):
+        onnx_dtype, onnx_dims = onnx_inputs[onnx_name]
+        dtype = np.dtype(spec.dtype.as_numpy_dtype)
+        shape = merged_shape(onnx_dims, spec.shape.as_list())
+        kind = input_kind(dtype, len(shape))
+        vocabulary = mask_value = None
+        if kind == TOKENS:
+            vocabulary = keras_vocabulary(keras_model, index) or onnx_vocabulary(onnx_model, onnx_name)
+        elif kind == FEATURES:
+            mask_value = keras_mask_value(keras_model, index, features == 1)
+            mask_value = onnx_mask_value(onnx_model, onnx_name) if mask_value is None else mask_value
+        roles.append(InputRole(spec.name, onnx_name, dtype, onnx_dtype, shape, kind, vocabulary, mask_value))
+    return roles
+
+
+def merged_shape(onnx_dims: list, spec_dims: list) -> tuple:
+    """The input's shape: a size fixed in the ONNX model, else in the reference's signature, else None."""
+    if len(onnx_dims) != len(spec_dims):  # no (or another) shape in the ONNX model: the signature's
+        return tuple(spec_dims)
+    return tuple(o if o is not None else s for o, s in zip(onnx_dims, spec_dims))
+
+
+def graph_inputs(onnx_model) -> dict:
+    """ONNX input name -> (numpy dtype, dims with None where dynamic), initializers left out."""
+    from onnx import helper  # pylint: disable=import-outside-toplevel
+    initializers = {init.name for init in onnx_model.graph.initializer}
+    inputs = {}
+    for value in onnx_model.graph.input:
+        if value.name in initializers:
+            continue
+        tensor = value.type.tensor_type
+        dims = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None for d in tensor.shape.dim]
+        inputs[value.name] = (np.dtype(helper.tensor_dtype_to_np_dtype(tensor.elem_type)), dims)
+    return inputs
+
+
+def match_inputs(names: list, onnx_names: list) -> list:
+    """The ONNX input fed with each of ``names``: the one of the same name (``:0`` aside), else
+    the one at the same position."""
+    if len(names) != len(onnx_names):
+        raise InterfaceError(f"the model has {len(names)} input(s) ({', '.join(names)}), the ONNX model "
+                             f"{len(onnx_names)} ({', '.join(onnx_names)})")
+    plain = {name.split(":")[0]: name for name in onnx_names}
+    if all(name.split(":")[0] in plain for name in names):
+        return [plain[name.split(":")[0]] for name in names]
+    return list(onnx_names)
+
+
+def keras_vocabulary(model, index: int) -> Optional[int]:
+    """The smallest ``input_dim`` of the Embeddings that read input ``index``, or of all the
+    model's Embeddings when none reads it directly (ids below it are valid for each)."""
+    direct, every = _layers_of(model, index, "Embedding")
+    sizes = [layer.input_dim for layer in (direct or every)]
+    return min(sizes) if sizes else None
+
+
+def keras_mask_value(model, index: int, sole_features: bool) -> Optional[float]:
+    """The ``mask_value`` of the Masking layer that reads input ``index`` (or, for a model with
+    one features input, of its first Masking layer), or None."""
+    direct, every = _layers_of(model, index, "Masking")
+    chosen = direct or (every if sole_features else [])
+    return float(chosen[0].mask_value) if chosen else None
+
+
+def _layers_of(model, index: int, class_name: str) -> tuple:
+    """(the layers of ``class_name`` reading input ``index`` directly, all of them in ``model``)."""
+    if model is None:
+        return [], []
+    every = [layer for layer in _flat_layers(model)
+             if any(cls.__name__ == class_name for cls in type(layer).__mro__)]
+    inputs = list(getattr(model, "inputs", None) or [])
+    source = inputs[index] if index < len(inputs) else None
+    return [layer for layer in every if source is not None and _reads(layer, source)], every
+
+
+def _flat_layers(model):
+    """Every layer of ``model`` and of the models nested in it."""
+    for layer in getattr(model, "layers", None) or []:
+        yield layer
+        if hasattr(layer, "layers"):
+            yield from _flat_layers(layer)
+
+
+def _reads(layer, tensor) -> bool:
+    """Is ``tensor`` (a symbolic model input) an input of ``layer``?"""
+    try:
+        inputs = layer.input
+    except (AttributeError, ValueError, RuntimeError):  # never called, or called more than once
+        return False
+    return any(x is tensor for x in (inputs if isinstance(inputs, (list, tuple)) else [inputs]))
+
+
+def onnx_vocabulary(onnx_model, input_name: str) -> Optional[int]:
+    """The smallest row count of a constant [rows, dim] table a ``Gather`` looks up with indices
+    computed from ``input_name`` (an embedding), or None."""
+    graph = onnx_model.graph
+    tables = {name: tensor.dims for name, tensor in _constants(graph).items() if len(tensor.dims) == 2}
+    computed = _computed_from(graph, input_name)
+    sizes = [tables[node.input[0]][0] for node in graph.node
+             if node.op_type == "Gather" and node.input[0] in tables and node.input[1] in computed]
+    return min(sizes) if sizes else None
+
+
+def onnx_mask_value(onnx_model, input_name: str) -> Optional[float]:
+    """The scalar constant ``input_name`` is compared with by an ``Equal`` (a Masking layer), or None."""
+    from onnx import numpy_helper  # pylint: disable=import-outside-toplevel
+    graph = onnx_model.graph
+    values = _constants(graph)
+    for node in graph.node:
+        if node.op_type == "Equal" and input_name in node.input:
+            other = node.input[1] if node.input[0] == input_name else node.input[0]
+            if other in values and np.prod(values[other].dims, dtype=np.int64) == 1:
+                return float(numpy_helper.to_array(values[other]).reshape(()))
+    return None
+
+
+def _constants(graph) -> dict:
+    """Tensor name -> TensorProto, for the initializers and Constant nodes of ``graph``."""
+    values = {init.name: init for init in graph.initializer}
+    values.update({node.output[0]: attr.t for node in graph.node if node.op_type == "Constant"
+                   for attr in node.attribute if attr.name == "value"})
+    return values
+
+
+def _computed_from(graph, source: str, depth: int = 8) -> set:
+    """The tensors of ``graph`` computed from ``source`` within ``depth`` nodes (and ``source``)."""
+    consumers = {}
+    for node in graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+    reached, frontier = {source}, {source}
+    for _ in range(depth):
+        frontier = {out for name in frontier for node in consumers.get(name, []) for out in node.output} - reached
+        reached |= frontier
+    return reached
