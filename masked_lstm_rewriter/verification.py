@@ -1,0 +1,430 @@
+# SPDX-License-Identifier: Apache-2.0
+"""``verify``: does an ONNX model compute what the Keras model it was converted from computes?
+
+    result = verify(model, "model.onnx", runtimes=("onnxruntime", "openvino"))
+    print(result)          # a table, one line per output, batch kind and runtime, then a verdict
+    assert result.ok
+
+The reference is Keras itself (eager ``model(x, training=False)``), or for a SavedModel directory
+TensorFlow running its ``serving_default`` signature. Both models run on the batches of
+:mod:`.verify_batches` (post-padded, pre-padded, with holes, a single row; random ones for an
+unmasked model), and every output is compared at every position: the table gives the largest
+|ONNX - reference| at valid positions and at padded ones (a sequence output is padded where the
+batch's mask is False) separately.
+
+A model converted with ``mask_mode="post"`` carries the post-padding guard (nodes named with
+:data:`.masks.GUARD_MESSAGE`): on a batch that is not post-padded it must fail with that message,
+and that counts as a pass; anywhere else the ONNX model must run and match. Works on any ONNX
+model of the same inputs: stock tf2onnx output with ``Loop``s, unmasked models, several inputs
+and outputs.
+
+Nothing here imports TensorFlow or tf2onnx before :func:`verify` runs, so that the command line
+can import :func:`add_arguments` before its process picks a Keras flavour. The library never
+prints; :func:`run` (the command line's part) does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import sys
+from typing import Callable, Optional
+
+import numpy as np
+
+from . import verify_batches
+from .corpus.check import OPENVINO_CONFIG, first_line, onnxruntime_session, runtime_available
+from .corpus.ops import walk_nodes
+
+logger = logging.getLogger("masked_lstm_rewriter")
+
+PROG = "masked_lstm_rewriter"
+RUNTIMES = ("onnxruntime", "openvino")
+DEFAULT_TOLERANCE = 1e-5
+ROWS, STEPS = 5, 12
+MATCHED = "matched"
+GUARD_EXPECTED = "guard fired (expected)"
+GUARD_UNEXPECTED = "guard fired (unexpected)"
+GUARD_MISSING = "guard did not fire"
+MISMATCH = "silent mismatch"
+ERROR = "error"
+PASSING = (MATCHED, GUARD_EXPECTED)
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputDifference:
+    """One output on one batch: the largest |ONNX - reference| at valid and at padded positions."""
+
+    name: str
+    valid: Optional[float]    # None: no position of that kind
+    padded: Optional[float]
+    problem: str = ""         # a difference no number says (a shape)
+
+    def within(self, tolerance: float) -> bool:
+        return not self.problem and all(d is None or d <= tolerance for d in (self.valid, self.padded))
+
+
+@dataclasses.dataclass(frozen=True)
+class Check:
+    """One batch on one runtime (``batch`` is "model" or "inputs" where nothing could run)."""
+
+    runtime: str
+    batch: str
+    status: str               # MATCHED, GUARD_EXPECTED, GUARD_UNEXPECTED, GUARD_MISSING, MISMATCH or ERROR
+    outputs: tuple = ()       # OutputDifference per output, when the ONNX model ran
+    message: str = ""         # the error's line, for a run that failed
+
+    @property
+    def ok(self) -> bool:
+        return self.status in PASSING
+
+
+@dataclasses.dataclass
+class Verification:
+    """What :func:`verify` found; ``ok`` when every check passed, ``format()`` for people."""
+
+    model: str
+    onnx: str
+    tolerance: float
+    guarded: bool                                     # the ONNX model has the post-padding guard
+    checks: list = dataclasses.field(default_factory=list)
+    notes: list = dataclasses.field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """Every output within tolerance, the guard fired exactly where expected, no error."""
+        return bool(self.checks) and all(check.ok for check in self.checks)
+
+    @property
+    def failures(self) -> list:
+        return [check for check in self.checks if not check.ok]
+
+    def format(self) -> str:
+        guard = "post-padding guard present" if self.guarded else "no post-padding guard"
+        lines = [f"verify {self.onnx} against {self.model} (tolerance {self.tolerance:g}, {guard})"]
+        lines += [f"note: {note}" for note in self.notes]
+        by_runtime = sorted(self.checks, key=lambda check: RUNTIMES.index(check.runtime) if check.runtime in RUNTIMES else -1)
+        lines += _table([row for check in by_runtime for row in _rows(check, self.tolerance)])
+        return "\n".join(lines + [self.verdict()])
+
+    __str__ = format
+
+    def verdict(self) -> str:
+        """One line: verified, or what failed."""
+        if self.ok:
+            fired = sum(check.status == GUARD_EXPECTED for check in self.checks)
+            guard = f"; the guard fired on the {fired} runs not post-padded, as it should" if fired else ""
+            runtimes = sorted({check.runtime for check in self.checks})
+            return (f"verified: the ONNX model matches the reference within {self.tolerance:g} on "
+                    f"{' and '.join(runtimes)} ({len(self.checks)} runs, every output at every position){guard}")
+        if not self.checks:
+            return "NOT verified: nothing was checked"
+        failed = self.failures
+        listed = "; ".join(f"{c.runtime} {c.batch}: {c.status}" for c in failed[:3])
+        return f"NOT verified: {len(failed)} of {len(self.checks)} runs failed ({listed}{'; ...' if len(failed) > 3 else ''})"
+
+
+def _rows(check: Check, tolerance: float) -> list:
+    """The table's lines for one check: one per output, or one for a run that gave no output."""
+    if not check.outputs:
+        result = f"{check.status}: {check.message}" if check.message and check.status != GUARD_EXPECTED \
+            else check.status
+        return [(check.runtime, check.batch, "-", "-", "-", result)]
+    return [(check.runtime, check.batch, out.name, _number(out.valid), _number(out.padded),
+             _output_result(check, out, tolerance)) for out in check.outputs]
+
+
+def _output_result(check: Check, out: OutputDifference, tolerance: float) -> str:
+    if check.status == MISMATCH:
+        return f"{MISMATCH}: {out.problem}" if out.problem else (MATCHED if out.within(tolerance) else MISMATCH)
+    return check.status
+
+
+def _number(value: Optional[float]) -> str:
+    return "-" if value is None else f"{value:.2g}"
+
+
+def _table(rows: list) -> list:
+    """``rows`` under a header, in columns as wide as their widest cell."""
+    rows = [("runtime", "batch", "output", "|diff| valid", "|diff| padded", "result")] + rows
+    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[5] for row in rows]
+
+
+# ---------------------------------------------------------------- verify
+
+
+@dataclasses.dataclass(frozen=True)
+class Reference:
+    """The oracle: its inputs and a call from input arrays to outputs in the ONNX model's order."""
+
+    label: str
+    specs: list                  # tf.TensorSpec per input, in the order ``call`` takes them
+    call: Callable
+    keras_model: object = None   # for the layers that say how to feed it (None for a SavedModel)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    """What every check of one verification shares."""
+
+    roles: list
+    output_names: list
+    guarded: bool
+    tolerance: float
+
+
+def verify(model, onnx_model, *, runtimes=("onnxruntime",), tolerance: float = DEFAULT_TOLERANCE, seed: int = 0,
+           rows: int = ROWS, steps: int = STEPS, progress: Optional[Callable] = None) -> Verification:
+    """Run ``model`` (a Keras model, a ``.keras``/``.h5`` path or a SavedModel directory) and
+    ``onnx_model`` (a path or ``onnx.ModelProto``) on the same batches, on each of ``runtimes``
+    ("onnxruntime", "openvino"), and compare every output (see the module docstring). Dynamic
+    dimensions get ``rows`` x ``steps``; ``progress(message)`` is called before each step (default:
+    an INFO log). Raises :class:`.keras_source.SourceError` for a model or file that cannot be read."""
+    say = progress or (lambda message: logger.info("verify: %s", message))
+    unknown = [runtime for runtime in runtimes if runtime not in RUNTIMES]
+    if unknown:
+        raise ValueError(f"unknown runtime(s) {unknown}, expected some of {RUNTIMES}")
+    proto, onnx_label = load_onnx(onnx_model)
+    output_names = [output.name for output in proto.graph.output]
+    reference = load_reference(model, output_names)
+    result = Verification(reference.label, onnx_label, tolerance, has_guard(proto))
+    try:
+        roles = verify_batches.input_roles(reference.specs, proto, reference.keras_model)
+    except verify_batches.InterfaceError as error:
+        result.checks.append(Check("-", "inputs", ERROR, message=str(error)))
+        return result
+    result.notes += [f"input {role.name}: no Embedding found reading it; token ids drawn below "
+                     f"{verify_batches.DEFAULT_VOCABULARY}" for role in roles
+                     if role.kind == verify_batches.TOKENS and role.vocabulary is None]
+    plan = _Plan(roles, output_names, result.guarded, tolerance)
+    runners = _runners(runtimes, proto, result, say)
+    batches = verify_batches.make_batches(roles, rows, steps, seed) if runners else []
+    for number, batch in enumerate(batches, 1):
+        result.checks += _verify_batch(reference, runners, batch, plan, say, f"batch {number}/{len(batches)}")
+    return result
+
+
+def _runners(runtimes, proto, result: Verification, say) -> dict:
+    """runtime -> run(feeds); a runtime that cannot load the model is recorded as a failed check."""
+    runners = {}
+    for runtime in runtimes:
+        say(f"loading the ONNX model in {runtime}")
+        available, why = runtime_available(runtime)
+        try:
+            if not available:
+                raise RuntimeError(why)
+            runners[runtime] = make_runner(runtime, proto)
+        except Exception as error:  # noqa: BLE001  pylint: disable=broad-except  (any runtime error: one line)
+            result.checks.append(Check(runtime, "model", ERROR, message=f"cannot load the model: {first_line(error)}"))
+    return runners
+
+
+def _verify_batch(reference: Reference, runners: dict, batch, plan: _Plan, say, where: str) -> list:
+    """The checks of one batch: the reference once, then each runtime."""
+    say(f"{where} ({batch.label}): reference")
+    try:
+        expected = reference.call(list(batch.inputs))
+    except Exception as error:  # noqa: BLE001  pylint: disable=broad-except
+        message = f"the reference model failed on this batch: {first_line(error)}"
+        return [Check(runtime, batch.label, ERROR, message=message) for runtime in runners]
+    checks = []
+    for runtime, run in runners.items():
+        say(f"{where} ({batch.label}): {runtime}")
+        checks.append(check_batch(runtime, run, batch, expected, plan))
+    return checks
+
+
+def check_batch(runtime: str, run: Callable, batch, expected: list, plan: _Plan) -> Check:
+    """Run one batch on one runtime and judge the outcome against the reference's ``expected``."""
+    from .masks import GUARD_MESSAGE  # pylint: disable=import-outside-toplevel  (imports tf2onnx)
+    guard_expected = plan.guarded and not batch.post_padded
+    feeds = {role.onnx_name: np.asarray(x).astype(role.onnx_dtype) for role, x in zip(plan.roles, batch.inputs)}
+    try:
+        got = run(feeds)
+    except Exception as error:  # noqa: BLE001  pylint: disable=broad-except
+        if GUARD_MESSAGE in str(error):
+            return Check(runtime, batch.label, GUARD_EXPECTED if guard_expected else GUARD_UNEXPECTED)
+        return Check(runtime, batch.label, ERROR, message=first_line(error))
+    if len(got) != len(expected):
+        return Check(runtime, batch.label, ERROR,
+                     message=f"the reference gives {len(expected)} output(s), the ONNX model {len(got)}")
+    outputs = tuple(output_difference(name, e, g, batch) for name, e, g in zip(plan.output_names, expected, got))
+    if not all(out.within(plan.tolerance) for out in outputs):
+        return Check(runtime, batch.label, MISMATCH, outputs)
+    return Check(runtime, batch.label, GUARD_MISSING if guard_expected else MATCHED, outputs)
+
+
+def output_difference(name: str, expected, got, batch) -> OutputDifference:
+    """|got - expected| of one output, its largest at valid and at padded positions."""
+    expected, got = np.asarray(expected), np.asarray(got)
+    if got.shape != expected.shape:
+        return OutputDifference(name, None, None, f"shape {got.shape}, the reference's {expected.shape}")
+    difference = np.abs(got.astype(np.float64) - expected.astype(np.float64))
+    difference[np.isnan(difference) & ~(np.isnan(got) & np.isnan(expected))] = np.inf  # NaN on one side only
+    difference[np.isnan(difference)] = 0.0
+    mask = batch.mask_for(difference.shape)
+    if mask is None:
+        return OutputDifference(name, _largest(difference), None)
+    return OutputDifference(name, _largest(difference[mask]), _largest(difference[~mask]))
+
+
+def _largest(values: np.ndarray) -> Optional[float]:
+    return float(values.max()) if values.size else None
+
+
+def has_guard(proto) -> bool:
+    """Does the model carry the post-padding guard (mask_mode="post")?"""
+    from .masks import GUARD_MESSAGE  # pylint: disable=import-outside-toplevel
+    return any(GUARD_MESSAGE in node.name for node in walk_nodes(proto.graph, segments=True))
+
+
+# ---------------------------------------------------------------- the models and the runtimes
+
+
+def load_onnx(onnx_model) -> tuple:
+    """(the ModelProto, a label for it) from a path or a ModelProto."""
+    import onnx  # pylint: disable=import-outside-toplevel
+    from .keras_source import SourceError  # pylint: disable=import-outside-toplevel
+    if isinstance(onnx_model, onnx.ModelProto):
+        return onnx_model, "the ONNX model"
+    path = os.fspath(onnx_model)
+    if not os.path.isfile(path):
+        raise SourceError(f"{path}: no such file")
+    try:
+        proto = onnx.load(path)
+    except Exception as error:  # noqa: BLE001  pylint: disable=broad-except  (protobuf raises several kinds)
+        raise SourceError(f"{path}: not an ONNX model ({first_line(error)})") from error
+    if not proto.graph.node or not proto.opset_import:
+        raise SourceError(f"{path}: not an ONNX model (no graph)")
+    return proto, path
+
+
+def load_reference(model, onnx_output_names: list) -> Reference:
+    """The reference for ``model``: a Keras model object or file, or a SavedModel directory."""
+    from . import keras_source  # pylint: disable=import-outside-toplevel
+    label = f"Keras model '{getattr(model, 'name', type(model).__name__)}'"
+    if isinstance(model, (str, os.PathLike)):
+        label = os.fspath(model)
+        if keras_source.is_saved_model(label):
+            return saved_model_reference(label, onnx_output_names)
+        model = keras_source.load(label)
+    if not keras_source.is_keras_model(model):
+        raise TypeError(f"expected a Keras model or a path, not {type(model).__name__}")
+    return Reference(label, keras_source.input_signature(model), lambda inputs: keras_outputs(model, inputs), model)
+
+
+def keras_outputs(model, inputs: list) -> list:
+    """Keras's outputs, flat, as arrays: the model called eagerly in inference mode."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    outputs = model(inputs if len(inputs) > 1 else inputs[0], training=False)
+    return [np.asarray(output) for output in tf.nest.flatten(outputs)]
+
+
+def saved_model_reference(path: str, onnx_output_names: list) -> Reference:
+    """TensorFlow running the SavedModel's ``serving_default`` signature (the graph tf2onnx converts)."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    from .keras_source import SourceError  # pylint: disable=import-outside-toplevel
+    try:
+        function = tf.saved_model.load(path).signatures["serving_default"]
+    except KeyError as error:
+        raise SourceError(f"{path}: the SavedModel has no serving_default signature") from error
+    except Exception as error:  # noqa: BLE001  pylint: disable=broad-except
+        raise SourceError(f"{path}: TensorFlow could not load it ({first_line(error)})") from error
+    specs = [tf.TensorSpec(spec.shape, spec.dtype, name=name)
+             for name, spec in function.structured_input_signature[1].items()]
+
+    def call(inputs):
+        outputs = function(**{spec.name: tf.constant(x, spec.dtype) for spec, x in zip(specs, inputs)})
+        names = onnx_output_names if set(onnx_output_names) <= set(outputs) else sorted(outputs)
+        return [np.asarray(outputs[name]) for name in names]
+    return Reference(path, specs, call)
+
+
+def make_runner(runtime: str, proto) -> Callable:
+    """run(feeds) -> the outputs, in the model's order, of ``proto`` on ``runtime``'s CPU."""
+    if runtime == "onnxruntime":
+        session = onnxruntime_session(proto)
+        return lambda feeds: session.run(None, feeds)
+    return openvino_runner(proto)
+
+
+def openvino_runner(proto) -> Callable:
+    """OpenVINO's CPU plugin with the shapes the model declares, in exact float32 (a CPU with
+    bf16 would use it otherwise, and miss 1e-5). Read from memory: OpenVINO refuses some of
+    tf2onnx's Loop models read from a path. Run with ``start_async()`` + ``wait()``: with some
+    configurations (one inference thread) OpenVINO 2026.4's synchronous inference drops runtime
+    errors, the guard's included, and returns stale outputs."""
+    import openvino as ov  # pylint: disable=import-outside-toplevel
+    core = ov.Core()
+    compiled = core.compile_model(core.read_model(proto.SerializeToString(), b""), "CPU", OPENVINO_CONFIG)
+    ports = [compiled.output(output.name) for output in proto.graph.output]
+
+    def run(feeds):
+        request = compiled.create_infer_request()
+        request.start_async(feeds)
+        request.wait()
+        return [np.array(request.get_tensor(port).data) for port in ports]
+    return run
+
+
+# ---------------------------------------------------------------- the command line's part
+
+
+def add_arguments(parser):
+    """``verify``'s arguments on an ``argparse`` parser (the command line's subcommand)."""
+    parser.add_argument("model", help="the Keras model: a .keras or .h5 file, or a SavedModel directory")
+    parser.add_argument("onnx", help="the ONNX model converted from it")
+    parser.add_argument("--runtime", choices=RUNTIMES + ("all",), default="onnxruntime",
+                        help="where to run the ONNX model (all: each one installed; default: onnxruntime)")
+    parser.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE,
+                        help=f"largest |ONNX - Keras| accepted at any position (default: {DEFAULT_TOLERANCE:g})")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random batches (default: 0)")
+    parser.add_argument("--rows", type=_positive, default=ROWS, help=f"rows of a dynamic batch (default: {ROWS})")
+    parser.add_argument("--steps", type=_positive, default=STEPS,
+                        help=f"steps of a dynamic time axis (default: {STEPS})")
+    return parser
+
+
+def _positive(text: str) -> int:
+    import argparse  # pylint: disable=import-outside-toplevel
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, not {text!r}")
+    return value
+
+
+def run(args) -> int:
+    """``verify`` on the command line: the table on stdout, progress on stderr. Exit status: 0
+    verified, 1 a mismatch or a guard problem, 2 an input that cannot be read."""
+    from .keras_source import SourceError  # pylint: disable=import-outside-toplevel
+    runtimes = _installed_runtimes(args.runtime)
+    if not runtimes:
+        why = "no runtime is installed: pip install onnxruntime" if args.runtime == "all" \
+            else runtime_available(args.runtime)[1]
+        print(f"{PROG}: error: {why}", file=sys.stderr)
+        return 2
+    try:
+        result = verify(args.model, args.onnx, runtimes=runtimes, tolerance=args.tolerance, seed=args.seed,
+                        rows=args.rows, steps=args.steps, progress=lambda line: print(f"{PROG}: {line}", file=sys.stderr))
+    except SourceError as error:
+        print(f"{PROG}: error: {error}", file=sys.stderr)
+        return 2
+    print(result.format())
+    return 0 if result.ok else 1
+
+
+def _installed_runtimes(choice: str) -> tuple:
+    """The runtimes ``--runtime`` names that are installed; "all" notes on stderr each one that is not."""
+    installed = []
+    for runtime in RUNTIMES if choice == "all" else (choice,):
+        available, why = runtime_available(runtime)
+        if available:
+            installed.append(runtime)
+        elif choice == "all":
+            print(f"{PROG}: note: skipping {runtime}: {why}", file=sys.stderr)
+    return tuple(installed)
