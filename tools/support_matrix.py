@@ -1,0 +1,580 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""Measure which Pythons and TensorFlow lines the package works with: docs/support-matrix.md and .csv.
+
+For each combination of Python and TensorFlow release line (with that line's Keras 3 and
+tf_keras), a fresh venv under ``--workdir`` gets a wheel built from this checkout's HEAD
+(``git archive``, then ``pip wheel --no-deps``: commit what you want measured), the combination's TensorFlow, Keras and tf_keras, and the newest
+onnxruntime and OpenVINO the registry has for it. Then the package's regression corpus runs in
+it from an empty directory, once per Keras flavour, on both runtimes
+(``python -m masked_lstm_rewriter.corpus --keras FLAVOUR --runtime both``; tf_keras with
+``TF_USE_LEGACY_KERAS=1``). Each combination's installed versions, install outcome, corpus
+counts per flavour and runtime (with the first failure) and times go to the page and the CSV,
+rewritten after every combination. Each run's full output stays in ``--workdir/logs``.
+
+    python tools/support_matrix.py                    # the default matrix (see DEFAULT_*)
+    python tools/support_matrix.py --python 3.12 --tensorflow 2.16,2.21
+    python tools/support_matrix.py --dry-run          # print the plan only
+    python tools/support_matrix.py --reuse            # keep results already in --workdir/results
+
+The default matrix is every TensorFlow line on ``DEFAULT_PYTHON`` and every Python on
+``DEFAULT_TENSORFLOW``: about 10 minutes per installable combination on 2 cores (the first
+installs of each TensorFlow download about 600 MB; pip's cache serves the rest).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import datetime
+import glob
+import json
+import logging
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import time
+from typing import Dict, Iterable, List, Optional, Tuple
+
+LOG = logging.getLogger("support_matrix")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PYTHONS = ("3.10", "3.11", "3.12", "3.13")
+FLAVOURS = ("keras3", "tf_keras")
+RUNTIMES = ("onnxruntime", "openvino")
+
+
+@dataclasses.dataclass(frozen=True)
+class Line:
+    """A TensorFlow release line and the Keras 3 / tf_keras releases installed with it."""
+
+    tensorflow: str   # "2.16": installs tensorflow==2.16.*
+    keras: str        # the Keras 3 minor released with it (TensorFlow's own lower bound is older)
+    pythons: tuple    # Pythons (of PYTHONS) that line publishes Linux wheels for (checked 2026-11-24)
+
+    @property
+    def tf_keras(self) -> str:
+        return self.tensorflow  # tf_keras's releases follow TensorFlow's
+
+
+# Keras 3 minor per line: the newest released when that TensorFlow line came out; 2.21 is the
+# project's own stack (constraints.txt), where Python 3.10 takes Keras 3.12 (3.13+ need 3.11).
+LINES = {line.tensorflow: line for line in (
+    Line("2.16", "3.3", ("3.10", "3.11", "3.12")),
+    Line("2.17", "3.4", ("3.10", "3.11", "3.12")),
+    Line("2.18", "3.6", ("3.10", "3.11", "3.12")),
+    Line("2.19", "3.9", ("3.10", "3.11", "3.12")),
+    Line("2.20", "3.11", PYTHONS),
+    Line("2.21", "3.15", PYTHONS),
+)}
+KERAS_FOR_PYTHON = {("2.21", "3.10"): "3.12"}
+DEFAULT_PYTHON = "3.12"        # the newest Python every line has wheels for
+DEFAULT_TENSORFLOW = "2.21"    # the project's stack
+VERSIONS = ("masked-lstm-rewriter", "tensorflow", "keras", "tf-keras", "tf2onnx", "onnx", "onnxruntime",
+            "openvino", "numpy", "protobuf")
+INSTALL_TIMEOUT = 3600
+CORPUS_TIMEOUT = 3600
+
+
+@dataclasses.dataclass(frozen=True)
+class Combination:
+    """One venv: a Python and a TensorFlow line."""
+
+    python: str
+    tensorflow: str
+
+    @property
+    def name(self) -> str:
+        return f"py{self.python}-tf{self.tensorflow}"
+
+    @property
+    def line(self) -> Line:
+        return LINES[self.tensorflow]
+
+    @property
+    def keras(self) -> str:
+        return KERAS_FOR_PYTHON.get((self.tensorflow, self.python), self.line.keras)
+
+    def requirements(self) -> List[str]:
+        """What pip installs next to the wheel: this line's stack and both runtimes, newest that fit."""
+        return [f"tensorflow=={self.tensorflow}.*", f"tf-keras=={self.line.tf_keras}.*", f"keras=={self.keras}.*",
+                "onnxruntime", "openvino"]
+
+
+@dataclasses.dataclass
+class CorpusRun:
+    """One flavour on one runtime: its counts and the first failure (one line)."""
+
+    passed: int = 0
+    failed: int = 0
+    skipped: int = 0
+    first_failure: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.failed == 0 and self.passed > 0
+
+
+@dataclasses.dataclass
+class Outcome:
+    """Everything measured for one combination."""
+
+    python: str
+    tensorflow: str
+    versions: Dict[str, str] = dataclasses.field(default_factory=dict)
+    installed: bool = False
+    install_error: str = ""
+    install_seconds: float = 0.0
+    runs: Dict[str, CorpusRun] = dataclasses.field(default_factory=dict)   # "keras3/onnxruntime" -> run
+    corpus_seconds: Dict[str, float] = dataclasses.field(default_factory=dict)  # flavour -> seconds
+
+    @property
+    def seconds(self) -> float:
+        return self.install_seconds + sum(self.corpus_seconds.values())
+
+    @property
+    def ok(self) -> bool:
+        return self.installed and len(self.runs) == len(FLAVOURS) * len(RUNTIMES) and all(
+            run.ok for run in self.runs.values())
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Outcome":
+        runs = {key: CorpusRun(**value) for key, value in data.pop("runs", {}).items()}
+        return cls(runs=runs, **data)
+
+
+# ---------------------------------------------------------------- the plan
+
+def parse_list(text: str, known: Iterable[str], what: str) -> Tuple[str, ...]:
+    """``"3.10,3.12"`` -> ("3.10", "3.12"); raises ValueError for anything not in ``known``."""
+    items = tuple(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
+    unknown = [item for item in items if item not in known]
+    if unknown or not items:
+        raise ValueError(f"{what} are among {', '.join(known)}, comma-separated: {text!r}")
+    return items
+
+
+def default_plan() -> List[Combination]:
+    """Every TensorFlow line on DEFAULT_PYTHON, then every other Python on DEFAULT_TENSORFLOW."""
+    plan = [Combination(DEFAULT_PYTHON, tf) for tf in LINES]
+    plan += [Combination(py, DEFAULT_TENSORFLOW) for py in PYTHONS if py != DEFAULT_PYTHON]
+    return plan
+
+
+def make_plan(pythons: Optional[Iterable[str]] = None, tensorflows: Optional[Iterable[str]] = None) -> List[Combination]:
+    """The combinations to measure: the default matrix when neither is given, else every Python
+    asked for (default all) with every line asked for (default all), wheels or not (a missing wheel
+    is measured as a failed install)."""
+    if pythons is None and tensorflows is None:
+        return default_plan()
+    return [Combination(py, tf) for py in (pythons or PYTHONS) for tf in (tensorflows or tuple(LINES))]
+
+
+def describe_plan(plan: List[Combination]) -> List[str]:
+    """One line per combination: what it installs (and whether that line has wheels for that Python)."""
+    lines = []
+    for number, combo in enumerate(plan, 1):
+        note = "" if combo.python in combo.line.pythons else f"  (no tensorflow {combo.tensorflow} wheels " \
+                                                             f"for Python {combo.python}: expected to fail)"
+        lines.append(f"[{number}/{len(plan)}] python {combo.python}: {' '.join(combo.requirements())}{note}")
+    return lines
+
+
+# ---------------------------------------------------------------- running one combination
+
+def find_python(version: str) -> Optional[str]:
+    """An interpreter of ``version`` ("3.12"): ``python3.12`` on PATH if it runs, else pyenv's."""
+    root = os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv"))
+    candidates = [shutil.which(f"python{version}")]
+    candidates += sorted(glob.glob(os.path.join(root, "versions", f"{version}.*", "bin", f"python{version}")),
+                         reverse=True)
+    for candidate in filter(None, candidates):
+        done = subprocess.run([candidate, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                              capture_output=True, text=True, check=False)
+        if done.returncode == 0 and done.stdout.strip() == version:
+            return candidate
+    return None
+
+
+def clean_env(**extra) -> dict:
+    """This process's environment without what would point a child at the checkout or a flavour."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "VIRTUAL_ENV", "MLR_KERAS", "TF_USE_LEGACY_KERAS", "PYTHONHOME")}
+    env.update(PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1", PYTHONUNBUFFERED="1",
+               TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
+    env.update(extra)
+    return env
+
+
+def run_logged(command: List[str], log_path: str, timeout: int, env=None, cwd=None) -> Tuple[int, str]:
+    """Run ``command`` with its output in ``log_path``; returns the exit code and the output."""
+    try:
+        done = subprocess.run(command, cwd=cwd, env=env or clean_env(), stdin=subprocess.DEVNULL,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout,
+                              check=False)
+        code, output = done.returncode, done.stdout
+    except subprocess.TimeoutExpired as error:
+        output = error.stdout.decode(errors="replace") if isinstance(error.stdout, bytes) else error.stdout or ""
+        code, output = -1, output + f"\ntimed out after {timeout} s"
+    with open(log_path, "a", encoding="utf-8") as log:
+        log.write(f"$ {' '.join(command)}\n{output}\n(exit {code})\n")
+    return code, output
+
+
+def error_line(output: str) -> str:
+    """The one line that says why a command failed: pip's first ERROR, else the last line."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("ERROR:") and "Location" not in line]
+    return (errors[0] if errors else lines[-1] if lines else "no output")[:300]
+
+
+def build_wheel(workdir: str) -> str:
+    """``pip wheel --no-deps`` of the checkout's committed files at HEAD (``git archive``), so that
+    neither uncommitted work nor setuptools' build/ in the checkout end up in the wheel."""
+    source = os.path.join(workdir, "source")
+    shutil.rmtree(source, ignore_errors=True)
+    os.makedirs(source)
+    archive = subprocess.run(["git", "-C", ROOT, "archive", "--format=tar", "HEAD"], capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", source], input=archive.stdout, check=True)
+    wheel_dir = os.path.join(workdir, "wheel")
+    shutil.rmtree(wheel_dir, ignore_errors=True)
+    code, output = run_logged([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", source, "-w", wheel_dir],
+                              os.path.join(workdir, "logs", "wheel.log"), INSTALL_TIMEOUT)
+    wheels = glob.glob(os.path.join(wheel_dir, "masked_lstm_rewriter-*.whl"))
+    if code != 0 or len(wheels) != 1:
+        raise RuntimeError(f"pip wheel failed: {error_line(output)}")
+    return wheels[0]
+
+
+def installer() -> List[str]:
+    """``uv pip install`` when uv is on PATH (faster), else None: the venv's own pip."""
+    uv = shutil.which("uv")
+    return [uv, "pip", "install"] if uv else []
+
+
+def install(combo: Combination, wheel: str, venv: str, log_path: str, outcome: Outcome) -> None:
+    """A fresh venv with the wheel and the combination's stack; fills the outcome's install fields."""
+    interpreter = find_python(combo.python)
+    if interpreter is None:
+        outcome.install_error = f"no python{combo.python} on this machine"
+        return
+    shutil.rmtree(venv, ignore_errors=True)
+    code, output = run_logged([interpreter, "-m", "venv", venv], log_path, 600)
+    if code != 0:
+        outcome.install_error = f"venv: {error_line(output)}"
+        return
+    python = os.path.join(venv, "bin", "python")
+    uv = installer()
+    command = uv + ["--python", python] if uv else [python, "-m", "pip", "install", "--progress-bar", "off"]
+    code, output = run_logged(command + [wheel] + combo.requirements(), log_path, INSTALL_TIMEOUT)
+    if code != 0:
+        outcome.install_error = error_line(output)
+        return
+    outcome.versions = installed_versions(python)
+    outcome.installed = True
+
+
+def installed_versions(python: str) -> Dict[str, str]:
+    """The versions of VERSIONS in the venv of ``python`` (read from metadata, nothing imported)."""
+    script = ("import importlib.metadata as m, json, sys\nv = {}\nfor n in sys.argv[1:]:\n"
+              "    try: v[n] = m.version(n)\n    except m.PackageNotFoundError: v[n] = ''\nprint(json.dumps(v))")
+    done = subprocess.run([python, "-c", script, *VERSIONS], capture_output=True, text=True, env=clean_env(),
+                          check=False)
+    return json.loads(done.stdout) if done.returncode == 0 else {}
+
+
+RESULT_LINE = re.compile(r"^ ?(PASSED|FAILED|SKIPPED) (.+?) (\S+): (.*)$")
+
+
+def parse_corpus_output(output: str, exit_code: int) -> Dict[str, CorpusRun]:
+    """Counts per runtime from a ``--runtime both`` run's result lines (``PASSED cli openvino ENTRY:
+    detail``); a run that checked nothing, or exited non-zero with no failure listed, fails on both
+    runtimes with its last line as the reason."""
+    runs = {runtime: CorpusRun() for runtime in RUNTIMES}
+    for line in output.splitlines():
+        match = RESULT_LINE.match(line)
+        if not match:
+            continue
+        status, label, entry, detail = match.groups()
+        label = label.strip()  # padded to 8 characters
+        run = runs["openvino" if label.split()[-1] == "openvino" else "onnxruntime"]
+        setattr(run, status.lower(), getattr(run, status.lower()) + 1)
+        if status == "FAILED" and not run.first_failure:
+            run.first_failure = f"{entry} ({label}): {detail}"[:300]
+    if exit_code != 0 and not any(run.failed for run in runs.values()):
+        reason = error_line("\n".join(line for line in output.splitlines()
+                                      if not line.startswith(("===", "   ")) and "passed," not in line))
+        for run in runs.values():
+            run.failed += 1
+            run.first_failure = run.first_failure or f"exit {exit_code}: {reason}"
+    return runs
+
+
+def run_corpus(venv: str, flavour: str, workdir: str, log_path: str) -> Tuple[Dict[str, CorpusRun], float]:
+    """The corpus for one flavour in the venv, from an empty directory (not the checkout)."""
+    empty = os.path.join(workdir, "empty")
+    os.makedirs(empty, exist_ok=True)
+    env = clean_env(TF_USE_LEGACY_KERAS="1" if flavour == "tf_keras" else "0")
+    start = time.monotonic()
+    code, output = run_logged([os.path.join(venv, "bin", "python"), "-m", "masked_lstm_rewriter.corpus",
+                               "--keras", flavour, "--runtime", "both"], log_path, CORPUS_TIMEOUT, env=env, cwd=empty)
+    return parse_corpus_output(output, code), time.monotonic() - start
+
+
+def measure(combo: Combination, wheel: str, workdir: str, keep: bool, step: str) -> Outcome:
+    """Install and run one combination; removes its venv unless ``keep``."""
+    outcome = Outcome(combo.python, combo.tensorflow)
+    venv = os.path.join(workdir, "venvs", combo.name)
+    log_path = os.path.join(workdir, "logs", f"{combo.name}.log")
+    open(log_path, "w", encoding="utf-8").close()
+    LOG.info("%s %s: installing %s", step, combo.name, " ".join(combo.requirements()))
+    start = time.monotonic()
+    install(combo, wheel, venv, log_path, outcome)
+    outcome.install_seconds = round(time.monotonic() - start, 1)
+    if not outcome.installed:
+        LOG.info("%s %s: install failed in %.0f s: %s", step, combo.name, outcome.install_seconds,
+                 outcome.install_error)
+    else:
+        LOG.info("%s %s: installed in %.0f s: %s", step, combo.name, outcome.install_seconds,
+                 ", ".join(f"{k} {v}" for k, v in outcome.versions.items() if v))
+        for flavour in FLAVOURS:
+            LOG.info("%s %s: corpus, %s, onnxruntime and openvino", step, combo.name, flavour)
+            runs, seconds = run_corpus(venv, flavour, workdir, log_path)
+            outcome.corpus_seconds[flavour] = round(seconds, 1)
+            for runtime, run in runs.items():
+                outcome.runs[f"{flavour}/{runtime}"] = run
+                LOG.info("%s %s: %s on %s: %d passed, %d failed, %d skipped (%.0f s)%s", step, combo.name,
+                         flavour, runtime, run.passed, run.failed, run.skipped, seconds,
+                         f"; first failure: {run.first_failure}" if run.first_failure else "")
+    if not keep:
+        shutil.rmtree(venv, ignore_errors=True)
+    return outcome
+
+
+# ---------------------------------------------------------------- the page and the CSV
+
+CSV_FIELDS = ("python", "tensorflow_line", "installed", "install_error", "flavour", "runtime", "passed", "failed",
+              "skipped", "first_failure", "corpus_seconds", "install_seconds") + tuple(
+                  f"version_{name.replace('-', '_')}" for name in VERSIONS)
+
+
+def csv_rows(outcomes: List[Outcome]) -> List[dict]:
+    """One row per combination, flavour and runtime (one row for a combination that did not install)."""
+    rows = []
+    for outcome in outcomes:
+        base = {"python": outcome.python, "tensorflow_line": outcome.tensorflow,
+                "installed": "yes" if outcome.installed else "no", "install_error": outcome.install_error,
+                "install_seconds": f"{outcome.install_seconds:.0f}"}
+        base.update({f"version_{name.replace('-', '_')}": outcome.versions.get(name, "") for name in VERSIONS})
+        if not outcome.runs:
+            rows.append(dict(base))
+        for key, run in outcome.runs.items():
+            flavour, runtime = key.split("/")
+            rows.append(dict(base, flavour=flavour, runtime=runtime, passed=run.passed, failed=run.failed,
+                             skipped=run.skipped, first_failure=run.first_failure,
+                             corpus_seconds=f"{outcome.corpus_seconds.get(flavour, 0):.0f}"))
+    return rows
+
+
+def write_csv(outcomes: List[Outcome], path: str) -> None:
+    """docs/support-matrix.csv: the rows of :func:`csv_rows`."""
+    with open(path, "w", encoding="utf-8", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=CSV_FIELDS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(csv_rows(outcomes))
+
+
+def cell(run: Optional[CorpusRun]) -> str:
+    """A table cell: ``ok 40`` (checks passed), ``FAILED 3 of 40``, or ``-`` when it did not run."""
+    if run is None:
+        return "-"
+    total = run.passed + run.failed
+    return f"ok {run.passed}" if run.ok else f"**FAILED {run.failed} of {total}**"
+
+
+def markdown_table(outcomes: List[Outcome]) -> List[str]:
+    """The page's table: one row per combination."""
+    header = ["Python", "TensorFlow", "Keras 3", "tf_keras", "onnxruntime", "OpenVINO"] + [
+        f"{'Keras 3' if f == 'keras3' else 'tf_keras'} on {'ORT' if r == 'onnxruntime' else 'OV'}"
+        for f in FLAVOURS for r in RUNTIMES] + ["time"]
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    for o in outcomes:
+        v = o.versions
+        if o.installed:
+            stack = [v.get("tensorflow", ""), v.get("keras", ""), v.get("tf-keras", ""), v.get("onnxruntime", ""),
+                     v.get("openvino", "")]
+            runs = [cell(o.runs.get(f"{f}/{r}")) for f in FLAVOURS for r in RUNTIMES]
+        else:
+            stack = [f"{o.tensorflow}.*", "", "", "", ""]
+            runs = ["**does not install**"] + [""] * (len(FLAVOURS) * len(RUNTIMES) - 1)
+        lines.append("| " + " | ".join([o.python] + stack + runs + [f"{o.seconds / 60:.0f} min"]) + " |")
+    return lines
+
+
+def failure_lines(outcomes: List[Outcome]) -> List[str]:
+    """A bullet per failed install and per flavour/runtime with failures: the first one's reason."""
+    lines = []
+    for o in outcomes:
+        where = f"Python {o.python}, TensorFlow {o.tensorflow}"
+        if not o.installed:
+            lines.append(f"- {where}: install failed: `{o.install_error}`")
+        for key, run in o.runs.items():
+            if not run.ok:
+                lines.append(f"- {where}, {key.replace('/', ' on ')}: {run.failed} failed; first: "
+                             f"`{run.first_failure or 'nothing passed'}`")
+    return lines
+
+
+def machine() -> str:
+    """This machine in one line: OS, CPU model, cores, memory."""
+    model = ""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            model = next((line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")), "")
+        with open("/proc/meminfo", encoding="utf-8") as handle:
+            kib = int(next(line.split()[1] for line in handle if line.startswith("MemTotal")))
+        memory = f", {kib / 2**20:.0f} GiB"
+    except (OSError, StopIteration, ValueError):
+        memory = ""
+    return f"{platform.system()} {platform.machine()} ({platform.libc_ver()[0]} {platform.libc_ver()[1]}), " \
+           f"{model or platform.processor() or 'unknown CPU'}, {os.cpu_count()} cores{memory}, no GPU used"
+
+
+def checkout_revision() -> str:
+    """The commit the wheel is built from (HEAD), short, with its date."""
+    done = subprocess.run(["git", "-C", ROOT, "log", "-1", "--format=%h (%cs)"], capture_output=True, text=True,
+                          check=False)
+    return done.stdout.strip() or "unknown"
+
+
+def render_page(outcomes: List[Outcome], meta: dict) -> str:
+    """docs/support-matrix.md: what was tested, when, where, the table, the failures, how to re-run."""
+    ok = [o for o in outcomes if o.ok]
+    failures = failure_lines(outcomes)
+    parts = [
+        "# Support matrix (measured)",
+        "",
+        "Generated by `tools/support_matrix.py`; do not edit by hand. For each Python and TensorFlow "
+        "line below, a fresh venv got the package's wheel (built from the checkout's commit), that line's "
+        "TensorFlow, Keras 3 and tf_keras, and the newest onnxruntime and OpenVINO the registry had for "
+        "them; then the package's regression corpus (`python -m masked_lstm_rewriter.corpus --keras FLAVOUR "
+        "--runtime both`: every entry converted by the library and the command line, compared with Keras "
+        "on both runtimes) ran once per Keras flavour. A cell counts the corpus's checks: `ok N` means N "
+        "passed and none failed (skips are the corpus's known runtime refusals).",
+        "",
+        f"- when: {meta['date']}",
+        f"- machine: {meta['machine']}",
+        f"- package: the wheel of commit {meta['revision']} (committed files only); tf2onnx 1.17",
+        f"- matrix: {meta['matrix']}",
+        f"- result: {len(ok)} of {len(outcomes)} combinations pass everything",
+        "",
+    ] + markdown_table(outcomes) + [""]
+    if failures:
+        parts += ["What failed (the first failure of each):", ""] + failures + [""]
+    parts += [
+        "Keras 3 per line: the newest Keras minor when that TensorFlow line was released (2.16: 3.3, "
+        "2.17: 3.4, 2.18: 3.6, 2.19: 3.9, 2.20: 3.11, 2.21: 3.15, or 3.12 on Python 3.10, where Keras 3.13+ "
+        "does not install). TensorFlow 2.16-2.19 publish no wheels for Python 3.13.",
+        "",
+        "Re-run (from a checkout; the venvs go under `--workdir`, default /tmp/mlr-matrix, and are removed "
+        "unless `--keep`):",
+        "",
+        "```bash",
+        ".venv/bin/python tools/support_matrix.py                 # the default matrix above",
+        ".venv/bin/python tools/support_matrix.py --python 3.11 --tensorflow 2.18,2.19",
+        ".venv/bin/python tools/support_matrix.py --dry-run       # the plan only",
+        "```",
+        "",
+        "The same results, one row per combination, flavour and runtime with every installed version: "
+        "[support-matrix.csv](support-matrix.csv).",
+        "",
+    ]
+    return "\n".join(parts)
+
+
+def write_outputs(outcomes: List[Outcome], meta: dict, out_dir: str) -> str:
+    """Write the page and the CSV into ``out_dir``; returns the page's path."""
+    os.makedirs(out_dir, exist_ok=True)
+    page = os.path.join(out_dir, "support-matrix.md")
+    with open(page, "w", encoding="utf-8") as handle:
+        handle.write(render_page(outcomes, meta))
+    write_csv(outcomes, os.path.join(out_dir, "support-matrix.csv"))
+    return page
+
+
+# ---------------------------------------------------------------- command line
+
+def parse_args(argv=None) -> argparse.Namespace:
+    """The options; --python and --tensorflow are checked against PYTHONS and LINES."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog=__doc__.split("\n\n", 1)[1])
+    parser.add_argument("--python", help=f"Pythons, comma-separated (among {', '.join(PYTHONS)})")
+    parser.add_argument("--tensorflow", help=f"TensorFlow lines, comma-separated (among {', '.join(LINES)})")
+    parser.add_argument("--workdir", default="/tmp/mlr-matrix", help="venvs, wheel and logs (default: %(default)s)")
+    parser.add_argument("--out-dir", default=os.path.join(ROOT, "docs"),
+                        help="where support-matrix.md and .csv go (default: the checkout's docs/)")
+    parser.add_argument("--dry-run", action="store_true", help="print the plan and exit")
+    parser.add_argument("--keep", action="store_true", help="keep each combination's venv")
+    parser.add_argument("--reuse", action="store_true",
+                        help="take combinations already measured in --workdir/results instead of measuring again")
+    args = parser.parse_args(argv)
+    try:
+        args.pythons = parse_list(args.python, PYTHONS, "Pythons") if args.python else None
+        args.tensorflows = parse_list(args.tensorflow, tuple(LINES), "TensorFlow lines") if args.tensorflow else None
+    except ValueError as error:
+        parser.error(str(error))
+    workdir = os.path.abspath(args.workdir)
+    if workdir == ROOT or workdir.startswith(ROOT + os.sep):
+        parser.error("--workdir must be outside the checkout")
+    args.workdir = workdir
+    return args
+
+
+def matrix_text(args) -> str:
+    """How the page names the matrix that was asked for."""
+    if args.pythons is None and args.tensorflows is None:
+        return (f"the default: every TensorFlow line on Python {DEFAULT_PYTHON}, and every Python on "
+                f"TensorFlow {DEFAULT_TENSORFLOW}")
+    return (f"Pythons {', '.join(args.pythons or PYTHONS)} x TensorFlow "
+            f"{', '.join(args.tensorflows or tuple(LINES))}")
+
+
+def main(argv=None) -> int:
+    """Measure the plan, rewriting the page and CSV after each combination; 0 when all pass."""
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    plan = make_plan(args.pythons, args.tensorflows)
+    if args.dry_run:
+        print("\n".join(describe_plan(plan)))
+        return 0
+    for sub in ("logs", "results", "venvs"):
+        os.makedirs(os.path.join(args.workdir, sub), exist_ok=True)
+    meta = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "machine": machine(), "revision": checkout_revision(), "matrix": matrix_text(args)}
+    LOG.info("building the wheel from %s (%s)", ROOT, meta["revision"])
+    wheel = build_wheel(args.workdir)
+    outcomes = []
+    for number, combo in enumerate(plan, 1):
+        stored = os.path.join(args.workdir, "results", f"{combo.name}.json")
+        step = f"[{number}/{len(plan)}]"
+        if args.reuse and os.path.exists(stored):
+            with open(stored, encoding="utf-8") as handle:
+                outcomes.append(Outcome.from_json(json.load(handle)))
+            LOG.info("%s %s: reused %s", step, combo.name, stored)
+        else:
+            outcomes.append(measure(combo, wheel, args.workdir, args.keep, step))
+            with open(stored, "w", encoding="utf-8") as handle:
+                json.dump(dataclasses.asdict(outcomes[-1]), handle, indent=1)
+        page = write_outputs(outcomes, meta, args.out_dir)
+        LOG.info("%s %s: %s in %.0f min; %s updated", step, combo.name,
+                 "ok" if outcomes[-1].ok else "FAILED", outcomes[-1].seconds / 60, page)
+    print(page)
+    return 0 if all(o.ok for o in outcomes) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
