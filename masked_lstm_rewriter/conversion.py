@@ -55,6 +55,8 @@ def convert(model, output_path=None, *, mask_mode: Optional[str] = None, runtime
     (``from_keras``'s, such as ``inputs_as_nchw`` or ``target``; for a SavedModel also ``tag``,
     ``signature_def``).
     """
+    if output_path is not None:
+        output_file.check_writable(output_path)  # before the work, not after it
     start_conversion()
     with enable(mask_mode, runtime, schedule):
         if isinstance(model, (str, os.PathLike)) and keras_source.is_saved_model(model):

@@ -20,8 +20,11 @@ def check_writable(path) -> str:
         raise OutputError(f"{path}: is a directory, not a file name")
     if not os.path.isdir(folder):
         raise OutputError(f"{path}: directory {folder} does not exist")
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise OutputError(f"{path}: directory {folder} is not writable")
+    try:  # a real attempt: permission bits do not tell (root, read-only mounts, /proc)
+        with tempfile.NamedTemporaryFile(prefix=".probe-", dir=folder):
+            pass
+    except OSError as error:
+        raise OutputError(f"{path}: cannot write in {folder} ({error.strerror or error})") from None
     return folder
 
 
@@ -30,11 +33,7 @@ def atomic_path(path):
     """Yields a hidden temporary path next to ``path``; what was written there becomes ``path``
     only when the block ends without an error (then with an ordinary new file's permissions).
     On any error, ``KeyboardInterrupt`` and ``SystemExit`` included, the temporary file is removed."""
-    folder = check_writable(path)
-    try:
-        handle, partial = tempfile.mkstemp(prefix=".partial-", suffix=".onnx", dir=folder)
-    except OSError as error:
-        raise OutputError(f"{path}: cannot write in {folder} ({error.strerror})") from error
+    handle, partial = tempfile.mkstemp(prefix=".partial-", suffix=".onnx", dir=check_writable(path))
     os.close(handle)
     try:
         yield partial

@@ -17,7 +17,7 @@ from typing import Optional
 from tf2onnx import tfonnx
 from tf2onnx.tf_loader import find_function
 
-from . import keras3_fixes, time_distributed
+from . import tf2onnx_keras, time_distributed
 from .batch import batch_root, same_batch
 from .emit import TARGETS, check_target, emit_layer, target_refusal
 from .masks import MASK_MODES, MaskPlanner, broadcast_mask
@@ -326,7 +326,7 @@ def enable(mask_mode: Optional[str] = None, target: Optional[str] = None, schedu
     target's (``"any"`` for OpenVINO, else ``"post"``). Enabling again changes the mode; the
     rewrite is never applied twice (not even when a caller also passes it in ``custom_rewriter``).
     Use the result as a context manager to restore the previous state on exit. It also applies
-    the fixes Keras 3 models need to convert at all (:mod:`.time_distributed`, :mod:`.keras3_fixes`).
+    the fixes Keras 3 models need to convert at all (:mod:`.time_distributed`, :mod:`.tf2onnx_keras`).
     """
     previous = _enabled_rewriter
     _install(make_rewriter(mask_mode, target, schedule))
@@ -341,7 +341,7 @@ def _install(rewriter) -> None:
         tfonnx.process_parsed_graph = _with_rewriter(_original_process_parsed_graph)
     _enabled_rewriter = rewriter
     time_distributed.install()
-    keras3_fixes.install()
+    tf2onnx_keras.install()
 
 
 def disable() -> None:
@@ -352,7 +352,7 @@ def disable() -> None:
     _original_process_parsed_graph = None
     _enabled_rewriter = None
     time_distributed.uninstall()
-    keras3_fixes.uninstall()
+    tf2onnx_keras.uninstall()
 
 
 def enabled_mode():

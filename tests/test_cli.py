@@ -3,16 +3,20 @@
 ``python -m tf2onnx.convert`` switched by ``TF2ONNX_MASKED_LSTM``."""
 
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import onnx
 import pytest
 import tensorflow as tf
 
-from kerasutil import keras, op_counts, session
+from kerasutil import LENGTHS, STEPS, keras, op_counts, post_padded_tokens, randomize_weights, session
 from models import UNITS, embedding_model
+
+from masked_lstm_rewriter import cli
 
 
 def save_model(model, spec, path):
@@ -63,22 +67,109 @@ def test_drop_in_command_converts_and_reports(saved_model, tmp_path, mode):
     assert os.listdir(tmp_path) == ["model.onnx"]
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--saved-model", "{missing}", "--output", "{out}"], "no such file or directory"),
-    (["--saved-model", "{model}", "--output", "{out}", "--no-such-option"], "unrecognized arguments"),
-    (["--saved-model", "{model}", "--output", "{tmp}/no/dir/model.onnx"], "does not exist"),
-    (["--saved-model", "{model}", "--output", "{out}", "--mask-mode", "pre"], "--mask-mode must be one of"),
-    (["--saved-model", "{tmp}", "--output", "{out}"], "conversion failed"),
-    (["--saved-model", "{model}", "--output", "{out}", "--target", "tensorrt"], "target must be"),
-], ids=["missing model", "unknown option", "no output directory", "bad mask mode", "unreadable model", "bad target"])
-def test_drop_in_command_bad_input(saved_model, tmp_path, args, message):
+@pytest.mark.parametrize("args, message, status", [
+    ([], "no model given", 2),
+    (["--saved-model", "{missing}", "--output", "{out}"], "no such file or directory", 2),
+    (["{missing}", "--output", "{out}"], "no such file or directory", 2),
+    (["--saved-model", "{model}", "--output", "{out}", "--no-such-option"], "unrecognized arguments", 2),
+    (["--saved-model", "{model}", "--output", "{tmp}/no/dir/model.onnx"], "does not exist", 2),
+    (["--saved-model", "{model}", "--output", "/proc/model.onnx"], "cannot write in /proc", 2),
+    (["--saved-model", "{model}"], "--output FILE (or -o FILE) is required", 2),
+    (["--saved-model", "{model}", "--output", "{out}", "--mask-mode", "pre"], "--mask-mode must be one of", 2),
+    (["--saved-model", "{model}", "--output", "{out}", "--runtime", "tensorrt"], "--runtime must be one of", 2),
+    (["--saved-model", "{model}", "--output", "{out}", "--target", "openvino"], "use --runtime openvino", 2),
+    (["--saved-model", "{tmp}", "--output", "{out}"], "conversion failed", 1),
+    (["verify", "{missing}"], "the following arguments are required", 2),
+], ids=["no model", "missing model", "missing model file", "unknown option", "no output directory",
+        "unwritable output", "no output", "bad mask mode", "bad runtime", "runtime as tf2onnx target",
+        "unreadable model", "verify without onnx"])
+def test_bad_input_is_one_line_and_a_documented_status(saved_model, tmp_path, args, message, status):
     values = {"missing": tmp_path / "missing", "out": tmp_path / "model.onnx", "model": saved_model[0],
               "tmp": tmp_path}
     done = run("masked_lstm_rewriter", *[a.format(**values) for a in args])
-    assert done.returncode != 0
-    errors = [line for line in done.stderr.splitlines() if line.startswith("masked_lstm_rewriter: error:")]
-    assert len(errors) == 1 and message in errors[0], done.stderr[-2000:]
+    assert done.returncode == status, done.stderr[-2000:]
+    assert status in cli.EXIT_CODES
+    lines = [line for line in done.stderr.splitlines() if line.startswith("masked_lstm_rewriter")]
+    assert len(lines) == 1 and message in lines[0] and lines[0].startswith("masked_lstm_rewriter: error:"), \
+        done.stderr[-2000:]
+    assert "Traceback" not in done.stderr and done.stdout == ""
     assert os.listdir(tmp_path) == [], "no partial output"
+
+
+def test_help_and_version_are_the_plugins_and_quick():
+    done = run("masked_lstm_rewriter", "--help")
+    assert done.returncode == 0
+    text = done.stdout
+    options = text[text.index("plugin options:"):]
+    assert options.index("--mask-mode") < options.index("--runtime") < options.index("tf2onnx options")
+    assert "every option of python -m tf2onnx.convert passes through" in text
+    assert "exit status:" in text and "tensorflow-onnx" not in text
+    probe = ("import sys; from masked_lstm_rewriter import cli; cli.main(['--help']); "
+             "print('TENSORFLOW' if 'tensorflow' in sys.modules else 'LIGHT')")
+    assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                          env=dict(os.environ)).stdout.strip().endswith("LIGHT")
+    version = run("masked_lstm_rewriter", "--version")
+    assert version.returncode == 0 and version.stdout.startswith("masked-lstm-rewriter 0.")
+    assert "tf2onnx 1.17" in version.stdout
+
+
+def test_tf2onnx_target_keeps_its_meaning(saved_model, tmp_path):
+    """``--target`` is tf2onnx's (its workarounds): the plugin's runtime option is ``--runtime``."""
+    path, tokens, expected = saved_model
+    out = tmp_path / "model.onnx"
+    done = run("masked_lstm_rewriter", "--saved-model", path, "-o", out, "--target", "tensorrt")
+    assert done.returncode == 0, done.stderr[-2000:]
+    check_native(out, tokens, expected)
+
+
+@pytest.mark.parametrize("signal_name, status", [("SIGTERM", 143), ("SIGINT", 130)])
+def test_an_interrupted_run_leaves_no_file(saved_model, tmp_path, signal_name, status):
+    """Stopped while the partial output exists, the run removes it and says so in one line."""
+    out = tmp_path / "model.onnx"
+    env = dict(os.environ)
+    env.pop("TF2ONNX_MASKED_LSTM", None)
+    process = subprocess.Popen([sys.executable, "-m", "masked_lstm_rewriter", "--saved-model", str(saved_model[0]),
+                                "--output", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=env)
+    deadline = time.monotonic() + 120
+    while not any(name.startswith(".partial-") for name in os.listdir(tmp_path)):
+        assert process.poll() is None and time.monotonic() < deadline, "the conversion never started writing"
+        time.sleep(0.05)
+    process.send_signal(getattr(signal, signal_name))
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == status, stderr[-2000:]
+    assert os.listdir(tmp_path) == []
+    lines = [line for line in stderr.splitlines() if line.startswith("masked_lstm_rewriter")]
+    assert len(lines) == 1 and lines[0].startswith("masked_lstm_rewriter: error: "), stderr[-2000:]
+
+
+def test_debug_shows_the_traceback(tmp_path):
+    done = run("masked_lstm_rewriter", "--saved-model", tmp_path, "--output", tmp_path / "model.onnx", "--debug")
+    assert done.returncode == 1
+    assert "Traceback" in done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith("masked_lstm_rewriter: error: conversion failed")
+
+
+def test_a_keras_file_converts_with_dynamic_shapes_and_every_output(tmp_path):
+    """MODEL first, a .keras file: traced with a dynamic batch and time (tf2onnx's own --keras loader
+    keeps the shapes the model was last called with) and every output (it drops Keras 3's
+    return_state outputs but one)."""
+    tokens = keras.Input((None,), dtype="int32", name="tokens")
+    embedded = keras.layers.Embedding(50, 5, mask_zero=True)(tokens)
+    model = randomize_weights(keras.Model(tokens, keras.layers.LSTM(UNITS, return_sequences=True,
+                                                                    return_state=True)(embedded)))
+    model(np.ones((2, 4), np.int32))
+    model.save(tmp_path / "model.keras")
+    done = run("masked_lstm_rewriter", tmp_path / "model.keras", "-o", tmp_path / "model.onnx")
+    assert done.returncode == 0, done.stderr[-2000:]
+    onnx_model = onnx.load(str(tmp_path / "model.onnx"))
+    batch = post_padded_tokens(LENGTHS, STEPS)
+    sess = session(onnx_model)
+    got = sess.run(None, {sess.get_inputs()[0].name: batch})
+    expected = [np.asarray(x) for x in model(batch)]
+    assert len(got) == 3
+    for e, g in zip(expected, got):
+        np.testing.assert_allclose(g, e, atol=1e-5)
 
 
 @pytest.mark.parametrize("mode", ["post", "any"])
@@ -130,7 +221,7 @@ def test_target_openvino_keeps_what_openvino_cannot_compile_a_loop(hard_sigmoid_
     out = tmp_path / "model.onnx"
     if command == "drop-in":
         done = run("masked_lstm_rewriter", "--saved-model", hard_sigmoid_model, "--output", out,
-                   "--target", "openvino")
+                   "--runtime", "openvino", "--mask-mode", "post")
     else:
         done = run("tf2onnx.convert", "--saved-model", hard_sigmoid_model, "--output", out, env_mode="post",
                    env={"TF2ONNX_MASKED_LSTM_TARGET": "openvino"})
@@ -139,6 +230,16 @@ def test_target_openvino_keeps_what_openvino_cannot_compile_a_loop(hard_sigmoid_
     assert (counts["Loop"], counts["LSTM"]) == (1, 0), counts
     if command == "drop-in":
         assert "OpenVINO's native LSTM op compiles only" in done.stdout
+        # an explicit post mode for OpenVINO: the warning reaches the command line's user
+        assert "masked_lstm_rewriter: WARNING: mask_mode='post' for OpenVINO" in done.stderr
+
+
+def test_runtime_openvino_defaults_to_the_exact_mode(saved_model, tmp_path):
+    out = tmp_path / "model.onnx"
+    done = run("masked_lstm_rewriter", "--saved-model", saved_model[0], "--output", out, "--runtime", "openvino")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "mask_mode=any" in done.stdout and "masked_lstm_rewriter: WARNING" not in done.stderr
+    check_native(out, *saved_model[1:])
 
 
 @pytest.fixture(scope="module")

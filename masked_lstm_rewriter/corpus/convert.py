@@ -5,7 +5,7 @@
   ``masked_lstm_rewriter.enable(mask_mode, target)``; ``last_report()`` must list every masked layer
   of the model as rewritten, except those the entry expects the plugin to refuse (``left_as_loop``:
   a text each one's reason contains);
-* ``cli``: ``python -m masked_lstm_rewriter ... --mask-mode MODE [--target T]`` in a subprocess;
+* ``cli``: ``python -m masked_lstm_rewriter ... --mask-mode MODE [--runtime R]`` in a subprocess;
 * ``tf2onnx``: stock ``python -m tf2onnx.convert`` in a subprocess with ``TF2ONNX_MASKED_LSTM=MODE``
   (and ``TF2ONNX_MASKED_LSTM_TARGET=T``), which the installed start-up hook
   (``masked_lstm_rewriter.pth``) reads.
@@ -78,7 +78,7 @@ def command_for(path: str, entry: dict, corpus: str, output: str, python: str = 
     target = entry.get("target")
     if path == "cli":
         return [python, "-m", "masked_lstm_rewriter"] + args + ["--mask-mode", entry["mask_mode"]] + \
-            (["--target", target] if target else []), {}
+            (["--runtime", target] if target else []), {}
     if path == "tf2onnx":
         return [python, "-m", "tf2onnx.convert"] + args, {HOOK_ENV: entry["mask_mode"], HOOK_TARGET_ENV: target or ""}
     raise ValueError(f"{path!r} is not a subprocess conversion path (cli or tf2onnx)")

@@ -1,0 +1,185 @@
+# SPDX-License-Identifier: Apache-2.0
+"""``masked_lstm_rewriter.convert``: every Keras model form, object or file, natively and exactly."""
+
+import os
+
+import numpy as np
+import onnx
+import pytest
+import tensorflow as tf
+import tf2onnx
+
+from kerasutil import FLAVOUR, LENGTHS, STEPS, assert_native, keras, oracle_outputs, post_padded_tokens, session
+from kerasutil import randomize_weights
+from models import UNITS
+
+import masked_lstm_rewriter as mlr
+from masked_lstm_rewriter.output_file import OutputError
+
+# a post-padded batch (with a full and an empty row) and the same rows pre-padded
+POST = post_padded_tokens(LENGTHS, STEPS)
+PRE = np.stack([np.roll(row, STEPS - length) for row, length in zip(POST, LENGTHS)])
+
+
+@pytest.fixture(autouse=True)
+def plugin_off():
+    mlr.disable()
+    yield
+    mlr.disable()
+
+
+def sequential():
+    """Embedding -> LSTM -> TimeDistributed(Dense), built by a call (no Input): the common Sequential."""
+    keras.utils.set_random_seed(1)
+    model = keras.Sequential([keras.layers.Embedding(50, 5, mask_zero=True),
+                              keras.layers.LSTM(UNITS, return_sequences=True),
+                              keras.layers.TimeDistributed(keras.layers.Dense(3))])
+    model(POST[:2, :4])  # built on a [2, 4] batch: the signature must still be dynamic
+    return randomize_weights(model)
+
+
+def functional_with_states():
+    """A functional model whose outputs all come from one layer (return_state)."""
+    keras.utils.set_random_seed(2)
+    tokens = keras.Input((None,), dtype="int32", name="tokens")
+    x = keras.layers.Embedding(50, 5, mask_zero=True)(tokens)
+    outputs = keras.layers.GRU(UNITS, return_sequences=True, return_state=True)(x)
+    return randomize_weights(keras.Model(tokens, outputs))
+
+
+class Tagger(keras.Model):
+    """A subclassed model: Embedding -> Bidirectional(LSTM)."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = keras.layers.Embedding(50, 5, mask_zero=True)
+        self.rnn = keras.layers.Bidirectional(keras.layers.LSTM(UNITS, return_sequences=True))
+
+    def call(self, tokens):
+        return self.rnn(self.embed(tokens))
+
+
+def subclassed():
+    keras.utils.set_random_seed(3)
+    model = Tagger()
+    model(POST[:2, :4])
+    return randomize_weights(model)
+
+
+MODELS = {"sequential": (sequential, 1), "functional": (functional_with_states, 1), "subclassed": (subclassed, 2)}
+
+
+def run(onnx_model, tokens):
+    sess = session(onnx_model)
+    return sess.run(None, {sess.get_inputs()[0].name: tokens})
+
+
+def assert_exact(model, onnx_model, tokens):
+    expected = oracle_outputs(model, [tokens])
+    got = run(onnx_model, tokens)
+    assert len(got) == len(expected)
+    for e, g in zip(expected, got):
+        np.testing.assert_allclose(g, e, atol=1e-5)
+
+
+def dims(onnx_model):
+    return [[d.dim_value or None for d in i.type.tensor_type.shape.dim] for i in onnx_model.graph.input]
+
+
+@pytest.mark.parametrize("form", MODELS)
+def test_model_objects_convert_natively_and_exactly(form, tmp_path):
+    build, layers = MODELS[form]
+    model = build()
+    onnx_model, report = mlr.convert(model, tmp_path / "model.onnx")
+    assert len(report.rewritten) == layers and not report.left_as_loop, report
+    assert dims(onnx_model) == [[None, None]], "batch and time are dynamic"
+    assert onnx.load(str(tmp_path / "model.onnx")) == onnx_model
+    assert os.listdir(tmp_path) == ["model.onnx"]
+    assert_native(onnx_model, lstm=layers, op="GRU" if form == "functional" else "LSTM")
+    assert_exact(model, onnx_model, POST)
+
+
+@pytest.mark.parametrize("form", ["sequential", "functional"])
+def test_keras_files_convert_and_keep_every_output(form, tmp_path):
+    model = MODELS[form][0]()
+    path = tmp_path / "model.keras"
+    model.save(path)
+    onnx_model, report = mlr.convert(path, mask_mode="any")
+    assert report.rewritten and report.rewritten[0].mask_mode == "any"
+    assert_exact(model, onnx_model, PRE)
+
+
+def test_saved_model_directory(tmp_path):
+    model = MODELS["functional"][0]()
+    spec = (tf.TensorSpec((None, None), tf.int32, name="tokens"),)
+    serve = tf.function(lambda tokens: model(tokens, training=False), input_signature=spec)
+    tf.saved_model.save(model, str(tmp_path / "saved"), signatures={"serving_default": serve})
+    onnx_model, report = mlr.convert(tmp_path / "saved")
+    assert len(report.rewritten) == 1 and report.rewritten[0].mask_mode == "post"
+    assert_exact(model, onnx_model, POST)
+    with pytest.raises(ValueError, match="serving signature"):
+        mlr.convert(tmp_path / "saved", input_signature=spec)
+
+
+def test_given_signature_and_options_are_used():
+    model = MODELS["sequential"][0]()
+    spec = [tf.TensorSpec((1, STEPS), tf.int32, name="ids")]
+    onnx_model, _ = mlr.convert(model, input_signature=spec, opset=17)
+    assert dims(onnx_model) == [[1, STEPS]] and onnx_model.graph.input[0].name == "ids"
+    assert {o.version for o in onnx_model.opset_import if o.domain in ("", "ai.onnx")} == {17}
+
+
+def test_bad_output_fails_before_converting_and_leaves_nothing(tmp_path):
+    model = MODELS["sequential"][0]()
+    with pytest.raises(OutputError, match="does not exist"):
+        mlr.convert(model, tmp_path / "missing" / "model.onnx")
+    assert os.listdir(tmp_path) == []
+
+
+def test_unreadable_inputs_are_one_line_errors(tmp_path):
+    (tmp_path / "notes.txt").write_text("not a model")
+    with pytest.raises(ValueError, match="not a Keras model file"):
+        mlr.convert(tmp_path / "notes.txt")
+    with pytest.raises(ValueError, match="no such file"):
+        mlr.convert(tmp_path / "missing.keras")
+    (tmp_path / "broken.keras").write_bytes(b"not a zip")
+    with pytest.raises(ValueError, match="Keras could not load it"):
+        mlr.convert(tmp_path / "broken.keras")
+    with pytest.raises(ValueError, match="call it once"):
+        mlr.convert(Tagger())
+
+
+def test_enable_makes_tf2onnx_from_keras_take_a_sequential_model():
+    """Stock tf2onnx 1.17 fails on every Keras 3 Sequential model (KeyError: 'keras_tensor_N')."""
+    model = MODELS["sequential"][0]()
+    spec = (tf.TensorSpec((None, None), tf.int32, name="tokens"),)
+    if FLAVOUR == "keras3":
+        with pytest.raises(KeyError, match="keras_tensor"):
+            tf2onnx.convert.from_keras(model, input_signature=spec)
+    with mlr.enable():
+        onnx_model, _ = tf2onnx.convert.from_keras(model, input_signature=spec)
+    assert [o.name for o in onnx_model.graph.output] == [model.layers[-1].name]
+    assert_exact(model, onnx_model, POST)
+
+
+def test_openvino_default_is_exact_in_single_thread_synchronous_inference():
+    """OpenVINO drops the post guard's error with INFERENCE_NUM_THREADS=1 and synchronous
+    inference: converting for OpenVINO without a mask mode must give a model exact there."""
+    ov = pytest.importorskip("openvino")
+    model = MODELS["functional"][0]()
+    onnx_model, report = mlr.convert(model, runtime="openvino")
+    assert report.rewritten[0].mask_mode == "any"
+    compiled = ov.Core().compile_model(ov.Core().read_model(onnx_model.SerializeToString(), b""), "CPU",
+                                       {"INFERENCE_NUM_THREADS": 1, "INFERENCE_PRECISION_HINT": "f32"})
+    results = compiled({"tokens": PRE})
+    got = [np.asarray(results[compiled.output(o.name)]) for o in onnx_model.graph.output]
+    for e, g in zip(oracle_outputs(model, [PRE]), got):
+        np.testing.assert_allclose(g, e, atol=1e-5)
+
+
+def test_explicit_post_for_openvino_warns(caplog):
+    with caplog.at_level("WARNING", logger="masked_lstm_rewriter"):
+        assert mlr.make_rewriter("post", target="openvino").mask_mode == "post"
+    assert "INFERENCE_NUM_THREADS=1" in caplog.text
+    assert mlr.make_rewriter(target="openvino").mask_mode == "any"
+    assert mlr.make_rewriter().mask_mode == "post" and mlr.make_rewriter(target="onnxruntime").mask_mode == "post"
