@@ -5,12 +5,11 @@
     print(result)          # a table, one line per output, batch kind and runtime, then a verdict
     assert result.ok
 
-The reference is Keras itself (eager ``model(x, training=False)``), or for a SavedModel directory
-TensorFlow running its ``serving_default`` signature. Both models run on the batches of
-:mod:`.verify_batches` (post-padded, pre-padded, with holes, a single row; random ones for an
-unmasked model), and every output is compared at every position: the table gives the largest
-|ONNX - reference| at valid positions and at padded ones (a sequence output is padded where the
-batch's mask is False) separately.
+The reference is Keras itself (eager ``model(x, training=False)``), or TensorFlow running a
+SavedModel's ``serving_default`` signature. Both run the batches of :mod:`.verify_batches`
+(post-padded, pre-padded, with holes, one row; random ones for an unmasked model), and every
+output is compared at every position: the largest |ONNX - reference| at valid and at padded
+positions apart (a sequence output is padded where the batch's mask is False).
 
 A model converted with ``mask_mode="post"`` carries the post-padding guard (nodes named with
 :data:`.masks.GUARD_MESSAGE`): on a batch that is not post-padded it must fail with that message,
@@ -36,6 +35,7 @@ import numpy as np
 from . import verify_batches
 from .corpus.check import OPENVINO_CONFIG, first_line, onnxruntime_session, runtime_available
 from .corpus.ops import walk_nodes
+from .verify_batches import OutputDifference, output_difference
 
 logger = logging.getLogger("masked_lstm_rewriter")
 
@@ -50,19 +50,6 @@ GUARD_MISSING = "guard did not fire"
 MISMATCH = "silent mismatch"
 ERROR = "error"
 PASSING = (MATCHED, GUARD_EXPECTED)
-
-
-@dataclasses.dataclass(frozen=True)
-class OutputDifference:
-    """One output on one batch: the largest |ONNX - reference| at valid and at padded positions."""
-
-    name: str
-    valid: Optional[float]    # None: no position of that kind
-    padded: Optional[float]
-    problem: str = ""         # a difference no number says (a shape)
-
-    def within(self, tolerance: float) -> bool:
-        return not self.problem and all(d is None or d <= tolerance for d in (self.valid, self.padded))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,14 +85,17 @@ class Verification:
 
     @property
     def failures(self) -> list:
-        return [check for check in self.checks if not check.ok]
+        return [check for check in self.by_runtime() if not check.ok]
+
+    def by_runtime(self) -> list:
+        """The checks grouped by runtime, each runtime's in batch order (the table's order)."""
+        return sorted(self.checks, key=lambda check: RUNTIMES.index(check.runtime) if check.runtime in RUNTIMES else -1)
 
     def format(self) -> str:
         guard = "post-padding guard present" if self.guarded else "no post-padding guard"
         lines = [f"verify {self.onnx} against {self.model} (tolerance {self.tolerance:g}, {guard})"]
         lines += [f"note: {note}" for note in self.notes]
-        by_runtime = sorted(self.checks, key=lambda check: RUNTIMES.index(check.runtime) if check.runtime in RUNTIMES else -1)
-        lines += _table([row for check in by_runtime for row in _rows(check, self.tolerance)])
+        lines += _table([row for check in self.by_runtime() for row in _rows(check, self.tolerance)])
         return "\n".join(lines + [self.verdict()])
 
     __str__ = format
@@ -114,15 +104,17 @@ class Verification:
         """One line: verified, or what failed."""
         if self.ok:
             fired = sum(check.status == GUARD_EXPECTED for check in self.checks)
-            guard = f"; the guard fired on the {fired} runs not post-padded, as it should" if fired else ""
+            guard = f"; the guard fired on the {fired} runs whose batch is not post-padded, as it should" \
+                if fired else ""
             runtimes = sorted({check.runtime for check in self.checks})
-            return (f"verified: the ONNX model matches the reference within {self.tolerance:g} on "
+            return (f"verified: {self.onnx} matches {self.model} within {self.tolerance:g} on "
                     f"{' and '.join(runtimes)} ({len(self.checks)} runs, every output at every position){guard}")
         if not self.checks:
             return "NOT verified: nothing was checked"
         failed = self.failures
-        listed = "; ".join(f"{c.runtime} {c.batch}: {c.status}" for c in failed[:3])
-        return f"NOT verified: {len(failed)} of {len(self.checks)} runs failed ({listed}{'; ...' if len(failed) > 3 else ''})"
+        listed = "; ".join(f"{c.runtime} {c.batch}: {c.status}{_worst(c)}" for c in failed[:3])
+        more = "; ..." if len(failed) > 3 else ""
+        return f"NOT verified: {len(failed)} of {len(self.checks)} runs failed ({listed}{more})"
 
 
 def _rows(check: Check, tolerance: float) -> list:
@@ -139,6 +131,12 @@ def _output_result(check: Check, out: OutputDifference, tolerance: float) -> str
     if check.status == MISMATCH:
         return f"{MISMATCH}: {out.problem}" if out.problem else (MATCHED if out.within(tolerance) else MISMATCH)
     return check.status
+
+
+def _worst(check: Check) -> str:
+    """", largest |diff| 0.57" for a check with numbers, else ""."""
+    numbers = [d for out in check.outputs for d in (out.valid, out.padded) if d is not None]
+    return f", largest |diff| {max(numbers):.2g}" if numbers else ""
 
 
 def _number(value: Optional[float]) -> str:
@@ -183,9 +181,10 @@ def verify(model, onnx_model, *, runtimes=("onnxruntime",), tolerance: float = D
     dimensions get ``rows`` x ``steps``; ``progress(message)`` is called before each step (default:
     an INFO log). Raises :class:`.keras_source.SourceError` for a model or file that cannot be read."""
     say = progress or (lambda message: logger.info("verify: %s", message))
+    runtimes = (runtimes,) if isinstance(runtimes, str) else tuple(runtimes)
     unknown = [runtime for runtime in runtimes if runtime not in RUNTIMES]
-    if unknown:
-        raise ValueError(f"unknown runtime(s) {unknown}, expected some of {RUNTIMES}")
+    if unknown or min(rows, steps) < 1:
+        raise ValueError(f"runtimes must be some of {RUNTIMES} (not {unknown}), rows and steps positive")
     proto, onnx_label = load_onnx(onnx_model)
     output_names = [output.name for output in proto.graph.output]
     reference = load_reference(model, output_names)
@@ -254,24 +253,6 @@ def check_batch(runtime: str, run: Callable, batch, expected: list, plan: _Plan)
     if not all(out.within(plan.tolerance) for out in outputs):
         return Check(runtime, batch.label, MISMATCH, outputs)
     return Check(runtime, batch.label, GUARD_MISSING if guard_expected else MATCHED, outputs)
-
-
-def output_difference(name: str, expected, got, batch) -> OutputDifference:
-    """|got - expected| of one output, its largest at valid and at padded positions."""
-    expected, got = np.asarray(expected), np.asarray(got)
-    if got.shape != expected.shape:
-        return OutputDifference(name, None, None, f"shape {got.shape}, the reference's {expected.shape}")
-    difference = np.abs(got.astype(np.float64) - expected.astype(np.float64))
-    difference[np.isnan(difference) & ~(np.isnan(got) & np.isnan(expected))] = np.inf  # NaN on one side only
-    difference[np.isnan(difference)] = 0.0
-    mask = batch.mask_for(difference.shape)
-    if mask is None:
-        return OutputDifference(name, _largest(difference), None)
-    return OutputDifference(name, _largest(difference[mask]), _largest(difference[~mask]))
-
-
-def _largest(values: np.ndarray) -> Optional[float]:
-    return float(values.max()) if values.size else None
 
 
 def has_guard(proto) -> bool:
@@ -410,12 +391,16 @@ def run(args) -> int:
         return 2
     try:
         result = verify(args.model, args.onnx, runtimes=runtimes, tolerance=args.tolerance, seed=args.seed,
-                        rows=args.rows, steps=args.steps, progress=lambda line: print(f"{PROG}: {line}", file=sys.stderr))
+                        rows=args.rows, steps=args.steps, progress=_print_progress)
     except SourceError as error:
         print(f"{PROG}: error: {error}", file=sys.stderr)
         return 2
     print(result.format())
     return 0 if result.ok else 1
+
+
+def _print_progress(line: str) -> None:
+    print(f"{PROG}: {line}", file=sys.stderr)
 
 
 def _installed_runtimes(choice: str) -> tuple:

@@ -19,6 +19,9 @@ the same rows pre-padded (``pad_sequences``' default), and rows with a hole betw
 Any model also gets a batch of one full row; an unmasked model a random batch of several rows.
 A dimension fixed in the ONNX model (or the Keras signature) keeps its size; dynamic ones get
 ``rows`` x ``steps`` (other dynamic axes :data:`OTHER_DIM`).
+
+:func:`output_difference` compares one output with the reference's apart at valid and at padded
+positions: those of a sequence output ([rows, steps, ...]) where the batch's mask is False.
 """
 
 from __future__ import annotations
@@ -191,6 +194,40 @@ def concrete_shape(role: InputRole, rows: int, steps: int) -> tuple:
         elif size is None:
             shape[axis] = _steps(role, steps) if axis == 1 and role.sequence else OTHER_DIM
     return tuple(shape)
+
+
+# ---------------------------------------------------------------- comparing outputs at valid and padded positions
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputDifference:
+    """One output on one batch: the largest |ONNX - reference| at valid and at padded positions."""
+
+    name: str
+    valid: Optional[float]    # None: no position of that kind
+    padded: Optional[float]
+    problem: str = ""         # a difference no number says (a shape)
+
+    def within(self, tolerance: float) -> bool:
+        return not self.problem and all(d is None or d <= tolerance for d in (self.valid, self.padded))
+
+
+def output_difference(name: str, expected, got, batch) -> OutputDifference:
+    """|got - expected| of one output, its largest at valid and at padded positions."""
+    expected, got = np.asarray(expected), np.asarray(got)
+    if got.shape != expected.shape:
+        return OutputDifference(name, None, None, f"shape {got.shape}, the reference's {expected.shape}")
+    difference = np.abs(got.astype(np.float64) - expected.astype(np.float64))
+    difference[np.isnan(difference) & ~(np.isnan(got) & np.isnan(expected))] = np.inf  # NaN on one side only
+    difference[np.isnan(difference)] = 0.0
+    mask = batch.mask_for(difference.shape)
+    if mask is None:
+        return OutputDifference(name, _largest(difference), None)
+    return OutputDifference(name, _largest(difference[mask]), _largest(difference[~mask]))
+
+
+def _largest(values: np.ndarray) -> Optional[float]:
+    return float(values.max()) if values.size else None
 
 
 # ---------------------------------------------------------------- roles: what reads each input
