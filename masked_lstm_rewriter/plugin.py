@@ -141,6 +141,17 @@ def _report_lowered_loops(graph, loops, mask_mode):
             record(layer_name(loop), False, LOWERED_REASON, mask_mode)
 
 
+MIN_OPSET = 13  # Split and Squeeze take their sizes and axes as inputs, as the emitted nodes give them
+
+
+def opset_refusal(graph):
+    """Why no layer of ``graph`` can be rewritten at its opset, or None."""
+    if graph.opset < MIN_OPSET:
+        return (f"opset {graph.opset}: the native form is emitted for opset {MIN_OPSET} and later; "
+                f"convert with opset {MIN_OPSET} or later for a native op")
+    return None
+
+
 def _rewrite_loops(graph, loops, mask_mode, target, schedule=False):
     layers = []
     for loop in loops:
@@ -151,7 +162,7 @@ def _rewrite_loops(graph, loops, mask_mode, target, schedule=False):
         cond_graph = find_function(loop.get_attr_str("cond"))
         condition = getattr(cond_graph, COND_MATCH_ATTR, None) if cond_graph is not None else None
         layer = _match_loop_safely(graph, loop, body, condition) if not isinstance(body, NoMatch) else body
-        refusal = None if isinstance(layer, NoMatch) else target_refusal(layer, target)
+        refusal = None if isinstance(layer, NoMatch) else opset_refusal(graph) or target_refusal(layer, target)
         if refusal:
             layer = NoMatch(refusal)
         if isinstance(layer, NoMatch):
