@@ -28,6 +28,7 @@ import dataclasses
 import logging
 import os
 import sys
+import traceback
 from typing import Callable, Optional
 
 import numpy as np
@@ -393,6 +394,8 @@ def run(args) -> int:
         result = verify(args.model, args.onnx, runtimes=runtimes, tolerance=args.tolerance, seed=args.seed,
                         rows=args.rows, steps=args.steps, progress=_print_progress)
     except SourceError as error:
+        if getattr(args, "debug", False):  # the command line's --debug
+            traceback.print_exc()
         print(f"{PROG}: error: {error}", file=sys.stderr)
         return 2
     print(result.format())
