@@ -34,14 +34,13 @@ from typing import Callable, Optional
 import numpy as np
 
 from . import verify_batches
-from .corpus.check import OPENVINO_CONFIG, first_line, onnxruntime_session, runtime_available
+from .corpus.check import OPENVINO_CONFIG, RUNTIMES, first_line, onnxruntime_session, runtime_available
 from .corpus.ops import walk_nodes
 from .verify_batches import OutputDifference, output_difference
 
 logger = logging.getLogger("masked_lstm_rewriter")
 
 PROG = "masked_lstm_rewriter"
-RUNTIMES = ("onnxruntime", "openvino")
 DEFAULT_TOLERANCE = 1e-5
 ROWS, STEPS = 5, 12
 MATCHED = "matched"
@@ -198,6 +197,8 @@ def verify(model, onnx_model, *, runtimes=("onnxruntime",), tolerance: float = D
     result.notes += [f"input {role.name}: no Embedding found reading it; token ids drawn below "
                      f"{verify_batches.DEFAULT_VOCABULARY}" for role in roles
                      if role.kind == verify_batches.TOKENS and role.vocabulary is None]
+    for role in roles:
+        logger.debug("verify: input %s", role.describe())
     plan = _Plan(roles, output_names, result.guarded, tolerance)
     runners = _runners(runtimes, proto, result, say)
     batches = verify_batches.make_batches(roles, rows, steps, seed) if runners else []

@@ -61,6 +61,12 @@ class InputRole:
     def sequence(self) -> bool:
         return self.kind != OTHER
 
+    def describe(self) -> str:
+        """``tokens (ONNX tokens) int32[None, None]: token ids below 20``, for the log."""
+        how = f" below {self.vocabulary}" if self.vocabulary else ""
+        how += f", {self.mask_value:g} at padded steps" if self.mask_value is not None else ""
+        return f"{self.name} (ONNX {self.onnx_name}) {self.dtype}{list(self.shape)}: {self.kind}{how}"
+
 
 @dataclasses.dataclass(frozen=True)
 class Batch:
@@ -247,7 +253,7 @@ def input_roles(specs: list, onnx_model, keras_model=None) -> list:
     for index, (spec, onnx_name) in enumerate(zip(specs, onnx_names)):
         onnx_dtype, onnx_dims = onnx_inputs[onnx_name]
         dtype = np.dtype(spec.dtype.as_numpy_dtype)
-        shape = merged_shape(onnx_dims, spec.shape.as_list())
+        shape = merged_shape(onnx_dims, spec.shape.as_list() if spec.shape.rank is not None else onnx_dims)
         kind = input_kind(dtype, len(shape))
         vocabulary = mask_value = None
         if kind == TOKENS:
