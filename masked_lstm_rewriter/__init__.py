@@ -3,7 +3,9 @@
 
 Three stages: :mod:`.match` (find and describe a masked loop, with :mod:`.cell`),
 :mod:`.masks` and :mod:`.emit` (plan per mask, build the ONNX nodes), :mod:`.plugin` (switch it
-on); :mod:`.report` says what the last conversion did. :mod:`.time_distributed` makes Keras 3
+on); :mod:`.report` says what the last conversion did. :mod:`.conversion` is the one-call front
+door (``convert``), :mod:`.verification` checks a conversion against Keras (``verify``), and
+:mod:`.cli` is the command line. :mod:`.time_distributed` makes Keras 3
 trace ``TimeDistributed`` correctly while the plugin is enabled. :mod:`.corpus` is the
 regression corpus.
 
@@ -15,7 +17,7 @@ the command line before it chooses its Keras flavour.
 import importlib
 
 _EXPORTS = {
-    "convert": "conversion", "Converted": "conversion",
+    "convert": "conversion", "Converted": "conversion", "verify": "verification", "Verification": "verification",
     "make_rewriter": "plugin", "rewrite_masked_lstm": "plugin", "enable": "plugin", "disable": "plugin",
     "enabled_mode": "plugin", "last_report": "report", "ConversionReport": "report", "LayerReport": "report",
     "GUARD_MESSAGE": "masks", "MASK_MODES": "masks", "TARGETS": "emit",

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """A Keras model to convert or check, from an object or a file, and the input signature it is traced with.
 
-Both the library call (:mod:`.conversion`) and ``verify`` (:mod:`.verify`) start here, so they
+Both the library call (:mod:`.conversion`) and ``verify`` (:mod:`.verification`) start here, so they
 load the same model the same way and feed it the same inputs.
 
 * :func:`load` reads a ``.keras`` or ``.h5`` file with the Keras TensorFlow runs with (Keras 3,

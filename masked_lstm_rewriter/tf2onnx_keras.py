@@ -70,8 +70,8 @@ def _get_concrete_function(model, input_signature):
     name = sequential_output_name(model)
     if not name:
         return _originals["_get_concrete_function"](model, input_signature)
-    if input_signature is None:
-        input_signature = [tf.TensorSpec(shape=x.shape, dtype=x.dtype) for x in model.inputs]
+    if input_signature is None:  # named as the model names them, for inputs_as_nchw=[...] to find them
+        input_signature = [tf.TensorSpec(shape=x.shape, dtype=x.dtype, name=x.name) for x in model.inputs]
 
     @tf.function(input_signature=input_signature)
     def model_fn(*args):
