@@ -4,22 +4,24 @@
 
 For each combination of Python and TensorFlow release line (with that line's Keras 3 and
 tf_keras), a fresh venv under ``--workdir`` gets a wheel built from this checkout's HEAD
-(``git archive``, then ``pip wheel --no-deps``: commit what you want measured), the combination's TensorFlow, Keras and tf_keras, and the newest
-onnxruntime and OpenVINO the registry has for it. Then the package's regression corpus runs in
-it from an empty directory, once per Keras flavour, on both runtimes
-(``python -m masked_lstm_rewriter.corpus --keras FLAVOUR --runtime both``; tf_keras with
-``TF_USE_LEGACY_KERAS=1``). Each combination's installed versions, install outcome, corpus
-counts per flavour and runtime (with the first failure) and times go to the page and the CSV,
-rewritten after every combination. Each run's full output stays in ``--workdir/logs``.
+(``git archive``, then ``pip wheel --no-deps``: commit what you want measured), the
+combination's TensorFlow, Keras and tf_keras, and the newest onnxruntime and OpenVINO the
+registry has for them. Then, from an empty directory, once per Keras flavour (tf_keras with
+``TF_USE_LEGACY_KERAS=1``): ``tools/demo.py --keras FLAVOUR`` (a masked model built by the
+installed Keras, converted and compared), and the package's regression corpus on both runtimes
+(``python -m masked_lstm_rewriter.corpus --keras FLAVOUR --runtime both``). Each combination's
+installed versions, install outcome, demo results, corpus counts per flavour and runtime (with
+the first failure) and times go to the page and the CSV, rewritten after every combination.
+Each run's full output stays in ``--workdir/logs``.
 
     python tools/support_matrix.py                    # the default matrix (see DEFAULT_*)
     python tools/support_matrix.py --python 3.12 --tensorflow 2.16,2.21
     python tools/support_matrix.py --dry-run          # print the plan only
-    python tools/support_matrix.py --reuse            # keep results already in --workdir/results
+    python tools/support_matrix.py --reuse            # keep the wheel and results already in --workdir
 
 The default matrix is every TensorFlow line on ``DEFAULT_PYTHON`` and every Python on
-``DEFAULT_TENSORFLOW``: about 10 minutes per installable combination on 2 cores (the first
-installs of each TensorFlow download about 600 MB; pip's cache serves the rest).
+``DEFAULT_TENSORFLOW``: 3 to 10 minutes per combination on 2 cores once pip's cache has the
+wheels (each TensorFlow wheel is several hundred MB the first time).
 """
 
 from __future__ import annotations
@@ -54,28 +56,34 @@ class Line:
     tensorflow: str   # "2.16": installs tensorflow==2.16.*
     keras: str        # the Keras 3 minor released with it (TensorFlow's own lower bound is older)
     pythons: tuple    # Pythons (of PYTHONS) that line publishes Linux wheels for (checked 2026-11-24)
+    extra: tuple = ()  # what else it needs pinned: see ONNX_CAP
 
     @property
     def tf_keras(self) -> str:
         return self.tensorflow  # tf_keras's releases follow TensorFlow's
 
 
+# onnx 1.19+ imports ml_dtypes.float4_e2m1fn (ml_dtypes 0.5+) but requires any ml_dtypes, and
+# TensorFlow 2.16 and 2.17 cap ml_dtypes below 0.5 (~=0.3.1, <0.5): pip then installs onnx 1.19.0, whose
+# import fails. Those lines are measured with onnx below 1.19 (measured 2026-11-24: see the page).
+ONNX_CAP = ("onnx<1.19",)
 # Keras 3 minor per line: the newest released when that TensorFlow line came out; 2.21 is the
 # project's own stack (constraints.txt), where Python 3.10 takes Keras 3.12 (3.13+ need 3.11).
 LINES = {line.tensorflow: line for line in (
-    Line("2.16", "3.3", ("3.10", "3.11", "3.12")),
-    Line("2.17", "3.4", ("3.10", "3.11", "3.12")),
+    Line("2.16", "3.3", ("3.10", "3.11", "3.12"), ONNX_CAP),
+    Line("2.17", "3.4", ("3.10", "3.11", "3.12"), ONNX_CAP),
     Line("2.18", "3.6", ("3.10", "3.11", "3.12")),
     Line("2.19", "3.9", ("3.10", "3.11", "3.12")),
     Line("2.20", "3.11", PYTHONS),
     Line("2.21", "3.15", PYTHONS),
 )}
 KERAS_FOR_PYTHON = {("2.21", "3.10"): "3.12"}
-DEFAULT_PYTHON = "3.12"        # the newest Python every line has wheels for
+DEFAULT_PYTHON = "3.11"        # every line has wheels for it, it is CI's, and tf_keras 2.16/2.17 run on it
 DEFAULT_TENSORFLOW = "2.21"    # the project's stack
 VERSIONS = ("masked-lstm-rewriter", "tensorflow", "keras", "tf-keras", "tf2onnx", "onnx", "onnxruntime",
             "openvino", "numpy", "protobuf")
 INSTALL_TIMEOUT = 3600
+REVISION = "REVISION"  # next to the wheel: the commit it was built from
 CORPUS_TIMEOUT = 3600
 
 
@@ -101,7 +109,7 @@ class Combination:
     def requirements(self) -> List[str]:
         """What pip installs next to the wheel: this line's stack and both runtimes, newest that fit."""
         return [f"tensorflow=={self.tensorflow}.*", f"tf-keras=={self.line.tf_keras}.*", f"keras=={self.keras}.*",
-                "onnxruntime", "openvino"]
+                "onnxruntime", "openvino", *self.line.extra]
 
 
 @dataclasses.dataclass
@@ -112,6 +120,7 @@ class CorpusRun:
     failed: int = 0
     skipped: int = 0
     first_failure: str = ""
+    failed_formats: Dict[str, int] = dataclasses.field(default_factory=dict)  # saved format -> failures
 
     @property
     def ok(self) -> bool:
@@ -130,6 +139,7 @@ class Outcome:
     install_seconds: float = 0.0
     runs: Dict[str, CorpusRun] = dataclasses.field(default_factory=dict)   # "keras3/onnxruntime" -> run
     corpus_seconds: Dict[str, float] = dataclasses.field(default_factory=dict)  # flavour -> seconds
+    demos: Dict[str, str] = dataclasses.field(default_factory=dict)  # flavour -> "ok" or why it failed
 
     @property
     def seconds(self) -> float:
@@ -138,7 +148,7 @@ class Outcome:
     @property
     def ok(self) -> bool:
         return self.installed and len(self.runs) == len(FLAVOURS) * len(RUNTIMES) and all(
-            run.ok for run in self.runs.values())
+            run.ok for run in self.runs.values()) and all(demo == "ok" for demo in self.demos.values())
 
     @classmethod
     def from_json(cls, data: dict) -> "Outcome":
@@ -164,7 +174,8 @@ def default_plan() -> List[Combination]:
     return plan
 
 
-def make_plan(pythons: Optional[Iterable[str]] = None, tensorflows: Optional[Iterable[str]] = None) -> List[Combination]:
+def make_plan(pythons: Optional[Iterable[str]] = None,
+              tensorflows: Optional[Iterable[str]] = None) -> List[Combination]:
     """The combinations to measure: the default matrix when neither is given, else every Python
     asked for (default all) with every line asked for (default all), wheels or not (a missing wheel
     is measured as a failed install)."""
@@ -246,7 +257,20 @@ def build_wheel(workdir: str) -> str:
     wheels = glob.glob(os.path.join(wheel_dir, "masked_lstm_rewriter-*.whl"))
     if code != 0 or len(wheels) != 1:
         raise RuntimeError(f"pip wheel failed: {error_line(output)}")
+    with open(os.path.join(wheel_dir, REVISION), "w", encoding="utf-8") as handle:
+        handle.write(checkout_revision())
     return wheels[0]
+
+
+def stored_wheel(workdir: str) -> Tuple[Optional[str], str]:
+    """The wheel an earlier run built in ``workdir`` and its commit, or (None, "")."""
+    wheels = glob.glob(os.path.join(workdir, "wheel", "masked_lstm_rewriter-*.whl"))
+    try:
+        with open(os.path.join(workdir, "wheel", REVISION), encoding="utf-8") as handle:
+            revision = handle.read().strip()
+    except OSError:
+        return None, ""
+    return (wheels[0], revision) if len(wheels) == 1 else (None, "")
 
 
 def installer() -> List[str]:
@@ -289,21 +313,39 @@ def installed_versions(python: str) -> Dict[str, str]:
 RESULT_LINE = re.compile(r"^ ?(PASSED|FAILED|SKIPPED) (.+?) (\S+): (.*)$")
 
 
-def parse_corpus_output(output: str, exit_code: int) -> Dict[str, CorpusRun]:
-    """Counts per runtime from a ``--runtime both`` run's result lines (``PASSED cli openvino ENTRY:
-    detail``); a run that checked nothing, or exited non-zero with no failure listed, fails on both
-    runtimes with its last line as the reason."""
-    runs = {runtime: CorpusRun() for runtime in RUNTIMES}
+def result_lines(output: str) -> List[Tuple[str, str, str, str, str]]:
+    """The corpus's result lines (``PASSED cli openvino ENTRY: detail``) as (status, path label,
+    runtime, entry, detail); a label without a runtime is onnxruntime's, or a failed conversion."""
+    results = []
     for line in output.splitlines():
         match = RESULT_LINE.match(line)
-        if not match:
-            continue
-        status, label, entry, detail = match.groups()
-        label = label.strip()  # padded to 8 characters
-        run = runs["openvino" if label.split()[-1] == "openvino" else "onnxruntime"]
-        setattr(run, status.lower(), getattr(run, status.lower()) + 1)
-        if status == "FAILED" and not run.first_failure:
-            run.first_failure = f"{entry} ({label}): {detail}"[:300]
+        if match:
+            status, label, entry, detail = match.groups()
+            words = label.split()  # padded to 8 characters
+            runtime = words.pop() if words[-1] in RUNTIMES else "onnxruntime"
+            results.append((status.lower(), " ".join(words), runtime, entry, detail))
+    return results
+
+
+def parse_corpus_output(output: str, exit_code: int) -> Dict[str, CorpusRun]:
+    """Counts per runtime from a ``--runtime both`` run. A conversion that failed has one line and
+    no runtime, and counts as failed on both; a run that checked nothing, or exited non-zero with no
+    failure listed, fails on both with its last line as the reason."""
+    runs = {runtime: CorpusRun() for runtime in RUNTIMES}
+    results = result_lines(output)
+    on_openvino = {(entry, path) for _, path, runtime, entry, _ in results if runtime == "openvino"}
+    for status, path, runtime, entry, detail in results:
+        targets = [runtime]
+        if status == "failed" and runtime == "onnxruntime" and (entry, path) not in on_openvino:
+            targets = list(RUNTIMES)  # the conversion failed: neither runtime ran it
+        for target in targets:
+            run = runs[target]
+            setattr(run, status, getattr(run, status) + 1)
+            if status == "failed":
+                form = entry.rsplit("/", 1)[-1]
+                run.failed_formats[form] = run.failed_formats.get(form, 0) + 1
+                label = path if target == "onnxruntime" or len(targets) > 1 else f"{path} {target}"
+                run.first_failure = run.first_failure or f"{entry} ({label}): {detail}"[:300]
     if exit_code != 0 and not any(run.failed for run in runs.values()):
         reason = error_line("\n".join(line for line in output.splitlines()
                                       if not line.startswith(("===", "   ")) and "passed," not in line))
@@ -324,6 +366,18 @@ def run_corpus(venv: str, flavour: str, workdir: str, log_path: str) -> Tuple[Di
     return parse_corpus_output(output, code), time.monotonic() - start
 
 
+def run_demo(venv: str, flavour: str, workdir: str, log_path: str) -> str:
+    """tools/demo.py of the wheel's commit (``source``: it builds a masked model with the installed
+    Keras itself, so no saved file's Keras version matters) for one flavour: "ok" or its last line."""
+    demo = os.path.join(workdir, "source", "tools", "demo.py")
+    if not os.path.exists(demo):
+        return f"not run: no {demo}"
+    code, output = run_logged([os.path.join(venv, "bin", "python"), demo, "--keras", flavour, "--runs", "20"],
+                              log_path, CORPUS_TIMEOUT, cwd=os.path.join(workdir, "empty"))
+    last = error_line(output)
+    return "ok" if code == 0 and last.startswith("OK:") else f"exit {code}: {last}"
+
+
 def measure(combo: Combination, wheel: str, workdir: str, keep: bool, step: str) -> Outcome:
     """Install and run one combination; removes its venv unless ``keep``."""
     outcome = Outcome(combo.python, combo.tensorflow)
@@ -341,6 +395,8 @@ def measure(combo: Combination, wheel: str, workdir: str, keep: bool, step: str)
         LOG.info("%s %s: installed in %.0f s: %s", step, combo.name, outcome.install_seconds,
                  ", ".join(f"{k} {v}" for k, v in outcome.versions.items() if v))
         for flavour in FLAVOURS:
+            outcome.demos[flavour] = run_demo(venv, flavour, workdir, log_path)
+            LOG.info("%s %s: tools/demo.py --keras %s: %s", step, combo.name, flavour, outcome.demos[flavour])
             LOG.info("%s %s: corpus, %s, onnxruntime and openvino", step, combo.name, flavour)
             runs, seconds = run_corpus(venv, flavour, workdir, log_path)
             outcome.corpus_seconds[flavour] = round(seconds, 1)
@@ -356,8 +412,8 @@ def measure(combo: Combination, wheel: str, workdir: str, keep: bool, step: str)
 
 # ---------------------------------------------------------------- the page and the CSV
 
-CSV_FIELDS = ("python", "tensorflow_line", "installed", "install_error", "flavour", "runtime", "passed", "failed",
-              "skipped", "first_failure", "corpus_seconds", "install_seconds") + tuple(
+CSV_FIELDS = ("python", "tensorflow_line", "installed", "install_error", "flavour", "demo", "runtime", "passed",
+              "failed", "skipped", "failed_by_format", "first_failure", "corpus_seconds", "install_seconds") + tuple(
                   f"version_{name.replace('-', '_')}" for name in VERSIONS)
 
 
@@ -373,10 +429,17 @@ def csv_rows(outcomes: List[Outcome]) -> List[dict]:
             rows.append(dict(base))
         for key, run in outcome.runs.items():
             flavour, runtime = key.split("/")
-            rows.append(dict(base, flavour=flavour, runtime=runtime, passed=run.passed, failed=run.failed,
+            rows.append(dict(base, flavour=flavour, demo=outcome.demos.get(flavour, ""), runtime=runtime,
+                             passed=run.passed, failed=run.failed,
                              skipped=run.skipped, first_failure=run.first_failure,
+                             failed_by_format=formats_text(run),
                              corpus_seconds=f"{outcome.corpus_seconds.get(flavour, 0):.0f}"))
     return rows
+
+
+def formats_text(run: CorpusRun) -> str:
+    """``keras 22, h5 3``: a run's failures per saved format of the entries."""
+    return ", ".join(f"{form} {count}" for form, count in sorted(run.failed_formats.items()))
 
 
 def write_csv(outcomes: List[Outcome], path: str) -> None:
@@ -392,14 +455,16 @@ def cell(run: Optional[CorpusRun]) -> str:
     if run is None:
         return "-"
     total = run.passed + run.failed
-    return f"ok {run.passed}" if run.ok else f"**FAILED {run.failed} of {total}**"
+    if run.ok:
+        return f"ok {run.passed}"
+    return f"**FAILED {run.failed} of {total}**" + (f" ({formats_text(run)})" if run.failed_formats else "")
 
 
 def markdown_table(outcomes: List[Outcome]) -> List[str]:
     """The page's table: one row per combination."""
     header = ["Python", "TensorFlow", "Keras 3", "tf_keras", "onnxruntime", "OpenVINO"] + [
         f"{'Keras 3' if f == 'keras3' else 'tf_keras'} on {'ORT' if r == 'onnxruntime' else 'OV'}"
-        for f in FLAVOURS for r in RUNTIMES] + ["time"]
+        for f in FLAVOURS for r in RUNTIMES] + ["demo", "time"]
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
     for o in outcomes:
         v = o.versions
@@ -407,9 +472,11 @@ def markdown_table(outcomes: List[Outcome]) -> List[str]:
             stack = [v.get("tensorflow", ""), v.get("keras", ""), v.get("tf-keras", ""), v.get("onnxruntime", ""),
                      v.get("openvino", "")]
             runs = [cell(o.runs.get(f"{f}/{r}")) for f in FLAVOURS for r in RUNTIMES]
+            runs.append(" / ".join("ok" if o.demos.get(f) == "ok" else "**FAILED**" if o.demos.get(f) else "-"
+                                   for f in FLAVOURS))
         else:
             stack = [f"{o.tensorflow}.*", "", "", "", ""]
-            runs = ["**does not install**"] + [""] * (len(FLAVOURS) * len(RUNTIMES) - 1)
+            runs = ["**does not install**"] + [""] * (len(FLAVOURS) * len(RUNTIMES))
         lines.append("| " + " | ".join([o.python] + stack + runs + [f"{o.seconds / 60:.0f} min"]) + " |")
     return lines
 
@@ -421,9 +488,13 @@ def failure_lines(outcomes: List[Outcome]) -> List[str]:
         where = f"Python {o.python}, TensorFlow {o.tensorflow}"
         if not o.installed:
             lines.append(f"- {where}: install failed: `{o.install_error}`")
+        for flavour, demo in o.demos.items():
+            if demo != "ok":
+                lines.append(f"- {where}, tools/demo.py --keras {flavour}: `{demo}`")
         for key, run in o.runs.items():
             if not run.ok:
-                lines.append(f"- {where}, {key.replace('/', ' on ')}: {run.failed} failed; first: "
+                formats = f" ({formats_text(run)})" if run.failed_formats else ""
+                lines.append(f"- {where}, {key.replace('/', ' on ')}: {run.failed} failed{formats}; first: "
                              f"`{run.first_failure or 'nothing passed'}`")
     return lines
 
@@ -450,6 +521,19 @@ def checkout_revision() -> str:
     return done.stdout.strip() or "unknown"
 
 
+KERAS_FILES_NOTE = (
+    "Failures counted under `keras` and `h5` (the saved format of the entries) are the corpus's own model "
+    "files: they were saved with Keras 3.15 and tf_keras 2.21, and older Keras releases cannot read "
+    "them (the conversion fails while Keras loads the file, before the plugin runs). On those lines the "
+    "SavedModel entries, which older TensorFlow reads, are what test the plugin.")
+
+
+def only_saved_formats_failed(outcomes: List[Outcome]) -> bool:
+    """Did some run fail, and only ever on Keras's own file formats (``keras``, ``h5``)?"""
+    formats = {form for o in outcomes for run in o.runs.values() for form in run.failed_formats}
+    return bool(formats) and formats <= {"keras", "h5"}
+
+
 def render_page(outcomes: List[Outcome], meta: dict) -> str:
     """docs/support-matrix.md: what was tested, when, where, the table, the failures, how to re-run."""
     ok = [o for o in outcomes if o.ok]
@@ -463,7 +547,9 @@ def render_page(outcomes: List[Outcome], meta: dict) -> str:
         "them; then the package's regression corpus (`python -m masked_lstm_rewriter.corpus --keras FLAVOUR "
         "--runtime both`: every entry converted by the library and the command line, compared with Keras "
         "on both runtimes) ran once per Keras flavour. A cell counts the corpus's checks: `ok N` means N "
-        "passed and none failed (skips are the corpus's known runtime refusals).",
+        "passed and none failed (skips are the corpus's known runtime refusals). `demo` is "
+        "`tools/demo.py --keras keras3` / `--keras tf_keras`: a masked model built by the installed Keras "
+        "itself, converted with and without the plugin and compared with Keras on onnxruntime.",
         "",
         f"- when: {meta['date']}",
         f"- machine: {meta['machine']}",
@@ -474,10 +560,18 @@ def render_page(outcomes: List[Outcome], meta: dict) -> str:
     ] + markdown_table(outcomes) + [""]
     if failures:
         parts += ["What failed (the first failure of each):", ""] + failures + [""]
+    if only_saved_formats_failed(outcomes):
+        parts += [KERAS_FILES_NOTE, ""]
     parts += [
         "Keras 3 per line: the newest Keras minor when that TensorFlow line was released (2.16: 3.3, "
         "2.17: 3.4, 2.18: 3.6, 2.19: 3.9, 2.20: 3.11, 2.21: 3.15, or 3.12 on Python 3.10, where Keras 3.13+ "
-        "does not install). TensorFlow 2.16-2.19 publish no wheels for Python 3.13.",
+        "does not install). TensorFlow 2.16-2.19 publish no wheels for Python 3.13. The lines are swept on "
+        "Python 3.11: on 3.12, tf_keras 2.16 and 2.17 cannot build an Embedding layer (`TypeError: 'float' "
+        "object cannot be interpreted as an integer`, from random.randint, measured with "
+        "`--python 3.12 --tensorflow 2.16,2.17`) before the plugin is involved. TensorFlow 2.16 and 2.17 "
+        "are installed with `onnx<1.19`: onnx 1.19 needs ml_dtypes 0.5 but does not say so, those lines cap "
+        "ml_dtypes below it, and without the cap pip installs onnx 1.19.0, whose import fails "
+        "(`AttributeError: module 'ml_dtypes' has no attribute 'float4_e2m1fn'`), before any conversion.",
         "",
         "Re-run (from a checkout; the venvs go under `--workdir`, default /tmp/mlr-matrix, and are removed "
         "unless `--keep`):",
@@ -520,7 +614,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--dry-run", action="store_true", help="print the plan and exit")
     parser.add_argument("--keep", action="store_true", help="keep each combination's venv")
     parser.add_argument("--reuse", action="store_true",
-                        help="take combinations already measured in --workdir/results instead of measuring again")
+                        help="take the wheel and the combinations already measured in --workdir instead of "
+                             "building and measuring them again (delete a results/*.json to measure it again)")
     args = parser.parse_args(argv)
     try:
         args.pythons = parse_list(args.python, PYTHONS, "Pythons") if args.python else None
@@ -553,10 +648,15 @@ def main(argv=None) -> int:
         return 0
     for sub in ("logs", "results", "venvs"):
         os.makedirs(os.path.join(args.workdir, sub), exist_ok=True)
+    wheel, revision = stored_wheel(args.workdir) if args.reuse else (None, "")
+    if wheel:
+        LOG.info("reusing %s (%s)", wheel, revision)
+    else:
+        LOG.info("building the wheel from %s (%s)", ROOT, checkout_revision())
+        wheel = build_wheel(args.workdir)
+        revision = checkout_revision()
     meta = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "machine": machine(), "revision": checkout_revision(), "matrix": matrix_text(args)}
-    LOG.info("building the wheel from %s (%s)", ROOT, meta["revision"])
-    wheel = build_wheel(args.workdir)
+            "machine": machine(), "revision": revision, "matrix": matrix_text(args)}
     outcomes = []
     for number, combo in enumerate(plan, 1):
         stored = os.path.join(args.workdir, "results", f"{combo.name}.json")
