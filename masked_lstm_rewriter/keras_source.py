@@ -8,7 +8,7 @@ load the same model the same way and feed it the same inputs.
   or tf_keras under ``TF_USE_LEGACY_KERAS=1``); a SavedModel directory is not a Keras model and
   is left to the caller.
 * :func:`input_signature` infers a model's inputs: the shapes a functional model's ``Input``
-  layers declare, batch made dynamic (a model may depend on a time axis it declared fixed); for
+  layers declare (a model may depend on a batch or time axis it declared fixed); for
   a ``Sequential`` or subclassed model, the shapes it was built or called with, dynamic in batch
   and, for sequences (rank 3 and more, or integer ids), in time. Ids read by an ``Embedding``
   first are int32 (Keras records float32 where the model was built without a dtype).
@@ -62,18 +62,18 @@ def input_signature(model) -> list:
         raise SourceError(f"cannot tell the inputs of model '{getattr(model, 'name', model)}': call it once on a "
                           "batch, or give input_signature=")
     logger.info("input signature of '%s' (%s): %s", getattr(model, "name", "model"),
-                "declared" if declared is not None else "as called, batch and time dynamic",
+                "as declared" if declared is not None else "as called, batch and time dynamic",
                 ", ".join(f"{s.name} {s.dtype.name}{list(s.shape)}" for s in specs))
     return specs
 
 
 def _declared_inputs(model) -> Optional[list]:
-    """The inputs a functional model's ``Input`` layers declared, batch dynamic."""
+    """The inputs a functional model's ``Input`` layers declared, as declared (``Input``'s batch is
+    dynamic unless ``batch_size=`` fixed it: a model may depend on that too)."""
     inputs = getattr(model, "inputs", None) if type(model).__name__ == "Functional" else None
     if not inputs:
         return None
-    return [tf.TensorSpec([None] + list(x.shape)[1:], tf.as_dtype(x.dtype), name=_input_name(x, i))
-            for i, x in enumerate(inputs)]
+    return [tf.TensorSpec(list(x.shape), tf.as_dtype(x.dtype), name=_input_name(x, i)) for i, x in enumerate(inputs)]
 
 
 def _called_inputs(model) -> Optional[list]:
