@@ -563,6 +563,12 @@ def checkout_revision() -> str:
     return done.stdout.strip() or "unknown"
 
 
+def committed_on(revision: str) -> str:
+    """`` as committed on DATE`` from ``checkout_revision()``'s text (the docs carry no commit hashes)."""
+    found = re.search(r"\d{4}-\d{2}-\d{2}", revision or "")
+    return f" as committed on {found.group(0)}" if found else ""
+
+
 KERAS_FILES_NOTE = (
     "`pass but newer Keras files`: every failure is a corpus entry saved as a `.keras` or `.h5` file, and "
     "the corpus's files were saved with Keras 3.15 and tf_keras 2.21, which older Keras releases cannot "
@@ -601,7 +607,7 @@ def render_page(outcomes: List[Outcome], meta: dict) -> str:
         "",
         f"- when: {when(outcomes)}",
         f"- machine: {meta['machine']}",
-        f"- package: the wheel of commit {meta['revision']} (committed files only); tf2onnx 1.17",
+        f"- package: a wheel of the checkout's committed files{committed_on(meta['revision'])}; tf2onnx 1.17",
         f"- matrix: {meta['matrix']}",
         f"- result: {len(ok)} of {len(outcomes)} combinations pass everything; {files} more pass everything "
         "but the corpus's Keras files saved by a newer Keras (see below)",
