@@ -7,35 +7,44 @@ TensorFlow picks its Keras once, at import, so Keras 3 and tf_keras cannot share
 * ``MLR_KERAS=keras3``, ``TF_USE_LEGACY_KERAS`` unset;
 * ``MLR_KERAS=tf_keras``, ``TF_USE_LEGACY_KERAS=1``.
 
-Each run is ``python -m pytest tests`` (plus any arguments not recognised here, passed through
-to pytest: ``-x``, ``-k EXPR``, ``tests/test_guard.py``, ...). On a machine with two cores or
-more the two runs go at once (``--jobs``, default: one per flavour up to the cores; measured on 2
-cores: 38-60 minutes for both, against about 62 one after the other): Keras 3's output shows
-live, tf_keras's is printed when both have ended. ``--jobs 1`` runs them one after the other,
-both live. Counts come from each run's JUnit XML report. Prints each flavour's slowest test
-files (minutes), the counts per flavour, then
-as its very last line ``N passed, N failed, N skipped`` (errors count as failed; a run that
-crashed or ran no test counts as one failed). Exits non-zero when any run failed, had errors, crashed, or ran no test.
+Each run is ``python -m pytest`` over the test files (plus any arguments not recognised here,
+passed through to pytest: ``-x``, ``-k EXPR``, ``tests/test_guard.py``, ...). Each flavour's files
+are split into ``--shards`` processes of about equal time (by the seconds per file of a past run,
+``tools/test_durations.json``; ``--record-durations`` rewrites it), and ``--jobs`` processes run at
+once, heaviest first (default: 2, or the cores if fewer): both cores stay busy to the end, where
+one flavour per process left one core idle while the slower flavour ran on alone. Each shard's
+output is printed when it ends; ``--jobs 1`` runs them one after the other, live. Given test
+paths, each flavour is one process. Counts come from the JUnit XML reports. Prints each
+flavour's slowest test files (minutes), the counts per flavour, then as its very last line
+``N passed, N failed, N skipped`` (errors count as failed; a process that crashed, or a flavour
+that ran no test, counts as one failed). Exits non-zero when any run failed, had errors,
+crashed, or ran no test.
 
-    .venv/bin/python tools/run_tests.py [--keras {keras3,tf_keras}] [--jobs N] [--workers N] [pytest args...]
+    .venv/bin/python tools/run_tests.py [--keras {keras3,tf_keras}] [--jobs N] [--shards N] [--workers N]
+                                        [--record-durations] [pytest args...]
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import glob
+import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ElementTree
+from typing import Optional
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTS = "tests"
 FLAVOURS = ("keras3", "tf_keras")
 NO_TESTS_COLLECTED = 5  # pytest's exit code when nothing ran
 SLOWEST = 8             # test files listed with their time after the run
+DURATIONS = os.path.join(ROOT, "tools", "test_durations.json")  # seconds per test file, per flavour
 
 
 @dataclasses.dataclass
@@ -69,13 +78,22 @@ def parse_args(argv=None):
                         help="pytest-xdist workers per run (pytest -n N); default 0: no xdist. "
                              "TensorFlow is heavy: on 2 cores, plain runs are usually fastest")
     parser.add_argument("--jobs", type=int, default=min(len(FLAVOURS), os.cpu_count() or 1), metavar="N",
-                        help="flavours run at once (default: one per flavour up to the cores); 1: one after "
-                             "the other, with live output")
+                        help="pytest processes at once (default: 2, or the cores if fewer); 1: one after the "
+                             "other, with live output")
+    parser.add_argument("--shards", type=int, default=0, metavar="N",
+                        help="split each flavour's test files into N processes of about equal time, by "
+                             "tools/test_durations.json (default: --jobs; 1: one process per flavour). Not "
+                             "when test paths are given")
+    parser.add_argument("--record-durations", action="store_true",
+                        help="after a run where no pytest process crashed, write each file's seconds to "
+                             "tools/test_durations.json (the shards' weights)")
     args, pytest_args = parser.parse_known_args(argv)
     if args.workers < 0:
         parser.error("--workers must be >= 0")
     if args.jobs < 1:
         parser.error("--jobs must be >= 1")
+    if args.shards < 0:
+        parser.error("--shards must be >= 0")
     return args, pytest_args
 
 
@@ -121,26 +139,78 @@ def count_junit(path: str, result: Result) -> None:
             result.passed += 1
 
 
-def start_flavour(flavour: str, args, pytest_args, report_dir: str, log=None) -> tuple:
-    """(the pytest process of one flavour, its Result to fill in); its output goes to ``log`` if given."""
-    report = os.path.join(report_dir, f"junit-{flavour}.xml")
+@dataclasses.dataclass
+class Shard:
+    """One pytest process: a flavour's test files (all of them when ``files`` is None)."""
+
+    flavour: str
+    index: int
+    files: Optional[list] = None
+    weight: float = 0.0
+
+    @property
+    def name(self) -> str:
+        return self.flavour if self.files is None else f"{self.flavour}-{self.index + 1}"
+
+
+def load_durations() -> dict:
+    """{flavour: {test file: seconds}} of a past run (DURATIONS), or {} where there is none."""
+    try:
+        with open(DURATIONS, encoding="utf-8") as handle:
+            return json.load(handle)
+    except (OSError, ValueError):
+        return {}
+
+
+def test_files() -> list:
+    return sorted(os.path.relpath(path, ROOT) for path in glob.glob(os.path.join(ROOT, TESTS, "test_*.py")))
+
+
+def make_shards(flavours: list, shards_per_flavour: int, durations: dict) -> list:
+    """Each flavour's test files split into ``shards_per_flavour`` shards of about equal time
+    (longest file first onto the lightest shard, by DURATIONS' seconds; a file with no record
+    counts as the median), heaviest shards first: two cores stay busy until the end, instead of
+    one flavour running alone after the other has ended."""
+    if shards_per_flavour <= 1:
+        return [Shard(flavour, 0) for flavour in flavours]
+    shards = []
+    for flavour in flavours:
+        known = durations.get(flavour, {})
+        median = statistics.median(known.values()) if known else 1.0
+        files = sorted(test_files(), key=lambda path: -known.get(path, median))
+        own = [Shard(flavour, i, []) for i in range(shards_per_flavour)]
+        for path in files:
+            lightest = min(own, key=lambda shard: shard.weight)
+            lightest.files.append(path)
+            lightest.weight += known.get(path, median)
+        shards += [shard for shard in own if shard.files]
+    return sorted(shards, key=lambda shard: -shard.weight)
+
+
+def start_shard(shard: Shard, args, pytest_args, report_dir: str, log=None):
+    """The pytest process of one shard; its output goes to ``log`` if given."""
+    report = os.path.join(report_dir, f"junit-{shard.name}.xml")
     command = [sys.executable, "-m", "pytest"]
-    if not names_paths(pytest_args):
+    if shard.files is not None:
+        command += shard.files
+    elif not names_paths(pytest_args):
         command.append(TESTS)
-    command += ["--junitxml", report, "-o", "junit_suite_name=" + flavour]
+    command += ["--junitxml", report, "-o", "junit_suite_name=" + shard.flavour]
     if args.workers:
         command += ["-n", str(args.workers)]
     command += pytest_args
-    print(f"=== {flavour}: MLR_KERAS={flavour}"
-          f"{' TF_USE_LEGACY_KERAS=1' if flavour == 'tf_keras' else ''} {' '.join(command[1:])}", flush=True)
-    process = subprocess.Popen(command, cwd=ROOT, env=flavour_env(flavour), stdin=subprocess.DEVNULL,
-                               stdout=log, stderr=subprocess.STDOUT if log else None)
-    return process, Result(flavour)
+    shown = command[1:] if shard.files is None else command[1:3] + [f"<{len(shard.files)} files>"] + command[
+        3 + len(shard.files):]
+    print(f"=== {shard.name}: MLR_KERAS={shard.flavour}"
+          f"{' TF_USE_LEGACY_KERAS=1' if shard.flavour == 'tf_keras' else ''} {' '.join(shown)}", flush=True)
+    return subprocess.Popen(command, cwd=ROOT, env=flavour_env(shard.flavour), stdin=subprocess.DEVNULL,
+                            stdout=log, stderr=subprocess.STDOUT if log else None)
 
 
-def finish_flavour(process, result: Result, report_dir: str, start: float) -> Result:
-    """Wait for the run and read its counts off its JUnit report."""
-    report = os.path.join(report_dir, f"junit-{result.flavour}.xml")
+def finish_shard(process, shard: Shard, report_dir: str, start: float) -> Result:
+    """Wait for the shard and read its counts off its JUnit report."""
+    report = os.path.join(report_dir, f"junit-{shard.name}.xml")
+    result = Result(shard.name)
     result.exit_code = process.wait()
     result.seconds = time.monotonic() - start
     if os.path.exists(report):
@@ -150,8 +220,8 @@ def finish_flavour(process, result: Result, report_dir: str, start: float) -> Re
             result.problem = f"unreadable JUnit report ({error})"
     else:
         result.problem = f"pytest wrote no report (exit code {result.exit_code}): it crashed or stopped early"
-    if result.exit_code == NO_TESTS_COLLECTED or (not result.problem and result.ran == 0):
-        result.problem = "no test ran (none collected or all deselected)"
+    if result.exit_code == NO_TESTS_COLLECTED and not result.problem:
+        result.exit_code = 0  # a shard whose tests were all deselected: judged with its flavour (merge)
     elif result.exit_code != 0 and not result.failed and not result.errors and not result.problem:
         result.problem = f"pytest exited with code {result.exit_code}"
     if result.problem and not result.failed and not result.errors:
@@ -159,32 +229,61 @@ def finish_flavour(process, result: Result, report_dir: str, start: float) -> Re
     return result
 
 
-def run_all(flavours: list, args, pytest_args, report_dir: str) -> list:
-    """Every flavour's run: up to ``args.jobs`` at once, the first one's output live and the
-    others' logged to files, printed once every run has ended; with one job, one after the other,
-    all live."""
-    jobs = 1 if len(flavours) == 1 else args.jobs
-    results, pending, running, logs = {}, list(flavours), [], []
+def run_all(shards: list, args, pytest_args, report_dir: str) -> list:
+    """Every shard's run, up to ``args.jobs`` at once: with one job, one after the other, all live;
+    else each shard's output is logged and printed when it ends."""
+    jobs = min(args.jobs, len(shards))
+    results, pending, running = {}, list(shards), []
     while pending or running:
         while pending and len(running) < jobs:
-            flavour = pending.pop(0)
-            live = jobs == 1 or flavour == flavours[0]
-            path = None if live else os.path.join(report_dir, f"{flavour}.log")
+            shard = pending.pop(0)
+            path = None if jobs == 1 else os.path.join(report_dir, f"{shard.name}.log")
             with open(path or os.devnull, "wb") as log:
-                process, result = start_flavour(flavour, args, pytest_args, report_dir, None if live else log)
-            running.append((process, result, time.monotonic()))
-            if path:
-                logs.append((flavour, path))
+                process = start_shard(shard, args, pytest_args, report_dir, None if jobs == 1 else log)
+            running.append((process, shard, time.monotonic(), path))
         time.sleep(1)
         for item in [item for item in running if item[0].poll() is not None]:
             running.remove(item)
-            results[item[1].flavour] = finish_flavour(*item[:2], report_dir, item[2])
-    for flavour, path in logs:
-        with open(path, encoding="utf-8", errors="replace") as log:
-            print(f"\n=== {flavour}: output (it ran at the same time as {flavours[0]})", flush=True)
-            sys.stdout.write(log.read())
-        sys.stdout.flush()
-    return [results[flavour] for flavour in flavours]
+            process, shard, start, path = item
+            results[shard.name] = finish_shard(process, shard, report_dir, start)
+            if path:
+                with open(path, encoding="utf-8", errors="replace") as log:
+                    print(f"\n=== {shard.name}: output ({results[shard.name].seconds / 60:.1f} min)", flush=True)
+                    sys.stdout.write(log.read())
+                sys.stdout.flush()
+    return [results[shard.name] for shard in shards]
+
+
+def merge(flavour: str, results: list) -> Result:
+    """A flavour's counts over its shards (its time: the longest shard's)."""
+    merged = Result(flavour)
+    for result in results:
+        merged.passed += result.passed
+        merged.failed += result.failed
+        merged.errors += result.errors
+        merged.skipped += result.skipped
+        merged.exit_code = merged.exit_code or result.exit_code
+        merged.seconds = max(merged.seconds, result.seconds)
+        merged.problem = "; ".join(filter(None, [merged.problem, result.problem and f"{result.flavour}: "
+                                                 f"{result.problem}"]))
+        for name, seconds in result.file_seconds.items():
+            merged.file_seconds[name] = merged.file_seconds.get(name, 0.0) + seconds
+    if merged.ran == 0 and not merged.problem:
+        merged.problem = "no test ran (none collected or all deselected)"
+        merged.errors = 1
+    return merged
+
+
+def record_durations(results: list) -> None:
+    """Write each flavour's seconds per test file to DURATIONS, for the next run's shards."""
+    durations = load_durations()
+    for result in results:
+        durations[result.flavour] = {f"{TESTS}/{name}.py": round(seconds, 1)
+                                     for name, seconds in sorted(result.file_seconds.items()) if name != "?"}
+    with open(DURATIONS, "w", encoding="utf-8") as handle:
+        json.dump(durations, handle, indent=1, sort_keys=True)
+        handle.write("\n")
+    print(f"=== seconds per test file written to {os.path.relpath(DURATIONS, ROOT)}")
 
 
 def main(argv=None) -> int:
@@ -199,8 +298,14 @@ def main(argv=None) -> int:
         print("0 passed, 1 failed, 0 skipped")
         return 1
 
+    per_flavour = 1 if names_paths(pytest_args) else (args.shards or args.jobs)
+    shards = make_shards(flavours, per_flavour, load_durations())
     with tempfile.TemporaryDirectory(prefix="mlr-junit-") as report_dir:
-        results = run_all(flavours, args, pytest_args, report_dir)
+        shard_results = run_all(shards, args, pytest_args, report_dir)
+    results = [merge(flavour, [r for s, r in zip(shards, shard_results) if s.flavour == flavour])
+               for flavour in flavours]
+    if args.record_durations and not any(r.problem for r in shard_results):  # failed tests still timed
+        record_durations(results)
 
     print()
     print(f"=== the {SLOWEST} slowest test files (minutes)")
