@@ -10,7 +10,7 @@ load the same model the same way and feed it the same inputs.
 * :func:`input_signature` infers a model's inputs: the shapes a functional model's ``Input``
   layers declare (a model may depend on a batch or time axis it declared fixed); for
   a ``Sequential`` or subclassed model, the shapes it was built or called with, dynamic in batch
-  and, for sequences (rank 3 and more, or integer ids), in time. Ids read by an ``Embedding``
+  and, for sequences (rank 3 and more, or integer ids and boolean masks), in time. Ids read by an ``Embedding``
   first are int32 (Keras records float32 where the model was built without a dtype).
 """
 
@@ -77,17 +77,21 @@ def _declared_inputs(model) -> Optional[list]:
 
 
 def _called_inputs(model) -> Optional[list]:
-    """The inputs a model was built or called with, dynamic in batch and time."""
+    """The inputs a model was built or called with, dynamic in batch and time.
+
+    The time axis is axis 1 of a rank-3 input (or higher), of integer ids and boolean masks, and
+    of a rank-2 input as long as a rank-3 input's steps were (a mask whose dtype went unrecorded)."""
     shapes = _recorded_shapes(model)
     if not shapes:
         return None
     first = model.layers[0] if getattr(model, "layers", None) else None
     reads_ids = type(first).__name__ == "Embedding"
+    steps = {list(shape)[1] for shape, _, _ in shapes if len(shape) >= 3}
     specs = []
     for i, (shape, dtype, name) in enumerate(shapes):
         shape = [None] + list(shape)[1:]
         integer = dtype.is_integer or (reads_ids and len(shapes) == 1)
-        if len(shape) >= 3 or (len(shape) == 2 and integer):
+        if len(shape) >= 3 or (len(shape) == 2 and (integer or dtype == tf.bool or shape[1] in steps)):
             shape[1] = None  # a sequence: [batch, time, ...]
         specs.append(tf.TensorSpec(shape, tf.int32 if integer and not dtype.is_integer else dtype,
                                    name=name or ("inputs" if len(shapes) == 1 else f"input_{i}")))
@@ -107,10 +111,14 @@ def _recorded_shapes(model) -> Optional[list]:
         return [(x.shape, tf.as_dtype(x.dtype), None) for x in inputs]
     from keras.src.export import export_utils  # pylint: disable=import-outside-toplevel
     try:
-        specs = export_utils.get_input_signature(model)
+        specs = tf.nest.flatten(export_utils.get_input_signature(model))
     except ValueError:
         return None
-    return [(s.shape, tf.as_dtype(s.dtype or "float32"), getattr(s, "name", None)) for s in tf.nest.flatten(specs)]
+    if len(specs) > 1:  # one input is guessed right: ids read by an Embedding first, else float32
+        logger.warning("Keras 3 records the shapes a subclassed model was called with, not their dtypes: model '%s' "
+                       "is traced with float32 inputs; give input_signature= if an input is not float32 (ids, "
+                       "a boolean mask)", getattr(model, "name", "model"))
+    return [(s.shape, tf.as_dtype(s.dtype or "float32"), getattr(s, "name", None)) for s in specs]
 
 
 def _input_name(tensor, index: int) -> str:

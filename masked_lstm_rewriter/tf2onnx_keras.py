@@ -15,11 +15,15 @@
   :func:`masked_lstm_rewriter.convert` traces it: the signature of :mod:`.keras_source` (dynamic
   batch and time) and one output per model output.
 
+* ``from_keras`` on a Keras 3 subclassed model whose ``call`` takes several inputs as one list:
+  tf2onnx calls it with one argument per input, which Keras refuses. Here it gets the list.
+
 Every other model goes to tf2onnx's own code.
 """
 
 from __future__ import annotations
 
+import inspect
 import sys
 
 import tensorflow as tf
@@ -66,16 +70,36 @@ def _get_output_names(model):
     return [name] if name else _originals["_get_output_names"](model)
 
 
+def takes_one_list(model, input_signature) -> bool:
+    """Is ``model`` a Keras 3 subclassed model whose ``call`` takes its several inputs as one list?
+
+    tf2onnx calls such a model with one argument per input, which Keras refuses ("too many
+    positional arguments"); tf_keras models go through tf2onnx's other path, which keeps the list."""
+    keras = sys.modules.get("keras")
+    if keras is None or not str(getattr(keras, "__version__", "")).startswith("3.") or not isinstance(model, keras.Model):
+        return False
+    if type(model).__name__ in ("Functional", "Sequential") or not input_signature or len(input_signature) < 2:
+        return False
+    try:
+        parameters = inspect.signature(model.call).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    required = [p for p in parameters if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(required) == 1
+
+
 def _get_concrete_function(model, input_signature):
     name = sequential_output_name(model)
-    if not name:
+    packed = takes_one_list(model, input_signature)
+    if not name and not packed:
         return _originals["_get_concrete_function"](model, input_signature)
     if input_signature is None:  # named as the model names them, for inputs_as_nchw=[...] to find them
         input_signature = [tf.TensorSpec(shape=x.shape, dtype=x.dtype, name=x.name) for x in model.inputs]
 
     @tf.function(input_signature=input_signature)
     def model_fn(*args):
-        return {name: model(*args, training=False)}
+        outputs = model(list(args), training=False) if packed else model(*args, training=False)
+        return {name: outputs} if name else outputs
     return model_fn.get_concrete_function()
 
 

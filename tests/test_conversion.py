@@ -192,3 +192,38 @@ def test_opsets_before_13_keep_the_loop_with_a_reason():
     assert not report.rewritten and "opset 12: the native form is emitted for opset 13" in report.layers[0].detail
     onnx.checker.check_model(onnx_model, full_check=True)
     assert_exact(model, onnx_model, POST)
+
+
+class FeaturesAndMask(keras.Model):
+    """A subclassed model whose call takes its two inputs as one list: features and a boolean mask."""
+
+    def __init__(self):
+        super().__init__()
+        self.rnn = keras.layers.GRU(UNITS, return_sequences=True)
+
+    def call(self, inputs):
+        features, mask = inputs
+        return self.rnn(features, mask=mask)
+
+
+def test_a_subclassed_model_with_a_list_of_inputs(caplog):
+    """tf2onnx calls a Keras 3 model with one argument per input; Keras 3 records no input dtypes."""
+    keras.utils.set_random_seed(4)
+    rng = np.random.default_rng(4)
+    features = rng.normal(size=(len(LENGTHS), STEPS, 3)).astype(np.float32)
+    mask = np.arange(STEPS)[None, :] < np.asarray(LENGTHS)[:, None]
+    model = FeaturesAndMask()
+    model([features[:2, :4], mask[:2, :4]])
+    randomize_weights(model)
+    spec = [tf.TensorSpec((None, None, 3), tf.float32, name="features"), tf.TensorSpec((None, None), tf.bool,
+                                                                                       name="mask")]
+    onnx_model, report = mlr.convert(model, input_signature=spec)
+    assert len(report.rewritten) == 1 and not report.left_as_loop
+    sess = session(onnx_model)
+    got = sess.run(None, {"features": features, "mask": mask})[0]
+    np.testing.assert_allclose(got, np.asarray(model([features, mask])), atol=1e-5)
+    with caplog.at_level("WARNING", logger="masked_lstm_rewriter"):
+        inferred, _ = mlr.convert(model)
+    assert dims(inferred) == [[None, None, 3], [None, None]], "batch and time are dynamic"
+    if FLAVOUR == "keras3":
+        assert "give input_signature=" in caplog.text
