@@ -15,8 +15,9 @@
   :func:`masked_lstm_rewriter.convert` traces it: the signature of :mod:`.keras_source` (dynamic
   batch and time) and one output per model output.
 
-* ``from_keras`` on a Keras 3 subclassed model whose ``call`` takes several inputs as one list:
-  tf2onnx calls it with one argument per input, which Keras refuses. Here it gets the list.
+* ``from_keras`` on a Keras 3 model whose inputs are a structure: a functional model built on a
+  dict of inputs, or a subclassed model whose ``call`` takes several inputs as one list. tf2onnx
+  calls it with one argument per input, which Keras refuses. Here it gets the dict or the list.
 
 Every other model goes to tf2onnx's own code.
 """
@@ -70,36 +71,42 @@ def _get_output_names(model):
     return [name] if name else _originals["_get_output_names"](model)
 
 
-def takes_one_list(model, input_signature) -> bool:
-    """Is ``model`` a Keras 3 subclassed model whose ``call`` takes its several inputs as one list?
+def input_packer(model, input_signature):
+    """How a Keras 3 model takes the traced function's inputs, where tf2onnx gets it wrong, or None.
 
-    tf2onnx calls such a model with one argument per input, which Keras refuses ("too many
-    positional arguments"); tf_keras models go through tf2onnx's other path, which keeps the list."""
+    tf2onnx calls a model with one argument per input. A functional model built on a dict of
+    inputs wants that dict ("The structure of `inputs` doesn't match"), and a subclassed model
+    whose ``call`` takes its inputs as one list wants the list ("too many positional arguments").
+    tf_keras models go through tf2onnx's other path, which keeps the structure."""
     keras = sys.modules.get("keras")
     if keras is None or not str(getattr(keras, "__version__", "")).startswith("3.") or not isinstance(model, keras.Model):
-        return False
-    if type(model).__name__ in ("Functional", "Sequential") or not input_signature or len(input_signature) < 2:
-        return False
+        return None
+    if type(model).__name__ == "Functional":
+        structure = getattr(model, "_inputs_struct", None)
+        return (lambda args: tf.nest.pack_sequence_as(structure, list(args))) if isinstance(structure, dict) else None
+    if type(model).__name__ == "Sequential" or not input_signature or len(input_signature) < 2:
+        return None
     try:
         parameters = inspect.signature(model.call).parameters.values()
     except (TypeError, ValueError):
-        return False
+        return None
     required = [p for p in parameters if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    return len(required) == 1
+    return (lambda args: list(args)) if len(required) == 1 else None
 
 
 def _get_concrete_function(model, input_signature):
     name = sequential_output_name(model)
-    packed = takes_one_list(model, input_signature)
-    if not name and not packed:
+    packer = input_packer(model, input_signature)
+    if not name and not packer:
         return _originals["_get_concrete_function"](model, input_signature)
     if input_signature is None:  # named as the model names them, for inputs_as_nchw=[...] to find them
         input_signature = [tf.TensorSpec(shape=x.shape, dtype=x.dtype, name=x.name) for x in model.inputs]
+    names = [name] if name else getattr(model, "output_names", None)  # what _get_output_names looks up
 
     @tf.function(input_signature=input_signature)
     def model_fn(*args):
-        outputs = model(list(args), training=False) if packed else model(*args, training=False)
-        return {name: outputs} if name else outputs
+        outputs = model(packer(args), training=False) if packer else model(*args, training=False)
+        return dict(zip(names, tf.nest.flatten(outputs))) if names else outputs
     return model_fn.get_concrete_function()
 
 

@@ -227,3 +227,20 @@ def test_a_subclassed_model_with_a_list_of_inputs(caplog):
     assert dims(inferred) == [[None, None, 3], [None, None]], "batch and time are dynamic"
     if FLAVOUR == "keras3":
         assert "give input_signature=" in caplog.text
+
+
+def test_a_functional_model_on_a_dict_of_inputs():
+    """tf2onnx calls a Keras 3 model with one argument per input, where it wants the dict."""
+    keras.utils.set_random_seed(5)
+    words = keras.Input((None,), dtype="int32", name="words")
+    tags = keras.Input((None,), dtype="int32", name="tags")
+    x = keras.layers.Concatenate()([keras.layers.Embedding(50, 4, mask_zero=True)(words),
+                                    keras.layers.Embedding(5, 2)(tags)])
+    model = randomize_weights(keras.Model({"words": words, "tags": tags},
+                                          keras.layers.LSTM(UNITS, return_sequences=True)(x)))
+    onnx_model, report = mlr.convert(model)
+    assert len(report.rewritten) == 1 and not report.left_as_loop
+    batch = {"words": POST, "tags": np.minimum(POST, 4)}
+    sess = session(onnx_model)
+    got = sess.run(None, {i.name: batch[i.name] for i in sess.get_inputs()})[0]
+    np.testing.assert_allclose(got, np.asarray(model(batch)), atol=1e-5)
