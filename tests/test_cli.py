@@ -281,3 +281,9 @@ def test_graphdef_with_lowered_control_flow_is_reported(frozen_graph, tmp_path):
     assert op_counts(onnx.load(str(out)))["Loop"] == 2
     assert "0 masked recurrent layer(s) rewritten, 2 left as Loop" in done.stdout
     assert "lower_control_flow=False" in done.stdout
+
+
+def test_the_command_lines_choices_are_the_librarys():
+    """The command line names the modes and runtimes without importing TensorFlow: the same lists."""
+    import masked_lstm_rewriter as mlr  # pylint: disable=import-outside-toplevel
+    assert cli.MASK_MODES == mlr.MASK_MODES and cli.RUNTIMES == mlr.TARGETS

@@ -45,6 +45,7 @@ FLAVOURS = ("keras3", "tf_keras")
 NO_TESTS_COLLECTED = 5  # pytest's exit code when nothing ran
 SLOWEST = 8             # test files listed with their time after the run
 DURATIONS = os.path.join(ROOT, "tools", "test_durations.json")  # seconds per test file, per flavour
+HEARTBEAT = 300         # seconds between "still running" lines while shards' output is held
 
 
 @dataclasses.dataclass
@@ -234,6 +235,7 @@ def run_all(shards: list, args, pytest_args, report_dir: str) -> list:
     else each shard's output is logged and printed when it ends."""
     jobs = min(args.jobs, len(shards))
     results, pending, running = {}, list(shards), []
+    heartbeat = time.monotonic()
     while pending or running:
         while pending and len(running) < jobs:
             shard = pending.pop(0)
@@ -242,6 +244,10 @@ def run_all(shards: list, args, pytest_args, report_dir: str) -> list:
                 process = start_shard(shard, args, pytest_args, report_dir, None if jobs == 1 else log)
             running.append((process, shard, time.monotonic(), path))
         time.sleep(1)
+        if jobs > 1 and time.monotonic() - heartbeat >= HEARTBEAT:  # output is held until a shard ends
+            heartbeat = time.monotonic()
+            print("=== running: " + ", ".join(f"{shard.name} ({(heartbeat - start) / 60:.0f} min)"
+                                             for _, shard, start, _ in running), flush=True)
         for item in [item for item in running if item[0].poll() is not None]:
             running.remove(item)
             process, shard, start, path = item
