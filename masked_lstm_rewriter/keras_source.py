@@ -10,8 +10,8 @@ load the same model the same way and feed it the same inputs.
 * :func:`input_signature` infers a model's inputs: the shapes a functional model's ``Input``
   layers declare (a model may depend on a batch or time axis it declared fixed); for
   a ``Sequential`` or subclassed model, the shapes it was built or called with, dynamic in batch
-  and, for sequences (rank 3 and more, or integer ids and boolean masks), in time. Ids read by an ``Embedding``
-  first are int32 (Keras records float32 where the model was built without a dtype).
+  and, for sequences (rank 3 and more, or integer ids and boolean masks), in time. Ids read by an
+  ``Embedding`` first are int32 (Keras records float32 where the model was built without a dtype).
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ import os
 from typing import Optional
 
 import tensorflow as tf
+
+from .corpus.check import first_line
 
 logger = logging.getLogger("masked_lstm_rewriter")
 
@@ -46,7 +48,7 @@ def load(path):
     try:
         return tf.keras.models.load_model(path, compile=False)
     except Exception as error:  # pylint: disable=broad-except  (Keras raises many kinds; the user needs one line)
-        raise SourceError(f"{path}: Keras could not load it ({type(error).__name__}: {_first_line(error)})") from error
+        raise SourceError(f"{path}: Keras could not load it ({type(error).__name__}: {first_line(error)})") from error
 
 
 def is_keras_model(obj) -> bool:
@@ -129,7 +131,3 @@ def _input_name(tensor, index: int) -> str:
         name = getattr(getattr(history, "operation", None), "name", "") or f"input_{index}"
     return name.split(":")[0]
 
-
-def _first_line(error) -> str:
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    return lines[0] if lines else type(error).__name__

@@ -8,10 +8,22 @@ process, since the choice cannot change once TensorFlow is loaded.
 
 import os
 
+import pytest
+
 FLAVOUR = "tf_keras" if os.environ.get("MLR_KERAS") == "tf_keras" else "keras3"
 os.environ["TF_USE_LEGACY_KERAS"] = "1" if FLAVOUR == "tf_keras" else "0"
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")  # Keras's cuDNN path cannot be converted
+
+
+@pytest.fixture
+def plugin_off():
+    """The test starts and ends with the plugin disabled, whatever ran before it (a module opts in with
+    ``pytestmark = pytest.mark.usefixtures("plugin_off")``)."""
+    import masked_lstm_rewriter as mlr  # pylint: disable=import-outside-toplevel  (after the flavour is chosen)
+    mlr.disable()
+    yield
+    mlr.disable()
 
 
 def pytest_report_header(config):

@@ -21,11 +21,7 @@ POST = post_padded_tokens(LENGTHS, STEPS)
 PRE = np.stack([np.roll(row, STEPS - length) for row, length in zip(POST, LENGTHS)])
 
 
-@pytest.fixture(autouse=True)
-def plugin_off():
-    mlr.disable()
-    yield
-    mlr.disable()
+pytestmark = pytest.mark.usefixtures("plugin_off")
 
 
 def sequential():
@@ -126,6 +122,8 @@ def test_given_signature_and_options_are_used():
     spec = [tf.TensorSpec((1, STEPS), tf.int32, name="ids")]
     onnx_model, _ = mlr.convert(model, input_signature=spec, opset=17)
     assert dims(onnx_model) == [[1, STEPS]] and onnx_model.graph.input[0].name == "ids"
+    for row in range(len(LENGTHS)):  # a static batch of one: the rows one by one, the empty one too
+        assert_exact(model, onnx_model, POST[row:row + 1])
     assert {o.version for o in onnx_model.opset_import if o.domain in ("", "ai.onnx")} == {17}
 
 

@@ -14,11 +14,7 @@ from models import UNITS, embedding_model
 import masked_lstm_rewriter as mlr
 
 
-@pytest.fixture(autouse=True)
-def plugin_off():
-    mlr.disable()
-    yield
-    mlr.disable()
+pytestmark = pytest.mark.usefixtures("plugin_off")
 
 
 def masked_model():

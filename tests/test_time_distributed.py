@@ -39,11 +39,7 @@ RECURRENT = {"LSTM": keras.layers.LSTM, "GRU": keras.layers.GRU}
 keras3_only = pytest.mark.skipif(FLAVOUR != "keras3", reason="Keras 3's TimeDistributed (tf_keras reshapes)")
 
 
-@pytest.fixture(autouse=True)
-def plugin_off():
-    mlr.disable()
-    yield
-    mlr.disable()
+pytestmark = pytest.mark.usefixtures("plugin_off")
 
 
 def tagger(kind="LSTM", seed=0):
