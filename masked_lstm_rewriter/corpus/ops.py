@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""What an ONNX model is made of: op counts over every graph, and its native recurrent nodes."""
+"""What an ONNX model is made of: op counts over every graph, and its native recurrent nodes; and
+the model without the plugin's guard, to measure what it costs."""
 
 from __future__ import annotations
 
@@ -51,3 +52,31 @@ def native_ops(model_proto) -> dict:
 def describe_native(native: dict) -> str:
     """``{"LSTM": ["forward", "reverse"]}`` -> ``"2 LSTM (forward, reverse)"``; ``"none"`` when empty."""
     return ", ".join(f"{len(directions)} {op} ({', '.join(directions)})" for op, directions in native.items()) or "none"
+
+
+def without_guard(onnx_model, guard_message: str):
+    """Copy of the model with the guard (a Split named by ``guard_message``) bypassed and the nodes
+    only it used removed, or None when the model has no guard: timing both shows what the guard costs."""
+    import onnx  # pylint: disable=import-outside-toplevel
+    model = onnx.ModelProto()
+    model.CopyFrom(onnx_model)
+    graph = model.graph
+    guards = [n for n in graph.node if n.name.startswith(guard_message)]
+    if not guards:
+        return None
+    for guard in guards:
+        for node in walk_nodes(graph, segments=True):  # If branches read outer tensors by name too
+            for i, name in enumerate(node.input):
+                if name == guard.output[0]:
+                    node.input[i] = guard.input[0]
+        graph.node.remove(guard)
+    while True:  # prune the nodes nothing reads any more, then the initializers
+        used = {name for n in walk_nodes(graph, segments=True) for name in n.input} | {o.name for o in graph.output}
+        dead = [n for n in graph.node if not any(o in used for o in n.output)]
+        if not dead:
+            break
+        for node in dead:
+            graph.node.remove(node)
+    for init in [i for i in graph.initializer if i.name not in used]:
+        graph.initializer.remove(init)
+    return model
