@@ -1,0 +1,72 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The fast tier: golden-graph tests of the rewriter that need no Keras.
+
+    .venv/bin/python -m pytest tests/unit -q        # about half a minute
+
+The rest of the suite converts Keras models end to end (35-40 minutes). This tier builds the
+loops Keras writes for masked recurrent layers directly in TensorFlow (``_graphs.py``), converts
+each with tf2onnx in well under a second, and checks, as onnxscript's rewriter tests and
+OpenVINO's transformation tests do, either the rewritten graph (its nodes, and its outputs
+against a numpy oracle and against the Loop tf2onnx makes without the plugin) or the reason the
+loop was left alone:
+
+========================== ===================================================================
+``test_read_cells.py``     the body reader on each cell kind: LSTM, GRU (both reset_after), SimpleRNN
+``test_read_refusals.py``  one refusal per kind of failure, asserted by its stable text
+``test_emit_post.py``      mask_mode="post": guard Split, one native node, weights, numbers, guard error
+``test_emit_any.py``       mask_mode="any": no guard, the reordering, numbers on pre-padded batches
+``test_plan_masks.py``     per-mask plans: sequence_mask (no guard, no reordering), Masking, a [1, T] mask
+``test_plugin_entry.py``   graphs without a masked loop are left alone; enable()/disable()
+``test_no_keras.py``       the tier never imports Keras
+========================== ===================================================================
+
+**No Keras.** TensorFlow 2.21 imports all of Keras (or tf_keras) when it is imported itself, so
+"keras is not in sys.modules" cannot be asserted after ``import tensorflow``. Instead, when
+pytest runs this tier alone (every path it was given lies in this folder) and TensorFlow is not
+loaded yet, :func:`pytest_configure` makes ``keras`` and ``tf_keras`` unimportable (``None`` in
+``sys.modules``) before any test module imports TensorFlow: TensorFlow then comes up without
+``tf.keras``, and any use of Keras by a test, a helper or the library fails with an ImportError.
+``test_no_keras.py`` asserts that this is so, and also checks the tier's sources for Keras
+imports (which is all it can do when the tier runs in one process with the Keras tests).
+"""
+
+import os
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+KERAS_MODULES = ("keras", "tf_keras")
+KERAS_BLOCKED = False  # set by pytest_configure when this process runs the tier alone
+
+
+def _tier_only(config) -> bool:
+    """Are all the paths pytest was given inside this folder?"""
+    root = config.invocation_params.dir
+    paths = [str(arg).split("::")[0] for arg in config.args] or [str(root)]
+    full = [os.path.abspath(os.path.join(root, p)) for p in paths]
+    return all(f == HERE or f.startswith(HERE + os.sep) for f in full)
+
+
+def pytest_configure(config):
+    global KERAS_BLOCKED  # pylint: disable=global-statement
+    loaded = [m for m in sys.modules if m.split(".")[0] in KERAS_MODULES + ("tensorflow",)]
+    if _tier_only(config) and not loaded:
+        for name in KERAS_MODULES:
+            sys.modules[name] = None  # "import keras" raises ImportError; TensorFlow loads without it
+        KERAS_BLOCKED = True
+
+
+@pytest.fixture(autouse=True)
+def _keras_stays_out():
+    """In a tier-only process, no test may have brought Keras in (or lifted the block)."""
+    yield
+    if KERAS_BLOCKED:
+        loaded = sorted(m for m in sys.modules if m.split(".")[0] in KERAS_MODULES and sys.modules[m] is not None)
+        assert not loaded, f"the fast tier loaded Keras modules: {loaded[:5]}"
+
+
+@pytest.fixture
+def keras_isolation(request):
+    """(this process runs the tier alone, Keras was made unimportable for it)."""
+    return _tier_only(request.config), KERAS_BLOCKED

@@ -1,0 +1,96 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Read stage, refusals: a loop the native op cannot replace stays the Loop, with its reason.
+
+One test per kind of failure, each turning one knob of an otherwise supported loop. Reasons are
+asserted by their stable text (the wording ``masked_lstm_rewriter`` gives in its log and in
+``last_report()``, and that docs/why-a-loop.md documents):
+
+* the body reader's refusals (read from the While body alone): an activation no ONNX op has
+  (swish, ``x * sigmoid(x)``), one that the native ops compute wrongly (softplus), float64;
+* the main graph's: a loop that may stop before its last step, weights that are not constants;
+* the emitter's and the plugin's: an LSTM cell state that a non-saturating recurrent activation
+  cannot hold, an activation the target runtime cannot compile, an opset before 13.
+
+Every refused loop is left exactly as tf2onnx made it: one Loop, no native op.
+"""
+
+import pytest
+
+import _graphs as G
+
+SWISH_RNN = "a gate's activation is not one ONNX RNN supports (it is computed by Mul)"
+SWISH_GRU = "a gate's activation is not one ONNX GRU supports (it is computed by Mul)"
+SWISH_LSTM = "the hidden state is not o * act(c) with an activation ONNX LSTM supports"
+SOFTPLUS = "softplus activation: onnxruntime's native recurrent ops compute it as log(1 + exp(x))"
+FLOAT64 = "float64 layer: onnxruntime (1.31) has no float64 kernel for the native LSTM, GRU or RNN"
+TRIP_COUNT = "the loop may stop before its last time step"
+NOT_CONSTANTS = "the weights are not constants"
+CELL_STATE = "the final cell state is used and recurrent activation Relu cannot hold it over padded steps"
+OPENVINO = "target openvino: OpenVINO's native GRU op compiles only Sigmoid, Tanh, Relu activations, not Softsign"
+OPSET = "opset 12: the native form is emitted for opset 13 and later"
+
+
+def assert_left_as_loop(converted, reason):
+    """One layer, left as a Loop with ``reason`` (a prefix of its text), and no native op emitted."""
+    assert [(layer.rewritten, layer.detail[:len(reason)]) for layer in converted.report.layers] == [(False, reason)]
+    assert converted.ops().count("Loop") == 1 and not converted.native_nodes()
+
+
+@pytest.mark.parametrize("spec, reason", [
+    pytest.param(G.Loop("RNN", activation="swish"), SWISH_RNN, id="swish-rnn"),
+    pytest.param(G.Loop("GRU", activation="swish"), SWISH_GRU, id="swish-gru"),
+    pytest.param(G.Loop("LSTM", activation="swish"), SWISH_LSTM, id="swish-lstm"),
+    pytest.param(G.Loop("LSTM", dtype="float64"), FLOAT64, id="float64"),
+])
+def test_body_reader_refuses(spec, reason):
+    (read,) = G.read_bodies(*G.masked_loop(spec)[:2])
+    assert (read.kind, read.reason[:len(reason)]) == (None, reason)
+    assert_left_as_loop(G.convert_loop(spec, "post")[0], reason)
+
+
+def test_softplus_is_read_but_refused():
+    """The step is read (a layer stacked above may need its output list), and marked refused."""
+    spec = G.Loop("RNN", activation="softplus")
+    (read,) = G.read_bodies(*G.masked_loop(spec)[:2])
+    assert (read.kind, read.activations, read.reason[:len(SOFTPLUS)]) == ("RNN", ("Softplus",), SOFTPLUS)
+    assert_left_as_loop(G.convert_loop(spec, "post")[0], SOFTPLUS)
+
+
+@pytest.mark.parametrize("spec, reason", [
+    pytest.param(G.Loop("GRU", stop="T-1"), TRIP_COUNT, id="stops-before-T"),
+    pytest.param(G.Loop("RNN", weights="inputs"), NOT_CONSTANTS, id="weights-not-constants"),
+    pytest.param(G.Loop("LSTM", recurrent_activation="relu"), CELL_STATE, id="cell-state-relu"),
+])
+def test_a_body_that_reads_is_refused_in_the_main_graph(spec, reason):
+    """The body reads as a supported cell; what refuses it is how the main graph runs it."""
+    (read,) = G.read_bodies(*G.masked_loop(spec)[:2])
+    assert read.reason is None and read.kind == spec.kind
+    assert_left_as_loop(G.convert_loop(spec, "post")[0], reason)
+
+
+def test_the_cell_state_refusal_needs_the_cell_state():
+    """Without c among the outputs, a relu recurrent activation is rewritten (and exact)."""
+    spec = G.Loop("LSTM", recurrent_activation="relu", outputs=("seq", "last", "h"))
+    converted, weights = G.convert_loop(spec, "post")
+    assert [n.op_type for n in converted.native_nodes()] == ["LSTM"]
+    G.assert_matches_reference(spec, converted, weights, G.POST_PADDED)
+
+
+def test_target_runtime_refusal():
+    spec = G.Loop("GRU", recurrent_activation="softsign")
+    assert_left_as_loop(G.convert_loop(spec, "any", target="openvino")[0], OPENVINO)
+    without_target, _ = G.convert_loop(spec, "any")
+    assert [(layer.rewritten, layer.detail.split(";")[0]) for layer in without_target.report.layers] == [
+        (True, "GRU direction=forward")]
+    assert "for openvino, convert with target='openvino'" in without_target.report.layers[0].detail
+
+
+def test_opset_before_13_is_refused():
+    assert_left_as_loop(G.convert_loop(G.Loop("GRU"), "post", opset=12)[0], OPSET)
+
+
+def test_a_refused_loop_still_computes_the_layer():
+    """The Loop left in place is tf2onnx's own: it gives the masked recurrence's numbers."""
+    spec = G.Loop("LSTM", recurrent_activation="relu")
+    converted, weights = G.convert_loop(spec, "post")
+    G.assert_matches_reference(spec, converted, weights, G.NOT_POST_PADDED)
