@@ -34,8 +34,9 @@ from typing import Callable, Optional
 import numpy as np
 
 from . import verify_batches
-from .corpus.check import OPENVINO_CONFIG, RUNTIMES, first_line, onnxruntime_session, runtime_available
+from .corpus.check import first_line
 from .corpus.ops import walk_nodes
+from .sessions import OPENVINO_CONFIG, RUNTIMES, onnxruntime_session, runtime_available
 from .verify_batches import OutputDifference, output_difference
 
 logger = logging.getLogger("masked_lstm_rewriter")

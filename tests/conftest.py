@@ -10,10 +10,10 @@ import os
 
 import pytest
 
+from masked_lstm_rewriter.flavours import select
+
 FLAVOUR = "tf_keras" if os.environ.get("MLR_KERAS") == "tf_keras" else "keras3"
-os.environ["TF_USE_LEGACY_KERAS"] = "1" if FLAVOUR == "tf_keras" else "0"
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")  # Keras's cuDNN path cannot be converted
+select(FLAVOUR)  # TensorFlow reads it once, when first imported
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ those the rewriter recognised with a reason in ``last_report()``) or **exact** (
 rewritten, and every output at every position equals Keras's on every batch, and ``"post"`` fails
 with the guard's message on every batch that is not post-padded). Anything else (wrong numbers,
 another error, a crash) is a failure. ``tests/test_fuzz_adversarial.py`` runs a derandomized
-sample in CI; ``tools/fuzz.py --adversarial --cases N`` runs more and counts.
+sample in CI; ``tests/fuzz.py --adversarial --cases N`` runs more and counts.
 """
 
 from __future__ import annotations
@@ -493,7 +493,7 @@ def signature_for(case: AdversarialCase, spec, inputs):
 # --- drawing cases -----------------------------------------------------------------------------
 
 def draw_case(seed: int) -> AdversarialCase:
-    """One random case, a pure function of ``seed`` (CI's sample and tools/fuzz.py draw the same)."""
+    """One random case, a pure function of ``seed`` (CI's sample and tests/fuzz.py draw the same)."""
     rng = np.random.default_rng(seed)
     pick = lambda options: options[int(rng.integers(len(options)))]  # noqa: E731
     family = pick(("cell", "loop"))

@@ -13,7 +13,7 @@ with Keras on every batch, at every position (within ATOL; relative above 1, see
 ``"any"`` always, ``"post"`` on post-padded batches; on other batches ``"post"`` must fail with
 the guard's message (on onnxruntime), never return numbers. The case's wiring makes stacks,
 sequences read by more than the layer above, and parallel layers (see ``WIRINGS``). It returns what it
-saw (a :class:`CaseResult`) rather than raising, so that ``tools/fuzz.py`` can count;
+saw (a :class:`CaseResult`) rather than raising, so that ``tests/fuzz.py`` can count;
 ``tests/test_fuzz.py`` asserts on it.
 """
 
@@ -532,9 +532,7 @@ def openvino_conversion(model, spec, mode, onnx_model, for_openvino):
 def openvino_session(onnx_model):
     """OpenVINO's model compiled once, with the shapes ``onnx_model`` declares, behind
     onnxruntime's ``run(None, feeds)``."""
-    core = runtimes.ov.Core()
-    compiled = core.compile_model(core.read_model(onnx_model.SerializeToString(), b""), "CPU",
-                                  runtimes.OPENVINO_CONFIG)
+    compiled = runtimes.openvino_compiled(onnx_model)
     names = [output.name for output in onnx_model.graph.output]
 
     class Session:  # pylint: disable=too-few-public-methods

@@ -8,23 +8,19 @@ batch and compares every output at every position, padded ones included.
 import collections
 import hashlib
 import logging
-import os
-import sys
 
 import numpy as np
-import onnxruntime as ort
 import tensorflow as tf
 import tf2onnx
 
 import masked_lstm_rewriter as mlr
 import runtimes
 import signatures
+from masked_lstm_rewriter.corpus.ops import op_counts, scheduled_layers, walk_nodes  # noqa: F401
+from masked_lstm_rewriter.flavours import current_flavour
+from masked_lstm_rewriter.sessions import onnxruntime_session as session  # noqa: F401
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))
-from toolutil import op_counts  # noqa: E402,F401  (one op counter for tests and tools)
-from masked_lstm_rewriter.corpus.ops import scheduled_layers, walk_nodes  # noqa: E402,F401
-
-FLAVOUR = "tf_keras" if os.environ.get("TF_USE_LEGACY_KERAS") == "1" else "keras3"
+FLAVOUR = current_flavour()
 if FLAVOUR == "tf_keras":
     import tf_keras as keras  # noqa: F401
 else:
@@ -52,13 +48,6 @@ def convert(model, spec, rewriter="default", opset=15):
     onnx_model, _ = tf2onnx.convert.from_keras(
         model, input_signature=spec, opset=opset, custom_rewriter=None if rewriter is None else [rewriter])
     return onnx_model
-
-
-def session(onnx_model):
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.log_severity_level = 4
-    return ort.InferenceSession(onnx_model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
 def keras_outputs(model, inputs):

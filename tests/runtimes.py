@@ -12,32 +12,24 @@ from __future__ import annotations
 import os
 
 import numpy as np
-import onnxruntime as ort
 
 try:
     import openvino as ov
 except ImportError:  # pragma: no cover - openvino is in .[test]
     ov = None
 
-from masked_lstm_rewriter.corpus.check import OPENVINO_CONFIG  # exact float32, one thread
+# pylint: disable-next=unused-import
+from masked_lstm_rewriter.sessions import OPENVINO_CONFIG, onnxruntime_session, openvino_compiled  # noqa: F401
 
 
 def run_onnxruntime(onnx_model, feeds: dict) -> list:
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.log_severity_level = 4
-    sess = ort.InferenceSession(onnx_model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    return sess.run(None, feeds)
+    return onnxruntime_session(onnx_model).run(None, feeds)
 
 
 def run_openvino(onnx_model, feeds: dict, static: bool = False) -> list:
     """OpenVINO's ONNX front end on the CPU, compiled with the model's own (possibly dynamic)
     shapes, or (``static``) with those of ``feeds``."""
-    core = ov.Core()
-    model = core.read_model(onnx_model.SerializeToString(), b"")
-    if static:
-        model.reshape({name: ov.PartialShape(list(value.shape)) for name, value in feeds.items()})
-    compiled = core.compile_model(model, "CPU", OPENVINO_CONFIG)
+    compiled = openvino_compiled(onnx_model, {name: value.shape for name, value in feeds.items()} if static else None)
     results = compiled(feeds)
     return [np.asarray(results[compiled.output(o.name)]) for o in onnx_model.graph.output]
 

@@ -7,7 +7,7 @@ draws the signature its model is converted with (half dynamic, half a static for
 wiring (a stack, a lower sequence read elsewhere too, parallel layers), and half the cases, by
 another stable hash, are converted with the length-aware schedule. Every case also runs on
 OpenVINO, converted as for it (``target="openvino"``, no schedule). Set
-MLR_FUZZ_EXAMPLES=N for N model cases; ``tools/fuzz.py`` runs thousands and counts.
+MLR_FUZZ_EXAMPLES=N for N model cases; ``tests/fuzz.py`` runs thousands and counts.
 """
 
 import collections

@@ -5,7 +5,7 @@ CI runs a fixed sample of ADVERSARIAL_CASES cases per Keras flavour (case i draw
 the sample is the same on every run); each must be refused (every masked recurrent loop stays a
 Loop, with its reason) or exact (every output, every position, every batch; "post" fails with the
 guard's message on batches that are not post-padded). MLR_ADVERSARIAL_CASES=N changes the count;
-``tools/fuzz.py --adversarial --cases N`` runs thousands and counts.
+``tests/fuzz.py --adversarial --cases N`` runs thousands and counts.
 """
 
 import os

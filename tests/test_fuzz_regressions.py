@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Cases the differential fuzzer (tests/fuzzgen.py, tools/fuzz.py) found, kept as regular tests.
+"""Cases the differential fuzzer (tests/fuzzgen.py, tests/fuzz.py) found, kept as regular tests.
 
 Each is the case as the fuzzer printed it, plus, where it showed a bug, the smallest model that
 shows it, kept after the fix.

@@ -31,7 +31,8 @@ Then it converts every entry the way the corpus check does (``tf2onnx.convert.ma
 ``masked_lstm_rewriter.enable(mask_mode)``, the checkout's plugin), records the ONNX input and
 output names tf2onnx gives and the native recurrent nodes the plugin made (``expected_ops``: never
 written by hand, so that a change to the emitter needs only ``--ops-only``), checks the entry
-(``masked_lstm_rewriter.corpus.check``) and writes ``manifest.json`` and ``README.md``. It exits
+(``masked_lstm_rewriter.corpus.check``) and writes ``manifest.json`` and ``README.md``
+(``masked_lstm_rewriter.corpus.writer`` writes the files and entries). It exits
 non-zero when a model does not convert, a layer stays a Loop or a check fails (the files are
 written anyway, to look at).
 
@@ -49,34 +50,30 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import io
-import json
 import os
 import shutil
 import subprocess
 import sys
 import time
-import zipfile
 from collections.abc import Callable
 from typing import Optional
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, ROOT)  # the checkout's plugin: the one whose output the manifest records
+# the checkout's plugin first on sys.path (tools/ is, as this runs as a script): the one whose output
+# the manifest records
+from toolutil import ROOT
 
-# pylint: disable=wrong-import-position
-import masked_lstm_rewriter  # noqa: E402
-from masked_lstm_rewriter.corpus import check, convert, manifest, ops  # noqa: E402
-from masked_lstm_rewriter.corpus.quiet import quiet_loggers, quiet_stderr  # noqa: E402
+# pylint: disable=wrong-import-order
+from masked_lstm_rewriter import flavours
+from masked_lstm_rewriter.corpus import check, manifest, ops, writer
+from masked_lstm_rewriter.corpus.quiet import quiet_loggers, quiet_stderr
+from masked_lstm_rewriter.corpus.writer import normalise_keras_zip, relative, write_npz
 
 DEFAULT_OUT = manifest.DATA_DIR
-FLAVOURS = manifest.FLAVOURS
+FLAVOURS = flavours.FLAVOURS
 OPSET = 15
 TOLERANCE = 1e-5
 GUARD_TEXT = "not post-padded"
 VOCAB, EMBED, FEATURES = 40, 5, 3
-ZIP_TIME = (1980, 1, 1, 0, 0, 0)
-FIXED_DATE_SAVED = "1980-01-01@00:00:00"
 
 # the formats a flavour can be saved in, all loadable by `python -m tf2onnx.convert` (tf2onnx 1.17)
 FORMATS = {"keras3": ("saved_model", "keras"), "tf_keras": ("h5", "saved_model")}
@@ -354,79 +351,20 @@ ANY_BATCHES = (
 )
 NOT_POST_PADDED = ("6 steps: a post-padded row, a pre-padded row, a row with a hole",
                    ("111000", "001111", "101100"))
-
-
-# ------------------------------------------------------------------ files
-
-def write_npz(path: str, arrays: dict) -> None:
-    """np.savez, but byte-stable: fixed zip timestamps, stored (not compressed), in the given order."""
-    import numpy as np  # pylint: disable=import-outside-toplevel
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:
-        for name, array in arrays.items():
-            buffer = io.BytesIO()
-            np.lib.format.write_array(buffer, np.ascontiguousarray(array), allow_pickle=False)
-            info = zipfile.ZipInfo(name + ".npy", date_time=ZIP_TIME)
-            info.external_attr = 0o644 << 16
-            info.create_system = 3
-            archive.writestr(info, buffer.getvalue())
-
-
-def renumber_shared_objects(config):
-    """Keras 3 writes ``shared_object_id`` = Python's id() of the shared object, which changes from run
-    to run; number them 1, 2, ... in order of appearance instead (equal ids stay equal, which is all
-    the loader uses them for)."""
-    numbers = {}
-
-    def walk(node):
-        if isinstance(node, dict):
-            for key, value in node.items():
-                if key == "shared_object_id":
-                    node[key] = numbers.setdefault(value, len(numbers) + 1)
-                else:
-                    walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value)
-    walk(config)
-    return config
-
-
-def normalise_keras_zip(path: str) -> None:
-    """A .keras file is a zip: fixed member timestamps, a fixed ``date_saved`` in metadata.json, and
-    ``shared_object_id`` renumbered in config.json, so that the file is byte-stable."""
-    with zipfile.ZipFile(path) as archive:
-        members = [(info, archive.read(info.filename)) for info in archive.infolist()]
-    with zipfile.ZipFile(path + ".tmp", "w") as archive:
-        for info, data in members:
-            if info.filename == "metadata.json":
-                metadata = json.loads(data)
-                if "date_saved" in metadata:
-                    metadata["date_saved"] = FIXED_DATE_SAVED
-                data = json.dumps(metadata).encode()
-            elif info.filename == "config.json":
-                data = json.dumps(renumber_shared_objects(json.loads(data))).encode()
-            fixed = zipfile.ZipInfo(info.filename, date_time=ZIP_TIME)
-            fixed.compress_type = info.compress_type
-            fixed.external_attr = 0o644 << 16
-            fixed.create_system = 3
-            archive.writestr(fixed, data)
-    os.replace(path + ".tmp", path)
-
-
-def write_text(path: str, text: str) -> None:
-    with open(path, "w", encoding="utf-8", newline="\n") as handle:
-        handle.write(text)
-
-
-def relative(path: str, out: str) -> str:
-    return os.path.relpath(path, out).replace(os.sep, "/")
+# what the manifest and its README say beyond the entries
+CATALOGUE = writer.Catalogue(
+    case_order=tuple(case.name for case in CASES),
+    cases_pending=[{"case": case.name, "description": case.description, "reason": case.pending}
+                   for case in CASES if case.pending],
+    formats=FORMATS, formats_not_included=NOT_INCLUDED, how_saved=HOW_SAVED, byte_stability=BYTE_STABILITY,
+    opset=OPSET, tolerance=TOLERANCE, guard_message=GUARD_TEXT)
 
 
 # ------------------------------------------------------------------ models and batches
 
 def select_keras(flavour: str) -> None:
     """Before TensorFlow is imported: it reads these once."""
-    os.environ.update(manifest.flavour_env(flavour))
+    flavours.select(flavour)
     os.environ["MLR_KERAS"] = flavour  # as tools/run_tests.py sets it for the suite
     os.environ.setdefault("TF_DETERMINISTIC_OPS", "1")
 
@@ -637,103 +575,9 @@ def write_case(case: Case, flavour: str, args, stack: Stack) -> tuple:
             print(f"  FAILED {name}: cannot save: {type(error).__name__}: {check.first_line(error)}", flush=True)
             entries.append({"name": name, "case": case.name, "flavour": flavour, "save_failed": str(error)})
             continue
-        entries.append(new_entry(case, flavour, fmt, relative(path, args.out), n_outputs,
-                                 masked_layer_count(model, stack.keras), batches, must_fail))
+        entries.append(writer.new_entry(case, flavour, fmt, relative(path, args.out), input_specs(case), n_outputs,
+                                        masked_layer_count(model, stack.keras), batches, must_fail, CATALOGUE))
     return entries, not_included
-
-
-def new_entry(case: Case, flavour: str, fmt: str, path: str, n_outputs: int, masked_layers: int,
-              batches: list, must_fail) -> dict:
-    """A manifest entry; the ONNX names and the expected ops are filled in by record_entry."""
-    return {
-        "name": f"{flavour}/{case.name}/{fmt}",
-        "case": case.name,
-        "flavour": flavour,
-        "format": fmt,
-        "saved_with": HOW_SAVED[(flavour, fmt)],
-        "path": path,
-        "convert_flag": manifest.CONVERT_FLAGS[fmt],
-        "description": case.description,
-        "mask_source": {"embedding": "Embedding(mask_zero=True)",
-                        "masking": f"Masking(mask_value={case.mask_value})",
-                        "explicit": "explicit mask= (a bool model input)"}[case.source],
-        "mask_mode": case.mask_mode,
-        "target": case.target,
-        "left_as_loop": list(case.left_as_loop),
-        "opset": OPSET,
-        "inputs": [{"name": name, "onnx_name": None, "dtype": dtype, "shape": list(shape)}
-                   for name, dtype, shape in input_specs(case)],
-        "outputs": [{"name": f"output_{i}", "onnx_name": None} for i in range(n_outputs)],
-        "masked_layers": masked_layers,
-        "expected_ops": None,
-        "tolerance": TOLERANCE,
-        "batches": batches,
-        "must_fail": must_fail,
-    }
-
-
-# ------------------------------------------------------------------ recording what the plugin makes
-
-def record_entry(entry: dict, out: str, tmp: str, verbose: bool) -> str:
-    """Convert the entry as the corpus check does, record tf2onnx's names and the native ops the
-    plugin made, then check it all; returns "" or what failed (also kept in the entry)."""
-    entry.pop("generation_check_failed", None)
-    output = os.path.join(tmp, entry["name"].replace("/", "__") + ".onnx")
-    try:
-        with quiet_stderr(not verbose):
-            report = convert.convert_library(entry, out, output)
-        convert.check_report(entry, report)
-        fill_names(entry, output)
-        record_ops(entry, output)
-        worst = check.check_onnx(entry, out, output)
-    except Exception as error:  # noqa: BLE001  pylint: disable=broad-except
-        entry["generation_check_failed"] = f"{type(error).__name__}: {error}"
-        return entry["generation_check_failed"]
-    print(f"  ok {entry['name']}: {ops.describe_native(entry['expected_ops']['native'])}, "
-          f"max |onnx - keras| = {worst:.2g}", flush=True)
-    return ""
-
-
-def record_ops(entry: dict, onnx_path: str) -> None:
-    """The native recurrent nodes of the converted model, as the manifest's expectation."""
-    import onnx  # pylint: disable=import-outside-toplevel
-    import tf2onnx  # pylint: disable=import-outside-toplevel
-    model_proto = onnx.load(onnx_path)
-    entry["expected_ops"] = {
-        "native": ops.native_ops(model_proto),
-        "Loop": ops.op_counts(model_proto)["Loop"],
-        "recorded_with": f"masked_lstm_rewriter {masked_lstm_rewriter.__version__}, tf2onnx {tf2onnx.__version__}",
-    }
-    for problem in manifest.expected_ops_problems(entry):
-        raise RuntimeError(f"the plugin made {ops.describe_native(entry['expected_ops']['native'])} native "
-                           f"nodes: {problem}: not a corpus entry")
-
-
-def fill_names(entry: dict, onnx_path: str) -> None:
-    """tf2onnx's names for the inputs (``name`` or ``name:0``) and outputs (by name, else by position)."""
-    import onnx  # pylint: disable=import-outside-toplevel
-    graph = onnx.load(onnx_path).graph
-    graph_inputs = [i.name for i in graph.input]
-    graph_outputs = [o.name for o in graph.output]
-    for spec in entry["inputs"]:
-        matches = [n for n in graph_inputs if n in (spec["name"], spec["name"] + ":0")]
-        if len(matches) != 1:
-            raise RuntimeError(f"cannot find input {spec['name']!r} among the ONNX inputs {graph_inputs}")
-        spec["onnx_name"] = matches[0]
-    if len(graph_outputs) != len(entry["outputs"]):
-        raise RuntimeError(f"ONNX outputs {graph_outputs}, Keras gives {len(entry['outputs'])}")
-    by_name = all(spec["name"] in graph_outputs for spec in entry["outputs"])
-    for position, spec in enumerate(entry["outputs"]):
-        spec["onnx_name"] = spec["name"] if by_name else graph_outputs[position]
-    entry["outputs"].sort(key=lambda spec: graph_outputs.index(spec["onnx_name"]))
-
-
-def versions(stack: Stack, flavour: str) -> dict:
-    import onnx  # pylint: disable=import-outside-toplevel
-    import tf2onnx  # pylint: disable=import-outside-toplevel
-    keras_name = "tf_keras" if flavour == "tf_keras" else "keras"
-    return {"tensorflow": stack.tf.__version__, keras_name: stack.keras.__version__, "tf2onnx": tf2onnx.__version__,
-            "onnx": onnx.__version__, "opset": OPSET}
 
 
 # ------------------------------------------------------------------ one flavour
@@ -747,7 +591,7 @@ def selected_cases(args) -> list:
 def generate_flavour(flavour: str, args) -> int:
     """Write (or with --ops-only, re-record) the flavour's entries and update the manifest; 1 on any failure."""
     stack = import_stack(flavour, args.verbose)
-    previous = read_manifest(args.out)
+    previous = writer.read_manifest(args.out)
     names = {case.name for case in selected_cases(args)}
     if args.ops_only:
         entries = [e for e in previous.get("entries", []) if e.get("flavour") == flavour
@@ -766,8 +610,9 @@ def generate_flavour(flavour: str, args) -> int:
             entries += made
             not_included += skipped
     failures = record_all(entries, args)
-    update_manifest(args.out, flavour, previous, entries, not_included, names if args.cases or args.ops_only else None,
-                    None if args.ops_only else versions(stack, flavour))
+    writer.update_manifest(args.out, flavour, previous, entries, not_included,
+                           names if args.cases or args.ops_only else None,
+                           None if args.ops_only else writer.versions(stack.tf, stack.keras, flavour, OPSET), CATALOGUE)
     print(f"{flavour}: {len(entries)} entries, {failures} failed", flush=True)
     return 1 if failures else 0
 
@@ -779,127 +624,18 @@ def record_all(entries: list, args) -> int:
     os.makedirs(tmp, exist_ok=True)
     try:
         for entry in entries:
-            problem = entry.get("save_failed") or record_entry(entry, args.out, tmp, args.verbose)
+            problem, worst = entry.get("save_failed"), None
+            if not problem:
+                problem, worst = writer.record_entry(entry, args.out, tmp, args.verbose)
             if problem:
                 failures += 1
                 print(f"  FAILED {entry['name']}: {problem}", flush=True)
+            else:
+                print(f"  ok {entry['name']}: {ops.describe_native(entry['expected_ops']['native'])}, "
+                      f"max |onnx - keras| = {worst:.2g}", flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return failures
-
-
-# ------------------------------------------------------------------ manifest and README
-
-def read_manifest(out: str) -> dict:
-    """The manifest in ``out`` as it is (any format version), or {} when there is none."""
-    try:
-        with open(os.path.join(out, manifest.MANIFEST), encoding="utf-8") as handle:
-            return json.load(handle)
-    except (OSError, ValueError):
-        return {}
-
-
-def update_manifest(out: str, flavour: str, previous: dict, entries: list, not_included: list,
-                    cases: Optional[set], stack: Optional[dict]) -> None:
-    """Replace the flavour's entries (only those of ``cases`` when given) in manifest.json, and
-    rewrite README.md. ``stack``: the versions that made the models (None: keep the recorded ones)."""
-    def replaced(item):
-        return item.get("flavour") == flavour and (cases is None or item.get("case") in cases)
-
-    kept = [e for e in previous.get("entries", []) if not replaced(e)]
-    skipped = [e for e in previous.get("entries_not_included", []) if not replaced(e)] + not_included
-    generated_with = dict(previous.get("generated_with", {}))
-    if stack is not None:
-        generated_with[flavour] = stack
-    case_order = {case.name: i for i, case in enumerate(CASES)}
-    format_order = {fmt: i for i, fmt in enumerate(("saved_model", "keras", "h5"))}
-
-    def order(item):
-        return (FLAVOURS.index(item["flavour"]), case_order.get(item.get("case"), len(CASES)),
-                format_order.get(item.get("format"), 9), item.get("name", ""))
-
-    result = {
-        "format_version": manifest.FORMAT_VERSION,
-        "about": "Masked Keras recurrent models (LSTM, GRU, SimpleRNN) for masked_lstm_rewriter (a tf2onnx "
-                 "plugin): each entry is one saved model in one format; converting it with the plugin (mask_mode "
-                 "and target as given) must give the expected native ONNX ops (expected_ops.native: op type -> the "
-                 "direction of each node, recorded from a conversion; no Loop but one for each layer the plugin "
-                 "must refuse, whose reason contains a text of left_as_loop) and reproduce the stored Keras outputs of "
-                 "every batch at every position within the tolerance; a 'post' entry's must_fail batch must fail "
-                 "at inference with the guard's message. Paths are relative to this file's directory. npz keys "
-                 "are the inputs' and outputs' 'name'; 'onnx_name' is what tf2onnx calls them; 'outputs' lists "
-                 "the ONNX outputs in order; an input's 'shape' is the signature the model converts with.",
-        "regenerate": "python tools/make_corpus.py (after an emitter change: python tools/make_corpus.py --ops-only)",
-        "check": "python -m masked_lstm_rewriter.corpus (or python -m pytest --pyargs masked_lstm_rewriter.corpus)",
-        "tolerance": TOLERANCE,
-        "guard_message": GUARD_TEXT,
-        "formats": {f: list(FORMATS[f]) for f in FLAVOURS},
-        "formats_not_included": NOT_INCLUDED,
-        "entries_not_included": sorted(skipped, key=lambda e: (FLAVOURS.index(e["flavour"]),
-                                                               case_order.get(e["case"], len(CASES)), e["format"])),
-        "cases_pending": [{"case": case.name, "description": case.description, "reason": case.pending}
-                          for case in CASES if case.pending],
-        "byte_stability": BYTE_STABILITY,
-        "generated_with": {k: generated_with[k] for k in FLAVOURS if k in generated_with},
-        "entries": sorted(kept + entries, key=order),
-    }
-    write_text(os.path.join(out, manifest.MANIFEST), json.dumps(result, indent=1) + "\n")
-    write_text(os.path.join(out, "README.md"), readme(result))
-
-
-def readme(result: dict) -> str:
-    entries = [e for e in result["entries"] if "native" in (e.get("expected_ops") or {})]  # recorded ones
-    lines = [
-        "# Regression corpus (generated)",
-        "",
-        "Generated by `tools/make_corpus.py`; do not edit by hand. Small masked Keras recurrent models (LSTM, GRU,",
-        "SimpleRNN), saved in the formats `python -m tf2onnx.convert` loads, with input batches and the Keras",
-        "outputs for them. `manifest.json` describes every entry: the model's path and format, its `mask_mode`",
-        "(and `target`), the input and output names (npz keys and ONNX names; `outputs` in ONNX order) and the",
-        "signature it converts with (each input's `shape`), the expected ops (the native `LSTM`, `GRU` and `RNN`",
-        "nodes and their directions, recorded from a conversion with the plugin; a `Loop` only for each layer the",
-        "plugin must refuse, with a text of its reason in `left_as_loop`), the tolerance, and for `\"post\"`",
-        "entries a batch that must fail with the guard's message (\"not post-padded\").",
-        "",
-        "```bash",
-        "python -m masked_lstm_rewriter.corpus     # every entry, both Keras flavours, library and command line",
-        "python -m pytest --pyargs masked_lstm_rewriter.corpus   # the same as tests, this process's flavour",
-        "python tools/make_corpus.py               # regenerate (both flavours), from a checkout",
-        "python tools/make_corpus.py --ops-only    # after an emitter change: re-record the expected ops",
-        "```",
-        "",
-        "| case | model | mask_mode | native nodes (left as a Loop) | keras3 | tf_keras |",
-        "| --- | --- | --- | --- | --- | --- |",
-    ]
-    for case in dict.fromkeys(e["case"] for e in entries):
-        rows = [e for e in entries if e["case"] == case]
-        formats = {f: ", ".join(e["format"] for e in rows if e["flavour"] == f) or "-" for f in FLAVOURS}
-        lines.append(f"| `{case}` | {rows[0]['description'].replace('|', '/')} | `{rows[0]['mask_mode']}` | "
-                     f"{ops.describe_native(rows[0]['expected_ops']['native'])}"
-                     + "".join(f" (Loop: {text})" for text in rows[0].get("left_as_loop", []))
-                     + f" | {formats['keras3']} | "
-                     f"{formats['tf_keras']} |")
-    if result["cases_pending"]:
-        lines += ["", "Cases not in the corpus yet (`tools/make_corpus.py --cases NAME` makes one anyway):", ""]
-        lines += [f"- `{item['case']}` ({item['description']}): {item['reason']}" for item in result["cases_pending"]]
-    lines += ["", "How each format is saved:", ""]
-    lines += [f"- {flavour} `{fmt}`: {how}" for (flavour, fmt), how in HOW_SAVED.items()
-              if fmt in result["formats"].get(flavour, ())]
-    lines += ["", "Formats not included, and why:", ""]
-    lines += [f"- {item['flavour']} `{item['format']}`: {item['reason']}" for item in result["formats_not_included"]]
-    if result["entries_not_included"]:
-        lines += ["", "Case and format pairs left out, and why:", ""]
-        lines += [f"- {item['flavour']} `{item['case']}` `{item['format']}`: {item['reason']}"
-                  for item in result["entries_not_included"]]
-    lines += ["", "Byte stability: " + result["byte_stability"], "", "Models generated with:", ""]
-    lines += [f"- {flavour}: " + ", ".join(f"{k} {v}" for k, v in stack.items())
-              for flavour, stack in result["generated_with"].items()]
-    recorded = sorted({e["expected_ops"]["recorded_with"] for e in entries})
-    lines += ["", "Expected ops recorded with: " + "; ".join(recorded) + "."]
-    failed = [e["name"] for e in result["entries"] if "generation_check_failed" in e or "save_failed" in e]
-    if failed:
-        lines += ["", "**Entries that failed their check when generated:** " + ", ".join(failed)]
-    return "\n".join(lines) + "\n"
 
 
 # ------------------------------------------------------------------ command line
@@ -949,7 +685,7 @@ def main(argv=None) -> int:
     for flavour in FLAVOURS:
         command = [sys.executable, os.path.abspath(__file__), "--keras", flavour] + rest
         print(f"=== {' '.join(command[1:])}", flush=True)
-        codes.append(subprocess.call(command, env=manifest.flavour_env(flavour), cwd=ROOT, stdin=subprocess.DEVNULL))
+        codes.append(subprocess.call(command, env=flavours.flavour_env(flavour), cwd=ROOT, stdin=subprocess.DEVNULL))
     print(f"corpus written to {args.out}" + ("" if not any(codes) else f" WITH FAILURES (exit codes {codes})"))
     return 0 if not any(codes) else 1
 

@@ -10,8 +10,8 @@ with input batches, Keras's outputs on them and the native ops the plugin made o
 
 :mod:`.manifest` reads the entries, :mod:`.convert` converts one with the plugin, :mod:`.check`
 checks the ONNX model, :mod:`.runner` runs every check of a flavour, :mod:`.command` is the
-command line and ``test_corpus`` the pytest form. Importing this package does not import
-TensorFlow.
+command line and ``test_corpus`` the pytest form; :mod:`.writer` writes a corpus (for
+``tools/make_corpus.py``). Importing this package does not import TensorFlow.
 """
 
 from .check import CorpusFailure, check_onnx

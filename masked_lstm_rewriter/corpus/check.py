@@ -23,15 +23,11 @@ from __future__ import annotations
 
 import logging
 
+from ..sessions import RUNTIMES, onnxruntime_session, openvino_runner
 from .manifest import REGENERATE_OPS, feeds_for, load_npz
 from .ops import RECURRENT_OPS, native_ops, op_counts
 
 LOG = logging.getLogger(__name__)
-RUNTIMES = ("onnxruntime", "openvino")
-# OpenVINO: exact float32 arithmetic (no bf16/f16 inference precision). Not INFERENCE_NUM_THREADS=1:
-# with it, OpenVINO 2026.4's synchronous inference drops every runtime error (the guard's included)
-# and returns empty or stale outputs (tests/test_openvino.py pins it)
-OPENVINO_CONFIG = {"INFERENCE_PRECISION_HINT": "f32"}
 # models a runtime refuses, loudly, by corpus case: (text in its error, why)
 KNOWN_REFUSALS = {"openvino": {"hard_sigmoid": ("Unsupported activation function",
                                                 "OpenVINO's CPU plugin has no HardSigmoid activation inside an LSTM")}}
@@ -181,17 +177,6 @@ def guard_problems(entry: dict, corpus: str, run) -> list:
 
 # ---------------------------------------------------------------- runtimes
 
-def runtime_available(runtime: str) -> tuple:
-    """(True, "") when ``runtime`` can be imported, else (False, why)."""
-    if runtime not in RUNTIMES:
-        raise ValueError(f"unknown runtime {runtime!r}, expected one of {RUNTIMES}")
-    try:
-        __import__(runtime)
-    except ImportError as error:
-        return False, f"{runtime} is not installed ({error}); pip install {runtime}"
-    return True, ""
-
-
 def runners(model_proto, onnx_path: str, runtime: str = "onnxruntime") -> list:
     """``[(how, run)]``, each ``run(output_names, feeds) -> [arrays]`` on ``runtime``; ``how`` says
     which shapes OpenVINO compiled ("" for onnxruntime, which takes the model as it is)."""
@@ -204,42 +189,6 @@ def runners(model_proto, onnx_path: str, runtime: str = "onnxruntime") -> list:
         return [("dynamic shapes", openvino_runner(onnx_path, static=False, from_memory=from_memory)),
                 ("static shapes", openvino_runner(onnx_path, static=True, from_memory=from_memory))]
     raise ValueError(f"unknown runtime {runtime!r}, expected one of {RUNTIMES}")
-
-
-def onnxruntime_session(model_proto):
-    """An onnxruntime CPU session with one thread, quiet about the guard's expected failure."""
-    import onnxruntime as ort  # pylint: disable=import-outside-toplevel
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.inter_op_num_threads = 1
-    options.log_severity_level = 4
-    return ort.InferenceSession(model_proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
-
-
-def openvino_runner(onnx_path: str, static: bool = True, from_memory: bool = False):
-    """OpenVINO's ONNX front end on the CPU: the model compiled once with its declared shapes, or
-    (``static``) for each set of input shapes, made static first; read from the file, or
-    (``from_memory``) from its bytes."""
-    import openvino as ov  # pylint: disable=import-outside-toplevel
-    core = ov.Core()
-    compiled = {}
-
-    def run(output_names, feeds):
-        key = tuple(sorted((name, value.shape) for name, value in feeds.items())) if static else ()
-        if key not in compiled:
-            if from_memory:
-                with open(onnx_path, "rb") as handle:
-                    model = core.read_model(handle.read(), b"")
-            else:
-                model = core.read_model(onnx_path)
-            if static:
-                model.reshape({name: ov.PartialShape(list(value.shape)) for name, value in feeds.items()})
-            compiled[key] = core.compile_model(model, "CPU", OPENVINO_CONFIG)
-        model = compiled[key]
-        results = model(feeds)
-        return [results[model.output(name)] for name in output_names]
-
-    return run
 
 
 def known_refusal(entry: dict, runtime: str):

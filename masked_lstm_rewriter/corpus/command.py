@@ -35,7 +35,8 @@ import time
 
 from .check import RUNTIMES
 from .convert import PATHS
-from .manifest import DATA_DIR, FLAVOURS, CorpusError, flavour_env, load_manifest, parse_opsets
+from ..flavours import FLAVOURS, flavour_env
+from .manifest import DATA_DIR, CorpusError, load_manifest, parse_opsets
 from .quiet import quiet_loggers, quiet_stderr
 from .runner import FAILED, PASSED, SKIPPED, Options, Result, run_flavour
 

@@ -16,10 +16,12 @@ from __future__ import annotations
 import json
 import os
 
+# an entry's "flavour" is one of FLAVOURS; current_flavour stays importable from here for the scripts using it
+from ..flavours import FLAVOURS, current_flavour  # noqa: F401  pylint: disable=unused-import
+
 DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 MANIFEST = "manifest.json"
 FORMAT_VERSION = 2
-FLAVOURS = ("keras3", "tf_keras")
 OPSETS = tuple(range(13, 19))  # the opsets the plugin supports
 CONVERT_FLAGS = {"saved_model": "--saved-model", "keras": "--keras", "h5": "--keras"}
 REGENERATE = "python tools/make_corpus.py (in a checkout of masked-lstm-rewriter)"
@@ -50,24 +52,6 @@ def load_manifest(corpus: str = DATA_DIR) -> dict:
 def entries_for(manifest: dict, flavour: str, keyword: str = "") -> list:
     """The entries of one Keras flavour whose name contains ``keyword``."""
     return [entry for entry in manifest["entries"] if entry["flavour"] == flavour and keyword in entry["name"]]
-
-
-def current_flavour() -> str:
-    """The Keras flavour TensorFlow uses in this process: tf_keras when ``TF_USE_LEGACY_KERAS`` is
-    set the way TensorFlow reads it (``1``, ``true``, ``True``), else Keras 3."""
-    return "tf_keras" if os.environ.get("TF_USE_LEGACY_KERAS", "") in ("1", "true", "True") else "keras3"
-
-
-def flavour_env(flavour: str, base=None) -> dict:
-    """The environment of a process that runs ``flavour``: TensorFlow reads it when first imported."""
-    if flavour not in FLAVOURS:
-        raise ValueError(f"unknown Keras flavour {flavour!r}, expected one of {FLAVOURS}")
-    env = dict(os.environ if base is None else base)
-    env["TF_USE_LEGACY_KERAS"] = "1" if flavour == "tf_keras" else "0"
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    env.setdefault("CUDA_VISIBLE_DEVICES", "")  # Keras's cuDNN kernels cannot be converted
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    return env
 
 
 def parse_opsets(text: str) -> tuple:

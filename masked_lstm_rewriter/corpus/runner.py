@@ -2,7 +2,7 @@
 """Every check of the corpus for the Keras flavour this process runs, one result at a time.
 
 TensorFlow picks its Keras when it is first imported, so one process checks one flavour's
-entries (:func:`.manifest.current_flavour`); :mod:`.command` starts one process per flavour.
+entries (:func:`masked_lstm_rewriter.flavours.current_flavour`); :mod:`.command` starts one process per flavour.
 For each entry (at each opset asked for), each conversion path (:mod:`.convert`) makes an ONNX
 model, which is checked on each runtime asked for (:func:`.check.check_onnx`). A runtime that is
 not installed, a path that cannot run here, and a model a runtime is known to refuse give
@@ -20,9 +20,11 @@ import tempfile
 import time
 from typing import Callable, Iterator, Optional
 
-from .check import CorpusFailure, check_onnx, known_refusal, runtime_available
+from ..flavours import current_flavour
+from ..sessions import runtime_available
+from .check import CorpusFailure, check_onnx, known_refusal
 from .convert import check_command_result, check_report, convert_library, path_available, run_command
-from .manifest import DATA_DIR, at_opset, current_flavour, entries_for, entry_problems, load_manifest
+from .manifest import DATA_DIR, at_opset, entries_for, entry_problems, load_manifest
 
 LOG = logging.getLogger(__name__)
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"

@@ -27,8 +27,9 @@ import os
 import pytest
 
 from masked_lstm_rewriter.corpus import check, convert, manifest
+from masked_lstm_rewriter.flavours import current_flavour
 
-FLAVOUR = manifest.current_flavour()
+FLAVOUR = current_flavour()
 OTHER_FLAVOUR = "keras3" if FLAVOUR == "tf_keras" else "tf_keras"
 CORPUS = manifest.DATA_DIR
 OPSETS = manifest.parse_opsets(os.environ["MLR_CORPUS_OPSETS"]) if os.environ.get("MLR_CORPUS_OPSETS") else (None,)

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Differential fuzzing on demand: N random masked Keras models, each on several random batches,
 converted in both mask modes and compared with Keras at every position, on onnxruntime and on
-OpenVINO (converted for it: ``target="openvino"``, no schedule; see tests/fuzzgen.py).
+OpenVINO (converted for it: ``target="openvino"``, no schedule; see fuzzgen.py, beside this script).
 
 Each Keras flavour runs in its own process (TensorFlow picks its Keras once, at import). Prints,
 per flavour: cases, model/batch comparisons, passed, mismatches, how often the "post" guard
@@ -13,13 +13,13 @@ then every failing case as a pasteable ``ModelCase``/``BatchCase`` (keep it in
 tests/test_fuzz_regressions.py: the pytest fuzz test shrinks it). Exits non-zero on any
 mismatch, missed guard, Loop left or crash.
 
-    .venv/bin/python tools/fuzz.py --cases 1000 [--keras keras3] [--seed 0] [--batches 4]
+    .venv/bin/python tests/fuzz.py --cases 1000 [--keras keras3] [--seed 0] [--batches 4]
 
-``--adversarial`` fuzzes the matcher instead (tests/fuzz_adversarial.py): N near-miss cells and
+``--adversarial`` fuzzes the matcher instead (fuzz_adversarial.py): N near-miss cells and
 Keras-like loops per flavour, each refused (stays a Loop, with its reason) or exact, else a
 failure; prints the verdicts by family and mask mode, the reasons given, and every failure.
 
-    .venv/bin/python tools/fuzz.py --adversarial --cases 2000 [--keras tf_keras] [--seed 0]
+    .venv/bin/python tests/fuzz.py --adversarial --cases 2000 [--keras tf_keras] [--seed 0]
 """
 
 from __future__ import annotations
@@ -33,8 +33,9 @@ import subprocess
 import sys
 import time
 
-from run_tests import FLAVOURS, ROOT, flavour_env
+from masked_lstm_rewriter.flavours import FLAVOURS, flavour_env
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULT_MARK = "FUZZ-RESULT "
 
 
@@ -45,7 +46,7 @@ def parse_args(argv=None):
     parser.add_argument("--keras", choices=FLAVOURS, action="append", help="only this flavour (repeatable)")
     parser.add_argument("--seed", type=int, default=0, help="hypothesis seed (default 0)")
     parser.add_argument("--adversarial", action="store_true",
-                        help="near-miss cells and Keras-like loops: refused or exact (tests/fuzz_adversarial.py)")
+                        help="near-miss cells and Keras-like loops: refused or exact (fuzz_adversarial.py)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
@@ -53,7 +54,6 @@ def parse_args(argv=None):
 # --- the worker: one flavour, in this process ---------------------------------------------------
 
 def run_worker(args) -> dict:
-    sys.path.insert(0, os.path.join(ROOT, "tests"))
     logging.getLogger("masked_lstm_rewriter").setLevel(logging.ERROR)  # last_report() has the reasons
     import fuzzgen  # pylint: disable=import-outside-toplevel  (after the flavour is chosen)
     from hypothesis import HealthCheck, Phase, given, seed, settings  # pylint: disable=import-outside-toplevel
@@ -115,7 +115,6 @@ def run_worker(args) -> dict:
 
 
 def run_adversarial_worker(args) -> dict:
-    sys.path.insert(0, os.path.join(ROOT, "tests"))
     logging.getLogger("masked_lstm_rewriter").setLevel(logging.ERROR)  # last_report() has the reasons
     import fuzz_adversarial as fa  # pylint: disable=import-outside-toplevel  (after the flavour is chosen)
 
