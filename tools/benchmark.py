@@ -60,7 +60,10 @@ import sys
 import tempfile
 import time
 
-from toolutil import op_counts, quiet_stderr, without_guard  # tools/ is on sys.path when run as a script
+from toolutil import op_counts, quiet_stderr  # tools/ is on sys.path when run as a script
+from masked_lstm_rewriter import flavours  # pylint: disable=wrong-import-order  (toolutil puts the checkout first)
+from masked_lstm_rewriter.corpus.ops import without_guard  # pylint: disable=wrong-import-order
+from masked_lstm_rewriter.sessions import onnxruntime_session, openvino_compiled  # pylint: disable=wrong-import-order
 
 TOLERANCE = 1e-5
 OPSET = 15
@@ -262,11 +265,7 @@ class OpenVinoSession:
     model's declared (dynamic) shapes, f32 precision, ``threads`` inference threads."""
 
     def __init__(self, path: str, threads: int):
-        import openvino as ov
-        core = ov.Core()
-        with open(path, "rb") as handle:  # from memory: OpenVINO 2026.4 reads tf2onnx's Loops only so
-            model = core.read_model(handle.read(), b"")
-        self.compiled = core.compile_model(model, "CPU", openvino_config(threads))
+        self.compiled = openvino_compiled(path, threads=threads)
         self.request = self.compiled.create_infer_request()
 
     def run(self, _, feed):
@@ -274,15 +273,11 @@ class OpenVinoSession:
         return [self.request.get_output_tensor(i).data for i in range(len(self.compiled.outputs))]
 
 
-def openvino_config(threads: int) -> dict:
-    return {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": threads}
-
-
-def open_session(ort, options, variant: str, path: str, threads: int):
+def open_session(variant: str, path: str, threads: int):
     """An onnxruntime session, or for an OpenVINO variant an OpenVinoSession (None where OpenVINO
     cannot compile the model: it is left out of the timing)."""
     if variant not in OPENVINO_VARIANTS:
-        return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+        return onnxruntime_session(path, shared_threads=True)
     try:
         return OpenVinoSession(path, threads)
     except Exception as error:  # noqa: BLE001  pylint: disable=broad-except
@@ -298,12 +293,9 @@ def worker(job_path: str) -> int:
     threads = job["threads"]
     # One pool for all sessions: see the module docstring. Spinning stays at onnxruntime's default.
     ort.set_global_thread_pool_sizes(threads, 1)
-    options = ort.SessionOptions()
-    options.use_per_session_threads = False
-    options.log_severity_level = 3  # errors only
     sessions = {}
     for model, files in job["models"].items():
-        opened = {variant: open_session(ort, options, variant, path, threads) for variant, path in files.items()}
+        opened = {variant: open_session(variant, path, threads) for variant, path in files.items()}
         sessions[model] = {variant: session for variant, session in opened.items() if session is not None}
     results = []
     for cell in job["cells"]:
@@ -331,7 +323,7 @@ def parse_args(argv=None):
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true",
                         help="small grid, few rounds: about a minute (default out: build/benchmark-quick)")
-    parser.add_argument("--keras", choices=("keras3", "tf_keras"), default="keras3")
+    parser.add_argument("--keras", choices=flavours.FLAVOURS, default="keras3")
     parser.add_argument("--out", metavar="DIR", help="output folder (default: docs/benchmark, "
                                                       "or build/benchmark-quick with --quick)")
     parser.add_argument("--budget", type=float, metavar="SECONDS",
@@ -465,12 +457,11 @@ def check_openvino_numerics(np, keras_models: dict, protos: dict, shapes: list, 
     except ImportError:
         report("  OpenVINO: not installed (pip install openvino): no OpenVINO columns")
         return set()
-    core, compiled = ov.Core(), set()
+    compiled = set()
     for model, (masked, _) in keras_models.items():
         for variant, source in OPENVINO_VARIANTS.items():
             try:
-                net = core.compile_model(core.read_model(protos[(model, source)].SerializeToString(), b""), "CPU",
-                                         openvino_config(1))
+                net = openvino_compiled(protos[(model, source)], threads=1)
             except Exception as error:  # noqa: BLE001  pylint: disable=broad-except
                 if source == "post":
                     fail(f"OpenVINO cannot compile the plugin's {model} model: {error}")
@@ -494,15 +485,11 @@ def check_openvino_numerics(np, keras_models: dict, protos: dict, shapes: list, 
     return compiled
 
 
-def check_numerics(np, ort, keras_models: dict, protos: dict, shapes: list, report: Report) -> dict:
+def check_numerics(np, keras_models: dict, protos: dict, shapes: list, report: Report) -> dict:
     """Runs every ONNX model on every (batch, T, fill) and compares with Keras; fails beyond TOLERANCE."""
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.inter_op_num_threads = 1
     worst, largest = {}, {}
     for model, (masked, unmasked) in keras_models.items():
-        sessions = {v: ort.InferenceSession(protos[(model, v)].SerializeToString(), options,
-                                            providers=["CPUExecutionProvider"]) for v in VARIANTS}
+        sessions = {v: onnxruntime_session(protos[(model, v)]) for v in VARIANTS}
         for batch, steps, fill in shapes:
             tokens = shape_tokens(batch, steps, fill)
             expected = {"masked": np.asarray(masked(tokens, training=False)),
@@ -715,13 +702,7 @@ def main(argv=None) -> int:
         settings["budget"] = args.budget
         settings["headline_budget"] = max(args.budget, settings["headline_budget"] * args.budget /
                                           (QUICK if args.quick else FULL)["budget"])
-    # TensorFlow picks its Keras once, at import
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")  # Keras's cuDNN LSTM cannot be converted
-    if args.keras == "tf_keras":
-        os.environ["TF_USE_LEGACY_KERAS"] = "1"
-    else:
-        os.environ.pop("TF_USE_LEGACY_KERAS", None)
+    flavours.select(args.keras)  # TensorFlow picks its Keras once, at import
     quiet = not args.verbose
     with quiet_stderr(quiet):
         import numpy as np
@@ -729,8 +710,7 @@ def main(argv=None) -> int:
         import onnxruntime as ort
         import tensorflow as tf
         import tf2onnx
-        sys.path.insert(0, ROOT)  # the checkout's plugin, the one being measured
-        import masked_lstm_rewriter as mlr
+        import masked_lstm_rewriter as mlr  # the checkout's (toolutil put it first), the one measured
         if args.keras == "tf_keras":
             import tf_keras as keras
         else:
@@ -785,7 +765,7 @@ def main(argv=None) -> int:
     dist_shapes = [(b, settings["dist_time"], d) for b in settings["dist_batches"] for d in DISTRIBUTIONS]
     report(f"numerics: every model on every shape vs Keras, tolerance {TOLERANCE:g}:")
     with quiet_stderr(quiet):
-        worst = check_numerics(np, ort, keras_models, protos, head_shapes + dist_shapes + grid_shapes, report)
+        worst = check_numerics(np, keras_models, protos, head_shapes + dist_shapes + grid_shapes, report)
         openvino_models = check_openvino_numerics(np, keras_models, protos, head_shapes + dist_shapes, worst, report)
     report()
 

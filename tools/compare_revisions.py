@@ -29,6 +29,7 @@ import tempfile
 
 import benchmark  # tools/ is on sys.path when run as a script
 from toolutil import ROOT, quiet_stderr
+from masked_lstm_rewriter.sessions import onnxruntime_session  # pylint: disable=wrong-import-order
 
 CELLS = [(batch, fill) for batch in (1, 32) for fill in (1.0, 0.5)]
 STEPS = 100
@@ -84,7 +85,6 @@ def convert_with(tree: str, folder: str, models: list, scheduled: bool) -> None:
 def check_against_keras(models: list, folders: dict) -> None:
     """Both sides match Keras at every position of every timed batch (else the timing means nothing)."""
     import numpy as np
-    import onnxruntime as ort
     from tensorflow import keras
 
     for model in models:
@@ -93,21 +93,17 @@ def check_against_keras(models: list, folders: dict) -> None:
             tokens = benchmark.tokens_for(batch, STEPS, fill)
             expected = np.asarray(masked(tokens, training=False))
             for side, folder in folders.items():
-                got = ort.InferenceSession(os.path.join(folder, f"{model}.onnx")).run(None, {"tokens": tokens})[0]
+                got = onnxruntime_session(os.path.join(folder, f"{model}.onnx")).run(None, {"tokens": tokens})[0]
                 worst = float(np.max(np.abs(expected - got)))
                 if worst > benchmark.TOLERANCE:
                     sys.exit(f"{model} ({side}) differs from Keras by {worst:.2e} at batch {batch}, fill {fill}")
 
 
 def time_all(models: list, folders: dict, budget: float) -> None:
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = options.inter_op_num_threads = 1
     print(f"{'model':<8} {'batch':>5} {'fill':>5} {'base ms':>9} {'current ms':>10} {'current/base':>12} "
           f"{'p10-p90':>13} {'rounds':>6}")
     for model in models:
-        sessions = {side: ort.InferenceSession(os.path.join(folder, f"{model}.onnx"), options)
+        sessions = {side: onnxruntime_session(os.path.join(folder, f"{model}.onnx"))
                     for side, folder in folders.items()}
         for batch, fill in CELLS:
             feed = {"tokens": benchmark.tokens_for(batch, STEPS, fill)}

@@ -23,6 +23,8 @@ import sys
 import time
 
 from toolutil import op_counts, quiet_stderr  # tools/ is on sys.path when run as a script
+from masked_lstm_rewriter import flavours  # pylint: disable=wrong-import-order  (toolutil puts the checkout first)
+from masked_lstm_rewriter.sessions import onnxruntime_session  # pylint: disable=wrong-import-order
 
 TOLERANCE = 1e-5
 OPSET = 15
@@ -33,7 +35,7 @@ FILE_NAMES = {"stock tf2onnx": "stock.onnx", "with plugin": "plugin.onnx"}
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--keras", choices=("keras3", "tf_keras"), default="keras3",
+    parser.add_argument("--keras", choices=flavours.FLAVOURS, default="keras3",
                         help="Keras flavour to build the model with (default: keras3)")
     parser.add_argument("--batch", type=int, default=8, help="rows in the example batch (default: 8)")
     parser.add_argument("--time", type=int, default=50, help="steps per row (default: 50)")
@@ -46,25 +48,6 @@ def parse_args(argv=None):
     if args.batch < 1 or args.time < 1 or args.runs < 1:
         parser.error("--batch, --time and --runs must be positive")
     return args
-
-
-def select_keras(flavour: str) -> None:
-    """Must run before TensorFlow is imported: TF reads these once, at import."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")  # Keras's cuDNN LSTM path cannot be converted
-    if flavour == "tf_keras":
-        os.environ["TF_USE_LEGACY_KERAS"] = "1"
-    else:
-        os.environ.pop("TF_USE_LEGACY_KERAS", None)
-
-
-def import_plugin():
-    try:
-        import masked_lstm_rewriter as mlr
-    except ImportError:  # run from a checkout that is not installed: use the checkout's copy
-        sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        import masked_lstm_rewriter as mlr
-    return mlr
 
 
 def example_lengths(batch: int, steps: int, rng) -> list:
@@ -116,7 +99,7 @@ class _Collect(logging.Handler):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    select_keras(args.keras)
+    flavours.select(args.keras)  # before TensorFlow is imported
 
     quiet = not args.verbose
     with quiet_stderr(quiet):
@@ -125,7 +108,7 @@ def main(argv=None) -> int:
         import tensorflow as tf
         import tf2onnx
 
-        mlr = import_plugin()
+        import masked_lstm_rewriter as mlr  # this checkout's: toolutil put it first on sys.path
         if args.keras == "tf_keras":
             import tf_keras as keras
         else:
@@ -161,13 +144,10 @@ def main(argv=None) -> int:
         print(f"plugin log: {record.levelname}: {record.getMessage()}")
     print()
 
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.inter_op_num_threads = 1
     rows, results = [], {}
     for label, proto in converted.items():
         counts = op_counts(proto)
-        session = ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        session = onnxruntime_session(proto)
         feed = {session.get_inputs()[0].name: tokens}
         got = session.run(None, feed)[0]
         diff = float(np.max(np.abs(got - expected))) if got.shape == expected.shape else float("inf")

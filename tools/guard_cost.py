@@ -17,13 +17,15 @@ Usage: python tools/guard_cost.py [--keras keras3|tf_keras] [--steps 100] [--bat
 """
 
 import argparse
-import os
 import time
+
+import toolutil  # noqa: F401  pylint: disable=unused-import  (tools/ is on sys.path as a script; puts this checkout first)
+from masked_lstm_rewriter import flavours
 
 
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--keras", choices=["keras3", "tf_keras"], default="keras3")
+    parser.add_argument("--keras", choices=flavours.FLAVOURS, default="keras3")
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 32])
     parser.add_argument("--rounds", type=int, default=30, help="interleaved timing rounds")
@@ -33,9 +35,7 @@ def parse_args():
 
 
 ARGS = parse_args()
-os.environ["TF_USE_LEGACY_KERAS"] = "1" if ARGS.keras == "tf_keras" else "0"
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+flavours.select(ARGS.keras)  # before TensorFlow is imported
 
 import logging  # noqa: E402
 
@@ -43,9 +43,10 @@ import numpy as np  # noqa: E402
 import onnxruntime as ort  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tf2onnx  # noqa: E402
-from toolutil import without_guard  # noqa: E402  (tools/ is on sys.path when run as a script)
 
-import masked_lstm_rewriter as mlr  # noqa: E402  (toolutil put this checkout first on sys.path)
+import masked_lstm_rewriter as mlr  # noqa: E402
+from masked_lstm_rewriter.corpus.ops import without_guard  # noqa: E402
+from masked_lstm_rewriter.sessions import onnxruntime_session as session  # noqa: E402
 
 keras = __import__("tf_keras" if ARGS.keras == "tf_keras" else "keras")
 logging.getLogger("tf2onnx").setLevel(logging.ERROR)
@@ -64,13 +65,6 @@ def build(mask_zero):
 def convert(model, rewriters=None):
     spec = (tf.TensorSpec((None, None), tf.int32, name="tokens"),)
     return tf2onnx.convert.from_keras(model, input_signature=spec, opset=15, custom_rewriter=rewriters)[0]
-
-
-def session(onnx_model):
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.inter_op_num_threads = 1
-    return ort.InferenceSession(onnx_model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
 def batch(rows, steps, fill, seed=0):

@@ -17,8 +17,10 @@ import argparse
 import time
 
 import numpy as np
-import onnxruntime as ort
+import toolutil  # noqa: F401  pylint: disable=unused-import  (tools/ is on sys.path as a script; puts this checkout first)
 from onnx import TensorProto, helper, numpy_helper
+
+from masked_lstm_rewriter.sessions import onnxruntime_session
 
 INPUTS, HIDDEN = 64, 128
 
@@ -44,9 +46,7 @@ def session(weights, recurrent, bias, fold: bool):
                               initializers)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)])
     model.ir_version = 8
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = options.inter_op_num_threads = 1
-    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return onnxruntime_session(model)
 
 
 def main(argv=None):

@@ -16,7 +16,10 @@ import time
 import numpy as np
 import onnx
 import onnxruntime as ort
+import toolutil  # noqa: F401  pylint: disable=unused-import  (tools/ is on sys.path as a script; puts this checkout first)
 from onnx import TensorProto, helper, numpy_helper
+
+from masked_lstm_rewriter.sessions import onnxruntime_session as session
 
 INPUT, HIDDEN = 64, 128
 
@@ -36,12 +39,6 @@ def lstm_model(with_lengths: bool) -> onnx.ModelProto:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)])
     model.ir_version = 8  # what onnxruntime 1.31 accepts
     return model
-
-
-def session(model):
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = options.inter_op_num_threads = 1
-    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
 def length_cases(batch: int, steps: int) -> dict:

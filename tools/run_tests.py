@@ -4,7 +4,7 @@
 
 TensorFlow picks its Keras once, at import, so Keras 3 and tf_keras cannot share a process:
 
-* ``MLR_KERAS=keras3``, ``TF_USE_LEGACY_KERAS`` unset;
+* ``MLR_KERAS=keras3``, ``TF_USE_LEGACY_KERAS=0``;
 * ``MLR_KERAS=tf_keras``, ``TF_USE_LEGACY_KERAS=1``.
 
 Each run is ``python -m pytest`` over the test files (plus any arguments not recognised here,
@@ -39,9 +39,10 @@ import time
 import xml.etree.ElementTree as ElementTree
 from typing import Optional
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from toolutil import ROOT  # tools/ is on sys.path when run as a script; it puts the checkout first
+from masked_lstm_rewriter.flavours import FLAVOURS, flavour_env as keras_env  # pylint: disable=wrong-import-order
+
 TESTS = "tests"
-FLAVOURS = ("keras3", "tf_keras")
 NO_TESTS_COLLECTED = 5  # pytest's exit code when nothing ran
 SLOWEST = 8             # test files listed with their time after the run
 DURATIONS = os.path.join(ROOT, "tools", "test_durations.json")  # seconds per test file, per flavour
@@ -99,15 +100,8 @@ def parse_args(argv=None):
 
 
 def flavour_env(flavour: str) -> dict:
-    env = dict(os.environ)
-    env["MLR_KERAS"] = flavour
-    if flavour == "tf_keras":
-        env["TF_USE_LEGACY_KERAS"] = "1"
-    else:
-        env.pop("TF_USE_LEGACY_KERAS", None)
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    return env
+    """A pytest process's environment: ``MLR_KERAS``, which tests/conftest.py selects the flavour by."""
+    return dict(keras_env(flavour), MLR_KERAS=flavour)
 
 
 def names_paths(pytest_args) -> bool:

@@ -42,11 +42,15 @@ import sys
 import time
 from typing import Dict, Iterable, List, Optional, Tuple
 
-LOG = logging.getLogger("support_matrix")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:  # run by any Python, loaded by path by tests/test_support_matrix.py: not via toolutil
+    sys.path.insert(0, ROOT)
+# pylint: disable=wrong-import-position  (this checkout's modules, which import nothing outside the standard library)
+from masked_lstm_rewriter.flavours import FLAVOURS, flavour_env  # noqa: E402
+from masked_lstm_rewriter.sessions import RUNTIMES  # noqa: E402
+
+LOG = logging.getLogger("support_matrix")
 PYTHONS = ("3.10", "3.11", "3.12", "3.13")
-FLAVOURS = ("keras3", "tf_keras")
-RUNTIMES = ("onnxruntime", "openvino")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -360,7 +364,7 @@ def run_corpus(venv: str, flavour: str, workdir: str, log_path: str) -> Tuple[Di
     """The corpus for one flavour in the venv, from an empty directory (not the checkout)."""
     empty = os.path.join(workdir, "empty")
     os.makedirs(empty, exist_ok=True)
-    env = clean_env(TF_USE_LEGACY_KERAS="1" if flavour == "tf_keras" else "0")
+    env = flavour_env(flavour, base=clean_env())
     start = time.monotonic()
     code, output = run_logged([os.path.join(venv, "bin", "python"), "-m", "masked_lstm_rewriter.corpus",
                                "--keras", flavour, "--runtime", "both"], log_path, CORPUS_TIMEOUT, env=env, cwd=empty)
