@@ -60,7 +60,7 @@ import sys
 import tempfile
 import time
 
-from toolutil import op_counts, quiet_stderr  # tools/ is on sys.path when run as a script
+from toolutil import import_stack, op_counts, quiet_stderr  # tools/ is on sys.path when run as a script
 from masked_lstm_rewriter import flavours  # pylint: disable=wrong-import-order  (toolutil puts the checkout first)
 from masked_lstm_rewriter.corpus.ops import without_guard  # pylint: disable=wrong-import-order
 from masked_lstm_rewriter.sessions import onnxruntime_session, openvino_compiled  # pylint: disable=wrong-import-order
@@ -702,22 +702,10 @@ def main(argv=None) -> int:
         settings["budget"] = args.budget
         settings["headline_budget"] = max(args.budget, settings["headline_budget"] * args.budget /
                                           (QUICK if args.quick else FULL)["budget"])
-    flavours.select(args.keras)  # TensorFlow picks its Keras once, at import
     quiet = not args.verbose
-    with quiet_stderr(quiet):
-        import numpy as np
-        import onnx
-        import onnxruntime as ort
-        import tensorflow as tf
-        import tf2onnx
-        import masked_lstm_rewriter as mlr  # the checkout's (toolutil put it first), the one measured
-        if args.keras == "tf_keras":
-            import tf_keras as keras
-        else:
-            import keras
-    if quiet:
-        tf.get_logger().setLevel(logging.ERROR)
-        logging.getLogger("tf2onnx").setLevel(logging.ERROR)
+    stack = import_stack(args.keras, args.verbose)  # mlr: the checkout's plugin, the one measured
+    np, onnx, ort, tf, tf2onnx, mlr, keras = (stack.np, stack.onnx, stack.ort, stack.tf, stack.tf2onnx, stack.mlr,
+                                              stack.keras)
     if os.environ.get("TF2ONNX_MASKED_LSTM"):
         fail("TF2ONNX_MASKED_LSTM is set: unset it, or the 'stock' conversions would use the plugin too")
     os.makedirs(args.out, exist_ok=True)

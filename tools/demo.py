@@ -22,7 +22,7 @@ import statistics
 import sys
 import time
 
-from toolutil import op_counts, quiet_stderr  # tools/ is on sys.path when run as a script
+from toolutil import import_stack, op_counts, quiet_stderr  # tools/ is on sys.path when run as a script
 from masked_lstm_rewriter import flavours  # pylint: disable=wrong-import-order  (toolutil puts the checkout first)
 from masked_lstm_rewriter.sessions import onnxruntime_session  # pylint: disable=wrong-import-order
 
@@ -99,23 +99,9 @@ class _Collect(logging.Handler):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    flavours.select(args.keras)  # before TensorFlow is imported
-
     quiet = not args.verbose
-    with quiet_stderr(quiet):
-        import numpy as np
-        import onnxruntime as ort
-        import tensorflow as tf
-        import tf2onnx
-
-        import masked_lstm_rewriter as mlr  # this checkout's: toolutil put it first on sys.path
-        if args.keras == "tf_keras":
-            import tf_keras as keras
-        else:
-            import keras
-    if quiet:
-        tf.get_logger().setLevel(logging.ERROR)
-        logging.getLogger("tf2onnx").setLevel(logging.ERROR)
+    stack = import_stack(args.keras, args.verbose)  # mlr: this checkout's plugin
+    np, ort, tf, tf2onnx, mlr, keras = stack.np, stack.ort, stack.tf, stack.tf2onnx, stack.mlr, stack.keras
 
     # the plugin's own log lines (one per masked layer) are collected and printed below
     plugin_log = _Collect()
