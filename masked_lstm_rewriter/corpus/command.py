@@ -33,9 +33,9 @@ import subprocess
 import sys
 import time
 
-from .check import RUNTIMES
-from .convert import PATHS
 from ..flavours import FLAVOURS, flavour_env
+from ..sessions import RUNTIMES
+from .convert import PATHS
 from .manifest import DATA_DIR, CorpusError, load_manifest, parse_opsets
 from .quiet import quiet_loggers, quiet_stderr
 from .runner import FAILED, PASSED, SKIPPED, Options, Result, run_flavour
