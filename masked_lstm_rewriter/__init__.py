@@ -1,13 +1,14 @@
 # SPDX-License-Identifier: Apache-2.0
 """Native ONNX LSTM, GRU and RNN ops for masked Keras recurrent layers converted with tf2onnx.
 
-Three stages: :mod:`.match` (find and describe a masked loop, with :mod:`.cell`),
-:mod:`.masks` and :mod:`.emit` (plan per mask, build the ONNX nodes), :mod:`.plugin` (switch it
-on); :mod:`.report` says what the last conversion did. :mod:`.conversion` is the one-call front
-door (``convert``), :mod:`.verification` checks a conversion against Keras (``verify``), and
-:mod:`.cli` is the command line. :mod:`.time_distributed` makes Keras 3
-trace ``TimeDistributed`` correctly while the plugin is enabled. :mod:`.corpus` is the
-regression corpus.
+A layer goes through four stages, one subpackage each: :mod:`.read` (a reader turns a source,
+today the TensorFlow While loop in tf2onnx's graph, into the typed layer description of
+:mod:`.layer`, or a :class:`~.failure.Refusal`), :mod:`.plan` (masks, lengths, guard, schedule),
+:mod:`.emit` (ONNX nodes) and :mod:`.plugin` (how users switch it on). :mod:`.cells` holds one
+module per cell kind, :mod:`.targets` one entry per runtime, :mod:`.graph` the graph helpers
+every stage shares; :mod:`.report` says what the last conversion did. :mod:`.conversion` is the
+one-call front door (``convert``), :mod:`.verification` checks a conversion against Keras
+(``verify``), and :mod:`.cli` is the command line. :mod:`.corpus` is the regression corpus.
 
 Importing the package is cheap: the names below load their module (and with it tf2onnx and
 TensorFlow) when first used, so that a process can import ``masked_lstm_rewriter.corpus`` or
@@ -20,7 +21,7 @@ _EXPORTS = {
     "convert": "conversion", "Converted": "conversion", "verify": "verification", "Verification": "verification",
     "make_rewriter": "plugin", "rewrite_masked_lstm": "plugin", "enable": "plugin", "disable": "plugin",
     "enabled_mode": "plugin", "last_report": "report", "ConversionReport": "report", "LayerReport": "report",
-    "GUARD_MESSAGE": "masks", "MASK_MODES": "masks", "TARGETS": "emit",
+    "GUARD_MESSAGE": "plan.masks", "MASK_MODES": "plan.masks", "TARGETS": "targets",
 }
 __all__ = list(_EXPORTS)
 __version__ = "0.1.0"

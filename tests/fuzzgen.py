@@ -37,8 +37,8 @@ from kerasutil import ATOL, FLAVOUR, convert, keras, keras_outputs, op_counts, r
 from models import FEATURES, token_mask
 
 import masked_lstm_rewriter as mlr
-from masked_lstm_rewriter.cell import REFUSED_ACTIVATION_REASONS
-from masked_lstm_rewriter.schedule import MIN_BATCH, SEGMENTS
+from masked_lstm_rewriter.targets import REFUSED_ACTIVATION_REASONS
+from masked_lstm_rewriter.plan.schedule import MIN_BATCH, SEGMENTS
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,12 +1,12 @@
 # SPDX-License-Identifier: Apache-2.0
 """docs/why-a-loop.md lists every reason the rewriter can give for leaving a layer a Loop.
 
-The reasons are read from the package's source: the first argument of every ``NoMatch(...)``,
+The reasons are read from the package's source: the first argument of every ``Refusal(...)``,
 every string assigned to a name ``reason`` or ``*_REASON``, and the values of a dict assigned to
-a name ``*_REASONS`` (a ``NoMatch`` of a name or a subscript takes its text from there). An
+a name ``*_REASONS`` (a ``Refusal`` of a name or a subscript takes its text from there). An
 f-string is matched by its constant start (its stable prefix); a reason must contain at least a
 few words of fixed text. The strings returned by a function named ``*_refusal`` (a layer kept as a
-Loop for a runtime: ``emit.portability_refusal``, ``emit.target_refusal``) may start with a
+Loop for a runtime: ``targets.portability_refusal``, ``targets.target_refusal``) may start with a
 variable part: each of their fixed pieces of at least a few words must be on the page.
 """
 
@@ -36,8 +36,8 @@ def stable_text(node):
 
 
 def parsed_sources():
-    """(path, syntax tree) of each module of the package (not its subpackages)."""
-    for path in sorted(glob.glob(os.path.join(ROOT, "masked_lstm_rewriter", "*.py"))):
+    """(path, syntax tree) of each module of the package and its subpackages."""
+    for path in sorted(glob.glob(os.path.join(ROOT, "masked_lstm_rewriter", "**", "*.py"), recursive=True)):
         with open(path, encoding="utf-8") as handle:
             yield path, ast.parse(handle.read(), path)
 
@@ -46,7 +46,7 @@ def reasons_in_source():
     found = []
     for path, tree in parsed_sources():
         for node in ast.walk(tree):
-            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "NoMatch" and node.args:
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Refusal" and node.args:
                 if not isinstance(node.args[0], (ast.Name, ast.Subscript)):  # those: a *_REASONS dict
                     found.append((path, node.lineno, stable_text(node.args[0])))
             elif isinstance(node, ast.Assign):

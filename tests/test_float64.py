@@ -29,7 +29,7 @@ from kerasutil import (FLAVOUR, LENGTHS, STEPS, check_conversion, convert, keras
 from models import FEATURES, UNITS
 
 import masked_lstm_rewriter as mlr
-from masked_lstm_rewriter.match import DTYPE_REASONS
+from masked_lstm_rewriter.targets import DTYPE_REASONS
 
 try:
     import openvino as ov

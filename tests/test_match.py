@@ -6,8 +6,10 @@ import pytest
 from kerasutil import FLAVOUR, convert, keras
 from models import UNITS, embedding_model
 
-from masked_lstm_rewriter.cell import Activation
-from masked_lstm_rewriter.match import BodyMatch, NoMatch, is_masked_recurrent_body, layer_name, match_body
+from masked_lstm_rewriter.failure import Refusal
+from masked_lstm_rewriter.read.activation import Activation
+from masked_lstm_rewriter.read.body import BodyMatch, is_masked_recurrent_body, read_body
+from masked_lstm_rewriter.read.loop import layer_name
 
 
 def body_matches(*layers):
@@ -16,7 +18,7 @@ def body_matches(*layers):
 
     def record(graph, ops):
         if is_masked_recurrent_body(graph):
-            found.append(match_body(graph))
+            found.append(read_body(graph))
         return ops
     model, spec, _ = embedding_model(*layers)
     convert(model, spec, rewriter=record)
@@ -27,24 +29,24 @@ def test_plain_lstm_body():
     (body,) = body_matches(keras.layers.LSTM(UNITS, return_sequences=True))
     assert isinstance(body, BodyMatch)
     assert body.output_carried and body.writes_sequence
-    assert body.kind == "LSTM" and body.c_index is not None
-    assert body.cell.activations == (Activation("Sigmoid"), Activation("Tanh"), Activation("Tanh"))
-    assert set(body.gates) == {"i", "f", "c", "o"}
-    assert all(form.bias is not None for form in body.gates.values())
+    assert body.top.kind == "LSTM" and body.top.c_index is not None
+    assert body.top.cell.activations == (Activation("Sigmoid"), Activation("Tanh"), Activation("Tanh"))
+    assert set(body.top.cell.gates) == {"i", "f", "c", "o"}
+    assert all(form.bias is not None for form in body.top.cell.gates.values())
 
 
 def test_last_output_only_body_writes_one_slot():
     (body,) = body_matches(keras.layers.LSTM(UNITS, use_bias=False))
     assert not body.writes_sequence
-    assert all(form.bias is None for form in body.gates.values())
+    assert all(form.bias is None for form in body.top.cell.gates.values())
 
 
 def test_hard_sigmoid_is_read_with_each_flavours_definition():
     (body,) = body_matches(keras.layers.LSTM(UNITS, recurrent_activation="hard_sigmoid"))
     alpha = 1 / 6 if FLAVOUR == "keras3" else 0.2
-    assert body.recurrent_activation.name == "HardSigmoid"
-    assert body.recurrent_activation.alpha == pytest.approx(alpha)
-    assert body.recurrent_activation.beta == pytest.approx(0.5)
+    assert body.top.cell.activations[0].name == "HardSigmoid"
+    assert body.top.cell.activations[0].alpha == pytest.approx(alpha)
+    assert body.top.cell.activations[0].beta == pytest.approx(0.5)
 
 
 def test_bidirectional_bodies_output_zeros_at_masked_steps():
@@ -58,20 +60,20 @@ def test_gru_body(reset_after):
     """reset_after=True is ONNX's linear_before_reset=1, with the recurrent bias kept apart."""
     (body,) = body_matches(keras.layers.GRU(UNITS, return_sequences=True, reset_after=reset_after))
     assert isinstance(body, BodyMatch), body
-    assert body.kind == "GRU" and body.c_index is None
-    assert body.cell.linear_before_reset == int(reset_after)
-    assert body.cell.activations == (Activation("Sigmoid"), Activation("Tanh"))
-    assert set(body.gates) == {"z", "r", "h"}
-    assert all(form.kernel and form.recurrent and form.bias for form in body.gates.values())
-    assert (body.gates["h"].recurrent_bias is not None) == reset_after
+    assert body.top.kind == "GRU" and body.top.c_index is None
+    assert body.top.cell.linear_before_reset == int(reset_after)
+    assert body.top.cell.activations == (Activation("Sigmoid"), Activation("Tanh"))
+    assert set(body.top.cell.gates) == {"z", "r", "h"}
+    assert all(form.kernel and form.recurrent and form.bias for form in body.top.cell.gates.values())
+    assert (body.top.cell.gates["h"].recurrent_bias is not None) == reset_after
 
 
 def test_simple_rnn_body():
     (body,) = body_matches(keras.layers.SimpleRNN(UNITS, activation="relu"))
     assert isinstance(body, BodyMatch), body
-    assert body.kind == "RNN" and body.c_index is None and not body.writes_sequence
-    assert body.cell.activations == (Activation("Relu"),)
-    assert set(body.gates) == {"h"}
+    assert body.top.kind == "RNN" and body.top.c_index is None and not body.writes_sequence
+    assert body.top.cell.activations == (Activation("Relu"),)
+    assert set(body.top.cell.gates) == {"h"}
 
 
 @pytest.mark.parametrize("layer", [lambda: keras.layers.GRU(UNITS, activation="swish"),
@@ -79,7 +81,7 @@ def test_simple_rnn_body():
                          ids=["gru", "simple_rnn"])
 def test_unsupported_activation_is_a_reason(layer):
     (body,) = body_matches(layer())
-    assert isinstance(body, NoMatch) and "activation" in body.reason
+    assert isinstance(body, Refusal) and "activation" in body.reason
 
 
 class _Node:

@@ -16,7 +16,11 @@ from kerasutil import assert_matches_keras, convert, keras, op_counts, structure
 from models import UNITS, embedding_model
 
 import masked_lstm_rewriter as mlr
-from masked_lstm_rewriter import emit, masks, plugin
+import masked_lstm_rewriter.plugin as plugin
+from masked_lstm_rewriter.emit import layer as emit
+from masked_lstm_rewriter.plan import masks
+from masked_lstm_rewriter.plugin import rewrite, snapshot
+from masked_lstm_rewriter.read import loop as loop_reader
 
 INJECTED = "injected failure"
 
@@ -69,7 +73,7 @@ def fail_in_graph_method(monkeypatch, method, times=1, when=lambda graph, *a, **
         finally:
             setattr(cls, method, original)
 
-    monkeypatch.setattr(plugin, "emit_layer", emit_layer)
+    monkeypatch.setattr(rewrite, "emit_layer", emit_layer)
 
 
 def two_layer_model():
@@ -145,7 +149,7 @@ def test_every_layer_failing_gives_the_stock_model(caplog, monkeypatch, where):
 
 def test_matcher_exception_on_one_layer_does_not_stop_the_others(caplog, monkeypatch):
     model, spec, inputs = two_layer_model()
-    fail_once(monkeypatch, plugin, "match_loop", after=False)
+    fail_once(monkeypatch, loop_reader, "_read_layer", after=False)
     with caplog.at_level(logging.WARNING, logger="masked_lstm_rewriter"):
         onnx_model = convert(model, spec)
     counts = op_counts(onnx_model)
@@ -158,17 +162,17 @@ def test_matcher_exception_on_one_layer_does_not_stop_the_others(caplog, monkeyp
 def test_snapshot_restores_the_graph_exactly(monkeypatch):
     """GraphSnapshot on its own: edits of every kind, then restore, give back the same graph."""
     seen = {}
-    original_rewrite = plugin._rewrite_loops  # pylint: disable=protected-access
+    original_rewrite = plugin.rewrite_loops
 
     def rewrite(graph, loops, mask_mode, target, *options):
-        snapshot = plugin.GraphSnapshot(graph)
+        saved = snapshot.GraphSnapshot(graph)
         before = _state(graph)
         original_rewrite(graph, loops, mask_mode, target, *options)   # a full successful rewrite
         seen["changed"] = _state(graph) != before
-        snapshot.restore()
+        saved.restore()
         seen["restored"] = _state(graph) == before
 
-    monkeypatch.setattr(plugin, "_rewrite_loops", rewrite)
+    monkeypatch.setattr(plugin, "rewrite_loops", rewrite)
     model, spec, inputs = two_layer_model()
     onnx_model = convert(model, spec)
     assert seen == {"changed": True, "restored": True}

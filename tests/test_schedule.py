@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The length-ordered schedule (masked_lstm_rewriter/schedule.py): exact at every position, for
+"""The length-ordered schedule (masked_lstm_rewriter/plan/schedule.py, emit/segments.py): exact at every position, for
 every layer kind, direction and mask mode, on batches that run it and on batches that do not."""
 
 import functools
@@ -19,7 +19,7 @@ from test_stacked_cells import stacked_embedding_model
 import masked_lstm_rewriter as mlr
 import runtimes
 import signatures
-from masked_lstm_rewriter.schedule import MIN_BATCH, SCHEDULE_NAME, SEGMENTS
+from masked_lstm_rewriter.plan.schedule import MIN_BATCH, SCHEDULE_NAME, SEGMENTS
 
 
 @pytest.fixture(autouse=True)
@@ -235,7 +235,7 @@ def plan_conditions():
     import onnxruntime as ort
     from tf2onnx.graph import Graph
 
-    from masked_lstm_rewriter import schedule
+    from masked_lstm_rewriter.plan import schedule
     g = Graph([], opset=15)
     g.add_graph_input("lengths", onnx.TensorProto.INT32, [-1])
     lengths = g.make_node("Cast", ["lengths"], attr={"to": onnx.TensorProto.INT64}).output[0]

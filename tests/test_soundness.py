@@ -22,8 +22,8 @@ from kerasutil import (FLAVOUR, assert_matches_keras, convert, keras, keras_outp
 from models import FEATURES, UNITS, computed_mask_model, embedding_model, explicit_mask_model, masking_model
 
 import masked_lstm_rewriter as mlr
-from masked_lstm_rewriter import match, trip
-from masked_lstm_rewriter.masks import BROADCAST_NAME
+from masked_lstm_rewriter.plan.batch import BROADCAST_NAME
+from masked_lstm_rewriter.read import loop, trip
 
 
 def check(case, verdict=None):
@@ -83,7 +83,7 @@ def test_an_output_list_of_another_length_is_refused(mutation, signature):
     writes only its last output (at 0), is not what the native op returns (was rewritten, with
     outputs of T and of 1 step)."""
     result = check(AdversarialCase(family="loop", kind="GRU", mutation=mutation, signature=signature), "refused")
-    assert set(result.reasons) == {match.OUTPUT_LIST_REASON}, result.reasons
+    assert set(result.reasons) == {loop.OUTPUT_LIST_REASON}, result.reasons
 
 
 # --- 2. a state is no weight --------------------------------------------------------------------

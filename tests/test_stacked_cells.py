@@ -15,7 +15,8 @@ from kerasutil import (LENGTHS, STEPS, assert_matches_keras, check_conversion, c
 from models import FEATURES
 
 import masked_lstm_rewriter as mlr
-from masked_lstm_rewriter.match import BodyMatch, NoMatch, is_masked_recurrent_body, match_body
+from masked_lstm_rewriter.failure import Refusal
+from masked_lstm_rewriter.read.body import BodyMatch, is_masked_recurrent_body, read_body
 
 MODES = ["post", "any"]
 K = keras.layers
@@ -146,7 +147,7 @@ def body_matches(rnn):
 
     def record(graph, ops):
         if is_masked_recurrent_body(graph):
-            found.append(match_body(graph))
+            found.append(read_body(graph))
         return ops
     model, spec, _ = stacked_embedding_model(rnn)
     convert(model, spec, rewriter=record)
@@ -166,11 +167,11 @@ def test_matcher_reads_each_cell_bottom_to_top(cells, kinds):
     assert [cell.c_index is not None for cell in body.cells] == [kind == "LSTM" for kind in kinds]
     states = body.state_indices
     assert len(states) == len(set(states)) == sum(2 if kind == "LSTM" else 1 for kind in kinds)
-    assert body.top is body.cells[-1] and body.kind == kinds[-1]
+    assert body.top is body.cells[-1] and body.top.kind == kinds[-1]
 
 
 def test_matcher_names_the_stacked_cell_it_cannot_read():
     (body,) = body_matches(K.RNN([K.LSTMCell(4), K.GRUCell(3, activation="swish")], return_sequences=True))
-    assert isinstance(body, NoMatch)
+    assert isinstance(body, Refusal)
     assert body.reason.startswith("in a stack of 2 cells (keras.layers.RNN([cell, ...])), cell 2: ") and \
         "ONNX GRU" in body.reason, body.reason

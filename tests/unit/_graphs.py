@@ -46,13 +46,9 @@ import tf2onnx
 
 import masked_lstm_rewriter as mlr
 
-# --- the library's internals the reader-level tests use: the only such import of the tier ------
-# (the body reader: is this a masked loop body, and what does it compute, or why not)
-try:  # the package split into read/, plan/, emit/, cells/, plugin/
-    from masked_lstm_rewriter.failure import Refusal as NoMatch
-    from masked_lstm_rewriter.read.body import is_masked_recurrent_body, read_body as match_body
-except ImportError:  # the flat layout (match.py)
-    from masked_lstm_rewriter.match import NoMatch, is_masked_recurrent_body, match_body
+# the library's internals the reader-level tests use (the body reader): the only such import of the tier
+from masked_lstm_rewriter.failure import Refusal
+from masked_lstm_rewriter.read.body import is_masked_recurrent_body, read_body
 
 OPSET = 15
 GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
@@ -345,7 +341,7 @@ def read_bodies(fn, signature) -> list:
 
     def capture(graph, ops):
         if is_masked_recurrent_body(graph):
-            found.append(_body_read(match_body(graph)))
+            found.append(_body_read(read_body(graph)))
         return ops
 
     tf2onnx.convert.from_function(fn, input_signature=signature, opset=OPSET, custom_rewriter=[capture])
@@ -353,11 +349,11 @@ def read_bodies(fn, signature) -> list:
 
 
 def _body_read(body) -> BodyRead:
-    if isinstance(body, NoMatch):
+    if isinstance(body, Refusal):
         return BodyRead(reason=body.reason)
-    return BodyRead(reason=body.refused, kind=body.kind,
-                    activations=tuple(a.name for a in body.cell.activations),
-                    linear_before_reset=body.cell.linear_before_reset, writes_sequence=body.writes_sequence,
+    return BodyRead(reason=body.refused, kind=body.top.kind,
+                    activations=tuple(a.name for a in body.top.cell.activations),
+                    linear_before_reset=body.top.cell.linear_before_reset, writes_sequence=body.writes_sequence,
                     output_carried=body.output_carried, cells=len(body.cells))
 
 

@@ -1,21 +1,19 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Read a Keras recurrent cell out of a While body graph (still in TensorFlow ops).
+"""Read a gate's pre-activation ``x @ W + h @ R + b`` out of a While body, however tf2onnx spelled it.
 
-Two small readers used by :mod:`masked_lstm_rewriter.match`:
-
-* :func:`read_activation` recognises the activation applied to a tensor and returns it in
-  ONNX RNN terms (``Sigmoid``, ``HardSigmoid`` with its alpha/beta, ...).
-* :class:`LinearReader` reads a gate's pre-activation ``x @ W + h @ R + b`` into references to
-  the body's inputs (plus column slices), whatever way Keras wrote it: one fused kernel then a
-  ``Split``, ``SplitV`` or column slices of the product (GRU), or one kernel slice per gate
-  (``implementation=1``, used with dropout). Biases added on both sides (GRU's input and
-  recurrent biases) sum up. A sum may be written as ``Add``/``AddV2``/``BiasAdd`` of two terms or as
-  one ``Gemm`` (``alpha * A @ B + beta * C``, which tf2onnx fuses ``MatMul`` + ``Add`` into when the
-  batch size is static); with a static batch of 1, a term may also have its batch axis squeezed
-  away (``Squeeze`` of a [1, N] product, broadcast back by the sum).
+:class:`LinearReader` reads it into references to the body's inputs (plus column slices): one
+fused kernel then a ``Split``, ``SplitV`` or column slices of the product (GRU), or one kernel
+slice per gate (``implementation=1``, used with dropout). Biases added on both sides (GRU's input
+and recurrent biases) sum up. A sum may be written as ``Add``/``AddV2``/``BiasAdd`` of two terms or
+as one ``Gemm`` (``alpha * A @ B + beta * C``, which tf2onnx fuses ``MatMul`` + ``Add`` into when
+the batch size is static); with a static batch of 1, a term may also have its batch axis squeezed
+away (``Squeeze`` of a [1, N] product, broadcast back by the sum).
 
 Weights are loop inputs of the body, so their values are only known in the main graph: a
 :class:`ConstRef` names the body input and the slicing to apply once the value is known.
+
+A read that fails raises a :class:`~..failure.Refusal` carrying the node the reader stopped at
+(what it did not understand); a read that can recover (a constant is a bias) catches it.
 """
 
 from __future__ import annotations
@@ -26,16 +24,8 @@ from typing import Callable, Optional
 
 import numpy as np
 
-_TOL = 1e-6
-
-
-@dataclasses.dataclass(frozen=True)
-class Activation:
-    """An activation as ONNX RNN ops spell it (``activations`` / ``activation_alpha`` / ``_beta``)."""
-
-    name: str
-    alpha: Optional[float] = None
-    beta: Optional[float] = None
+from ..failure import Refusal
+from ..graph import passes_through, producer, scalar_value, skip_identity
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,7 +133,11 @@ class LinearForm:
 
 # ops that add terms (a MatMul is a sum of one product), and every op the linear reader reads
 SUM_OPS = ("Add", "AddV2", "BiasAdd", "MatMul", "Gemm")
+
+
 READ_OPS = SUM_OPS + ("Identity", "Squeeze", "Split", "SplitV", "StridedSlice")
+# a failed read's text: never shown, the gate reader words the reason from the node it stopped at
+NOT_READ = "not a linear form the reader knows"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,140 +154,25 @@ class Product:
     node: object = dataclasses.field(default=None, compare=False)  # the MatMul or Gemm
 
 
-def producer(graph, tensor: str):
-    return graph.get_node_by_output(tensor, search_in_parent_graphs=False)
-
-
-def skip_identity(graph, tensor: str) -> str:
-    """Follow Identity ops (ReadVariableOp becomes one) back to the real producer."""
-    node = producer(graph, tensor)
-    while node is not None and node.type == "Identity":
-        tensor = node.input[0]
-        node = producer(graph, tensor)
-    return tensor
-
-
-def passes_through(graph, index: int) -> bool:
-    """Is loop variable ``index`` of a While body loop-invariant (the body returns its input unchanged)?"""
-    return index < len(graph.outputs) and skip_identity(graph, graph.outputs[index]) == graph.input_names[index]
-
-
-def scalar_value(graph, tensor: str) -> Optional[float]:
-    """The value of a scalar (or one-element) constant, else None."""
-    node = producer(graph, skip_identity(graph, tensor))
-    if node is None or not node.is_const():
-        return None
-    value = node.get_tensor_value(as_list=False)
-    return float(value.reshape(-1)[0]) if value.size == 1 else None
-
-
-def _scalar_operand(graph, node, value_test) -> Optional[tuple[float, str]]:
-    """For a binary op with one scalar-constant operand: (constant, other input)."""
-    for const_pos in (1, 0):
-        value = scalar_value(graph, node.input[const_pos])
-        if value is not None and value_test(value):
-            return value, node.input[1 - const_pos]
-    return None
-
-
-_SINGLE_OP_ACTIVATIONS = {
-    "Sigmoid": Activation("Sigmoid"),
-    "Tanh": Activation("Tanh"),
-    "Relu": Activation("Relu"),
-    "Softsign": Activation("Softsign"),
-    "Elu": Activation("Elu", alpha=1.0),
-    "Softplus": Activation("Softplus"),  # read, so that its step is matched, but refused (below)
-}
-
-# Activations ONNX's recurrent ops name but that are not exact in practice: op -> why not.
-# onnxruntime's LSTM/GRU/RNN compute Softplus as log(1 + exp(x)): inf from x > 88, where Keras
-# gives x (found by the differential fuzzer; the stand-alone Softplus op of the Loop is right).
-REFUSED_ACTIVATION_REASONS = {
-    "Softplus": "softplus activation: onnxruntime's native recurrent ops compute it as log(1 + exp(x)), "
-                "which overflows to inf for x > 88 where Keras gives x",
-}
-
-
-def read_activation(graph, tensor: str) -> tuple[Activation, str]:
-    """(activation, its input) for the op producing ``tensor``.
-
-    Anything else is taken as the identity (Keras ``linear``), expressed as ``Affine(1, 0)``;
-    the caller then checks that the input really is a gate's linear form.
-    """
-    node = producer(graph, tensor)
-    if node is None:
-        return Activation("Affine", 1.0, 0.0), tensor
-    if node.type in _SINGLE_OP_ACTIVATIONS:
-        return _SINGLE_OP_ACTIVATIONS[node.type], node.input[0]
-    hard = _read_hard_sigmoid_keras3(graph, node) or _read_hard_sigmoid_tf_keras(graph, node)
-    if hard is not None:
-        return hard
-    return Activation("Affine", 1.0, 0.0), tensor
-
-
-def _read_hard_sigmoid_keras3(graph, node):
-    """Keras 3: ``relu6(x + 3) / 6`` (the division folded into a Mul by 1/6)."""
-    if node.type != "Mul":
-        return None
-    found = _scalar_operand(graph, node, lambda s: abs(6 * s - 1) < _TOL)
-    if found is None:
-        return None
-    scale, inner = found
-    relu6 = producer(graph, inner)
-    if relu6 is None or relu6.type != "Relu6":
-        return None
-    add = producer(graph, relu6.input[0])
-    found = _scalar_operand(graph, add, lambda _: True) if add is not None and add.type in ("Add", "AddV2") \
-        else None
-    # TensorFlow may move the + 3 into the sum it is added to (seen in Keras 3's GRU): the linear
-    # reader then finds it as a bias term, and the activation has no shift of its own
-    shift, x = found if found is not None else (0.0, relu6.input[0])
-    return Activation("HardSigmoid", alpha=scale, beta=shift * scale), x
-
-
-def _read_hard_sigmoid_tf_keras(graph, node):
-    """tf_keras: ``clip_by_value(alpha * x + beta, 0, 1)`` = Maximum(Minimum(., 1), 0)."""
-    if node.type != "Maximum":
-        return None
-    found = _scalar_operand(graph, node, lambda v: v == 0.0)
-    minimum = producer(graph, found[1]) if found else None
-    if minimum is None or minimum.type != "Minimum":
-        return None
-    found = _scalar_operand(graph, minimum, lambda v: v == 1.0)
-    add = producer(graph, found[1]) if found else None
-    if add is None or add.type not in ("Add", "AddV2"):
-        return None
-    found = _scalar_operand(graph, add, lambda _: True)
-    mul = producer(graph, found[1]) if found else None
-    if mul is None or mul.type != "Mul":
-        return None
-    beta = found[0]
-    found = _scalar_operand(graph, mul, lambda _: True)
-    if found is None:
-        return None
-    alpha, x = found
-    return Activation("HardSigmoid", alpha=alpha, beta=beta), x
-
-
 class LinearReader:
     """Reads gate pre-activations of one body graph, given its step input and previous state.
 
     ``x_item`` is the tensor holding this step's input, ``h_prev`` the previous hidden state.
-    When a read fails, ``unread`` is the node the reader stopped at (what it did not understand).
+    A read that fails raises a :class:`Refusal` whose ``node`` is the node the reader stopped at
+    (what it did not understand; None for a loop input).
     """
 
     def __init__(self, graph, x_item: str, h_prev: str):
         self.graph = graph
         self.x_item = x_item
         self.h_prev = h_prev
-        self.unread = None
         self._input_index = {name: i for i, name in enumerate(graph.input_names)}
 
-    def read(self, tensor: str) -> Optional[LinearForm]:
-        """The linear form of ``tensor``, or None when it is not ``x W + h R + b``."""
+    def read(self, tensor: str) -> LinearForm:
+        """The linear form of ``tensor``; raises a :class:`Refusal` when it is not ``x W + h R + b``."""
         node = producer(self.graph, tensor)
         if node is None:
-            return None
+            raise Refusal(NOT_READ)
         if node.type == "Identity":
             return self.read(node.input[0])
         if node.type in SUM_OPS:
@@ -304,16 +183,21 @@ class LinearReader:
             return self._read_split_output(node, tensor)
         if node.type in ("SplitV", "StridedSlice"):
             whole = self.read(node.input[0])
-            if whole is None:
-                return None
             columns = self._splitv_columns(node, tensor) if node.type == "SplitV" else self._column_slice(node)
             return self._stop(node) if columns is None else whole.then(("slice", -1) + columns)
         return self._stop(node)
 
-    def _stop(self, node) -> None:
-        """Give up at ``node``: remember it as what was not understood."""
-        self.unread = node
-        return None
+    def try_read(self, tensor: str) -> Optional[LinearForm]:
+        """The linear form of ``tensor``, or None when it is not one (a probe, not a failure)."""
+        try:
+            return self.read(tensor)
+        except Refusal:
+            return None
+
+    @staticmethod
+    def _stop(node):
+        """Give up at ``node``: it is what was not understood."""
+        raise Refusal(NOT_READ, node)
 
     def addends(self, node) -> Optional[list]:
         """The terms a sum op adds, as (factor, tensor or :class:`Product`), or None.
@@ -338,27 +222,26 @@ class LinearReader:
             terms.append((float(node.get_attr_value("beta", 1.0)), node.input[2]))
         return terms
 
-    def read_term(self, term: tuple) -> Optional[LinearForm]:
+    def read_term(self, term: tuple) -> LinearForm:
         """The form of one ``(factor, tensor or Product)`` addend; a constant is a bias."""
         factor, item = term
         if isinstance(item, Product):
-            form = self._read_product(item)
-        else:
-            unread = self.unread
+            return self._read_product(item).scaled(factor)
+        try:
             form = self.read(item)
-            if form is None:
-                bias = self.const_ref(item)
-                if bias is not None:
-                    form, self.unread = LinearForm(bias=bias), unread  # not a failure after all
-        return None if form is None else form.scaled(factor)
+        except Refusal:
+            bias = self.const_ref(item)
+            if bias is None:
+                raise
+            form = LinearForm(bias=bias)  # not a failure after all
+        return form.scaled(factor)
 
     def sum_terms(self, tensor: str, factor: float = 1.0) -> list:
         """The addends of ``tensor`` as (factor, tensor or Product), opening the sums (``Add``,
         ``Gemm``, ...) the reader cannot read as a whole; anything else is one term."""
-        node, unread = producer(self.graph, tensor), self.unread
-        terms = self.addends(node) if self.read(tensor) is None else None
-        self.unread = unread  # a term that does not read is read again, and fails again, by the caller
-        if terms is None:
+        node = producer(self.graph, tensor)
+        terms = self.addends(node) if self.try_read(tensor) is None else None
+        if terms is None:  # a term that does not read is read again, and fails again, by the caller
             return [(factor, tensor)]
         found = []
         for term_factor, item in terms:
@@ -368,21 +251,19 @@ class LinearReader:
                 found.extend(self.sum_terms(item, factor * term_factor))
         return found
 
-    def _read_sum(self, node) -> Optional[LinearForm]:
+    def _read_sum(self, node) -> LinearForm:
         terms = self.addends(node)
         if terms is None:
             return self._stop(node)
         total = None
         for term in terms:
             form = self.read_term(term)
-            if form is None:
-                return None
             total = form if total is None else total.add(form)
             if total is None:
                 return self._stop(node)  # the same term twice: not a plain gate
         return total
 
-    def _read_product(self, product: Product) -> Optional[LinearForm]:
+    def _read_product(self, product: Product) -> LinearForm:
         weight = self.const_ref(product.b)
         if weight is None:
             return self._stop(producer(self.graph, skip_identity(self.graph, product.b)) or product.node)
@@ -403,7 +284,7 @@ class LinearReader:
             return None
         return node.input[0]
 
-    def _read_batch_squeeze(self, node) -> Optional[LinearForm]:
+    def _read_batch_squeeze(self, node) -> LinearForm:
         """With a static batch of 1, TensorFlow squeezes a [1, N] term (all its unit axes, or
         axis 0) and the sum broadcasts it back: row by row, the same form."""
         axes = node.get_attr_value("squeeze_dims", []) or node.get_attr_value("axis", [])
@@ -427,11 +308,9 @@ class LinearReader:
         begin = sum(sizes[:index])
         return begin, (None if sizes[index] < 0 else begin + sizes[index])
 
-    def _read_split_output(self, node, tensor: str) -> Optional[LinearForm]:
+    def _read_split_output(self, node, tensor: str) -> LinearForm:
         axis = scalar_value(self.graph, node.input[0])
         whole = self.read(node.input[1])
-        if whole is None:
-            return None
         if axis not in (1.0, -1.0):
             return self._stop(node)
         return whole.split_columns(len(node.output), list(node.output).index(tensor))

@@ -1,12 +1,12 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Does a layer's mask provably have its input's batch size?
+"""Plan each layer's mask: does it provably have its input's batch size, else broadcast it.
 
 Keras lets a ``[1, T]`` mask stand for every row (its ``where`` broadcasts), while ``sequence_lens``
 must have one length per row. A mask computed from the layer's own input (``Masking``), or from
 the token ids an ``Embedding`` looked up, has the input's batch by construction; a mask fed as a
 model input of its own may have one row at run time whatever its declared shape. Such a mask
-is broadcast to the input's batch in the graph (:func:`masked_lstm_rewriter.masks.broadcast_mask`,
-three nodes); a provable one costs nothing.
+is broadcast to the input's batch in the graph (:func:`broadcast_mask`, four nodes, once per mask
+and batch: :class:`BatchMasks`); a provable one costs nothing.
 
 :func:`batch_root` follows a tensor's batch axis back through ops that provably keep its size
 (casts, elementwise ops of operands with one root, reductions and reshapes of other axes, an
@@ -18,12 +18,20 @@ equal to another input.
 
 from __future__ import annotations
 
-from .cell import producer
+import numpy as np
+from tf2onnx import utils
+
+from ..graph import const_value, producer, rank_of, shape_element
+
 
 _SAME_SHAPE = {"Identity", "Cast", "LogicalNot", "Neg", "Abs", "Sigmoid", "Tanh", "Relu", "Relu6", "Elu", "Selu",
                "Softsign", "Softplus", "Exp", "Log", "Sqrt", "Square", "ReverseV2", "StopGradient", "BiasAdd"}
+
+
 _ELEMENTWISE = {"Add", "AddV2", "Sub", "Mul", "RealDiv", "Maximum", "Minimum", "Equal", "NotEqual", "Greater",
                 "GreaterEqual", "Less", "LessEqual", "LogicalAnd", "LogicalOr", "SelectV2"}
+
+
 _REDUCTIONS = {"Any", "All", "Sum", "Max", "Min", "Mean", "Prod"}
 
 
@@ -61,7 +69,7 @@ def _step_back(graph, node, tensor, axis, outputs):
     if kind in _ELEMENTWISE:
         return _same_root(graph, node.input, tensor, axis, outputs)
     if kind == "ConcatV2":  # a Bidirectional's merge_mode="concat", along the features
-        rank, along = rank_of(graph, tensor), _const(graph, node.input[-1])
+        rank, along = rank_of(graph, tensor), const_value(graph, node.input[-1])
         if rank is None or not isinstance(along, int) or along % rank == axis:
             return None
         return _same_root(graph, node.input[:-1], tensor, axis, outputs)
@@ -74,16 +82,16 @@ def _step_back(graph, node, tensor, axis, outputs):
     if kind == "Squeeze":
         return _squeeze(graph, node, axis)
     if kind == "ExpandDims":
-        inserted = _axis(_const(graph, node.input[1]), rank_of(graph, tensor))
+        inserted = _axis(const_value(graph, node.input[1]), rank_of(graph, tensor))
         return None if inserted is None or inserted == axis else (node.input[0], axis - (inserted < axis))
     if kind == "Transpose":
-        perm = _const(graph, node.input[1])
+        perm = const_value(graph, node.input[1])
         return None if perm is None else (node.input[0], int(perm[axis]))
     if kind == "Reshape":  # to a shape whose element ``axis`` is read off another tensor (tf.tensordot)
-        return _shape_element(graph, node.input[1], axis)
+        return shape_element(graph, node.input[1], axis)
     if kind == "GatherV2":  # an embedding lookup: params[indices], the indices' axes first
         rank = rank_of(graph, node.input[1])
-        if _const(graph, node.input[2]) in (0, [0]) and node.get_attr_value("batch_dims", 0) == 0 \
+        if const_value(graph, node.input[2]) in (0, [0]) and node.get_attr_value("batch_dims", 0) == 0 \
                 and rank is not None and axis < rank:
             return node.input[1], axis
     return None
@@ -111,47 +119,9 @@ def _same_root(graph, operands, tensor, axis, outputs):
     return roots.pop() if len(roots) == 1 else None
 
 
-def _shape_element(graph, tensor, index, depth=8):
-    """(t, k) when element ``index`` of the 1-D int tensor ``tensor`` is provably ``shape(t)[k]``:
-    a Shape, a Gather or slice of one, a concatenation or stack of those (how ``tf.tensordot``,
-    which Dense layers use on sequences, writes its output shape)."""
-    node = producer(graph, tensor)
-    if node is None or depth == 0:
-        return None
-    if node.type == "Shape":
-        return node.input[0], index
-    if node.type == "ConcatV2" and _const(graph, node.input[-1]) in (0, -1):
-        for part in node.input[:-1]:
-            shape = graph.get_shape(part)
-            if shape is None or len(shape) != 1 or shape[0] is None or shape[0] < 0:
-                return None
-            if index < shape[0]:
-                return _shape_element(graph, part, index, depth - 1)
-            index -= shape[0]
-        return None
-    if node.type == "GatherV2" and _const(graph, node.input[2]) == 0:
-        indices = _const(graph, node.input[1])
-        indices = indices if isinstance(indices, list) else [indices]
-        return None if indices[index] is None else _shape_element(graph, node.input[0], indices[index], depth - 1)
-    if node.type == "Pack" and node.get_attr_value("axis", 0) == 0 and index < len(node.input):
-        return shape_dim_of(graph, node.input[index])
-    return None
-
-
-def shape_dim_of(graph, scalar):
-    """(t, k) when the scalar ``scalar`` is ``shape(t)[k]`` (a StridedSlice that picks one element)."""
-    node = producer(graph, scalar)
-    if node is None or node.type != "StridedSlice" or node.get_attr_value("shrink_axis_mask", 0) != 1:
-        return None
-    begin, end, strides = (_const(graph, t) for t in node.input[1:4])
-    if strides != [1] or not isinstance(begin, list) or len(begin) != 1 or end != [begin[0] + 1]:
-        return None
-    return _shape_element(graph, node.input[0], begin[0], 1)
-
-
 def _reduction(graph, node, axis):
     rank = rank_of(graph, node.input[0])
-    axes = _const(graph, node.input[1])
+    axes = const_value(graph, node.input[1])
     if rank is None or axes is None:
         return None
     reduced = sorted({a % rank for a in (axes if isinstance(axes, list) else [axes])})
@@ -178,16 +148,68 @@ def _axis(value, rank):
     return value % rank if isinstance(value, int) else None
 
 
-def rank_of(graph, tensor):
-    shape = graph.get_shape(tensor)
-    return None if shape is None else len(shape)
-
-
 def _dim(graph, tensor, axis):
     shape = graph.get_shape(tensor)
     return shape[axis] if shape is not None and len(shape) > axis and shape[axis] is not None \
         and shape[axis] > 0 else None
 
 
-def _const(graph, tensor):
-    return graph.get_tensor_value(tensor) if graph.is_const(tensor) else None
+class BatchMasks:
+    """The mask each layer's node reads: its own where it provably has the input's batch
+    (:func:`same_batch`), else broadcast to it (Keras broadcasts a [1, T] mask), once per mask and
+    input batch (the layers of a stack share one). The broadcast reads the batch size off the
+    root of the input's batch axis, upstream of every layer sharing it (the first layer emitted
+    may sit on top of another one)."""
+
+    def __init__(self, graph, layers):
+        self.graph = graph
+        outputs = {}
+        for layer in layers:
+            outputs.update({t: (1, layer.x) for t in layer.sequence_outputs})
+            outputs.update({t: (0, layer.x) for t in [layer.last_output] + [
+                state for cell in layer.cells for state in (cell.final_h, cell.final_c)] if t})
+        self._keys = {id(layer): self._key(layer, outputs) for layer in layers}
+        self._cache = {}
+
+    def _key(self, layer, outputs):
+        """None: no broadcast; else what the broadcast is cached by (the mask, the input's batch)."""
+        try:
+            if same_batch(self.graph, layer.mask, layer.x, outputs):
+                return None
+            return layer.mask, batch_root(self.graph, layer.x, 1, outputs)
+        except Exception:  # pylint: disable=broad-except  (a graph shape not foreseen: broadcast, always right)
+            return layer.mask, (layer.x, 1)
+
+    def mask_for(self, layer) -> str:
+        key = self._keys[id(layer)]
+        if key is None:
+            return layer.mask
+        if key not in self._cache:
+            mask, (like, axis) = key
+            self._cache[key] = broadcast_mask(self.graph, mask, like, axis)
+        return self._cache[key]
+
+
+BROADCAST_NAME = "masked_lstm_rewriter_mask_broadcast"  # the Expand's name, for tests and readers of the graph
+
+
+def broadcast_mask(graph, mask: str, like: str, axis: int) -> str:
+    """``mask`` [B', T] expanded to B rows, B the size of axis ``axis`` of ``like`` (the layer's
+    input, or a tensor upstream of it that provably has its batch).
+
+    Keras's ``where`` broadcasts a one-row mask over the batch; ``sequence_lens`` and the reorder
+    need a row per batch row. ``Expand`` to [B, 1] leaves a [B, T] mask as it is, repeats a [1, T]
+    one, and fails at run time for any other B' (as Keras does). Four nodes, for masks that do not
+    provably have the input's batch already (a mask model input). (``Shape``'s start/end
+    attributes would save the Gather, but the rewriter's nodes still go through tf2onnx's
+    TensorFlow handlers, whose ``Shape`` does not keep them.)
+    """
+    g = graph
+    batch = g.make_node("Gather", [g.make_node("Shape", [like]).output[0],
+                                   _const(g, "batch_axis", np.array([axis], np.int64))]).output[0]
+    target = g.make_node("Concat", [batch, _const(g, "one", np.array([1], np.int64))], attr={"axis": 0}).output[0]
+    return g.make_node("Expand", [mask, target], name=utils.make_name(BROADCAST_NAME)).output[0]
+
+
+def _const(graph, name, value):
+    return graph.make_const(utils.make_name(name), value).output[0]

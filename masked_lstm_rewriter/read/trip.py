@@ -9,29 +9,37 @@ op has no such attribute). Keras writes the condition as ``time < T`` (tf_keras)
 
 tf2onnx hands custom rewriters each condition graph on its own, before the main graph (and turns
 it into ONNX ops right after), so :func:`read_condition` reads it then: a conjunction of
-``a < b`` tests of loop variables, by index. In the main graph, :func:`trip_count_reason` checks
+``a < b`` tests of loop variables, by index. In the main graph, :func:`check_trip_count` checks
 that each ``a`` is a step counter (starts at 0, the body adds one) and each ``b`` a loop-invariant
 tensor that is provably the number of time steps: then the loop runs exactly T steps. Where T
-can be read off is a :class:`TimeAxis`, which the matcher finds (``match._time_axis``): the
-input's time axis and every axis provably as long, and T itself when it is static.
+can be read off is a :class:`~.time_axis.TimeAxis`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional, Union
+from typing import Union
 
 from onnx import TensorProto
 
-from .batch import shape_dim_of
-from .cell import producer, scalar_value, skip_identity
+from ..failure import Refusal
+from ..graph import producer, scalar_value, shape_dim_of, skip_identity
+from .time_axis import TimeAxis
+
 
 COND_MATCH_ATTR = "_masked_lstm_rewriter_cond"
 
+
 COND_SHAPE_REASON = "the loop's stop condition is not a conjunction of counter < bound tests"
+
+
 COND_MISSING_REASON = "the loop's stop condition was not seen by the rewriter"
+
+
 COUNTER_REASON = ("the loop's stop condition tests something other than a step counter that starts at 0 "
                   "and advances by one")
+
+
 TRIP_COUNT_REASON = ("the loop may stop before its last time step (a bound in its stop condition, such as "
                      "maximum_iterations, is not provably the number of steps)")
 
@@ -50,9 +58,18 @@ def is_loop_condition(graph) -> bool:
     return len(outputs) == 1 and graph.get_dtype(outputs[0]) == TensorProto.BOOL
 
 
-def read_condition(graph) -> Union[LoopCondition, str]:
+def read_condition(graph) -> Union[LoopCondition, Refusal]:
     """The ``counter < bound`` tests (by loop-variable index) the condition is a conjunction of,
-    or the reason it is something else."""
+    or the reason it is something else (a graph shape not foreseen included)."""
+    try:
+        return _read_tests(graph)
+    except Refusal as refusal:
+        return refusal
+    except Exception as error:  # pylint: disable=broad-except
+        return Refusal(f"unexpected loop condition ({type(error).__name__}: {error})")
+
+
+def _read_tests(graph) -> LoopCondition:
     names = graph.input_names
     tests, pending = [], [graph.outputs[0]]
     while pending:
@@ -61,46 +78,36 @@ def read_condition(graph) -> Union[LoopCondition, str]:
             pending.extend(node.input)
             continue
         if node is None or node.type != "Less":
-            return COND_SHAPE_REASON
+            raise Refusal(COND_SHAPE_REASON, node)
         counter, bound = (skip_identity(graph, t) for t in node.input)
         bound_node = producer(graph, bound)
         if counter not in names or (bound not in names and (bound_node is None or not bound_node.is_const())):
-            return COND_SHAPE_REASON
+            raise Refusal(COND_SHAPE_REASON, node)
         tests.append((names.index(counter), names.index(bound) if bound in names
                       else bound_node.get_tensor_value(as_list=False)))
     return LoopCondition(tuple(tests))
 
 
-@dataclasses.dataclass(frozen=True)
-class TimeAxis:
-    """Where a layer's number of time steps T can be read off: ``(tensor, axis)`` pairs whose
-    ``axis`` provably has T elements, and T itself when the graph knows it statically."""
+def check_trip_count(graph, while_node, condition, counters, invariants, time_axis: TimeAxis) -> None:
+    """Raise a Refusal unless the While runs exactly T steps, T the length of the layer's time axis.
 
-    dims: frozenset
-    steps: Optional[int] = None
-
-
-def trip_count_reason(graph, while_node, condition, counters, invariants, time_axis: TimeAxis) -> Optional[str]:
-    """None when the While runs exactly T steps, T the length of the layer's time axis; else why not.
-
-    ``condition``: what :func:`read_condition` found (a reason string, or None if never seen);
+    ``condition``: what :func:`read_condition` found (a Refusal, or None if never seen);
     ``counters``: loop variables the body advances by one; ``invariants``: those it passes through.
     """
     if condition is None:
-        return COND_MISSING_REASON
-    if isinstance(condition, str):
-        return condition
+        raise Refusal(COND_MISSING_REASON, while_node)
+    if isinstance(condition, Refusal):
+        raise condition
     if not condition.tests:
-        return TRIP_COUNT_REASON
+        raise Refusal(TRIP_COUNT_REASON, while_node)
     for counter, bound in condition.tests:
         if counter not in counters or scalar_value(graph, while_node.input[counter]) != 0.0:
-            return COUNTER_REASON
+            raise Refusal(COUNTER_REASON, while_node)
         if isinstance(bound, int):
             if bound not in invariants or not is_step_count(graph, while_node.input[bound], time_axis):
-                return TRIP_COUNT_REASON
+                raise Refusal(TRIP_COUNT_REASON, while_node)
         elif bound.size != 1 or time_axis.steps is None or time_axis.steps != int(bound.reshape(-1)[0]):
-            return TRIP_COUNT_REASON
-    return None
+            raise Refusal(TRIP_COUNT_REASON, while_node)
 
 
 def is_step_count(graph, tensor: str, time_axis: TimeAxis) -> bool:

@@ -31,7 +31,7 @@ import tensorflow as tf
 from tf2onnx import convert as tf2onnx_convert
 from tf2onnx import tf_loader
 
-from . import keras_source
+from .. import keras_source
 
 # module -> names of its functions replaced while enabled
 PATCHED = {tf2onnx_convert: ("_get_output_names", "_get_concrete_function"), tf_loader: ("from_keras",)}

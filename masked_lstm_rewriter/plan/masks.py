@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Stage 2a, plan: what each mask needs, emitted once however many layers share it.
+"""Plan: what each mask needs, emitted once however many layers share it.
 
 * ``sequence_lens``: the count of valid steps per row, and what the fix-ups read off it: the
   position of each row's last valid step, and whether the row has one.
@@ -32,8 +32,11 @@ from tf2onnx.graph_builder import GraphBuilder
 
 from .schedule import SegmentPlan, plan_segments, schedulable
 
+
 GUARD_MESSAGE = ("masked_lstm_rewriter: the mask is not post-padded (a row has padding before or "
                  "between valid steps); reconvert with mask_mode='any'")
+
+
 MASK_MODES = ("post", "any")
 
 
@@ -191,27 +194,6 @@ class MaskPlanner:
             forward_zeros=OutputMap(forward_index, is_valid),
             reverse_carried=OutputMap(reverse_index, keep(op("Less", before, total))),
             reverse_zeros=OutputMap(reverse_index, is_valid))
-
-
-BROADCAST_NAME = "masked_lstm_rewriter_mask_broadcast"  # the Expand's name, for tests and readers of the graph
-
-
-def broadcast_mask(graph, mask: str, like: str, axis: int) -> str:
-    """``mask`` [B', T] expanded to B rows, B the size of axis ``axis`` of ``like`` (the layer's
-    input, or a tensor upstream of it that provably has its batch).
-
-    Keras's ``where`` broadcasts a one-row mask over the batch; ``sequence_lens`` and the reorder
-    need a row per batch row. ``Expand`` to [B, 1] leaves a [B, T] mask as it is, repeats a [1, T]
-    one, and fails at run time for any other B' (as Keras does). Four nodes, for masks that do not
-    provably have the input's batch already (a mask model input). (``Shape``'s start/end
-    attributes would save the Gather, but the rewriter's nodes still go through tf2onnx's
-    TensorFlow handlers, whose ``Shape`` does not keep them.)
-    """
-    g = graph
-    batch = g.make_node("Gather", [g.make_node("Shape", [like]).output[0],
-                                   _const(g, "batch_axis", np.array([axis], np.int64))]).output[0]
-    target = g.make_node("Concat", [batch, _const(g, "one", np.array([1], np.int64))], attr={"axis": 0}).output[0]
-    return g.make_node("Expand", [mask, target], name=utils.make_name(BROADCAST_NAME)).output[0]
 
 
 def _const(graph, name, value):

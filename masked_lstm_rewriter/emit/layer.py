@@ -1,0 +1,236 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Emit: turn a :class:`~..layer.MaskedRecurrentLayer` into ONNX nodes.
+
+What each mask needs (lengths, the guard or the reorder) comes from :mod:`..plan.masks`.
+
+Each cell of the layer is one native node (a layer has one cell; ``keras.layers.RNN([cell, ...])``
+several): the first reads the layer's input, each other one the steps the node below produced,
+exactly as that node ran them (its valid steps first, reversed for a backward layer). The top
+cell's node gives the layer's outputs; every cell gives its own final states.
+
+The emitted graph gives Keras's numbers on any runtime that computes each row's valid steps
+correctly, whether or not it honours ``sequence_lens`` past them (OpenVINO ignores it with
+dynamic shapes; onnxruntime stops at the length). So it reads nothing a runtime computes past a
+row's length:
+
+* every layer is one ``direction="forward"`` node over post-padded rows; a backward layer runs
+  over its rows reversed within their length (``ReverseSequence``), and its outputs are
+  reversed back the same way;
+* the last output and the final ``h`` are gathered from ``Y`` at each row's last valid step
+  (zeros for a row with none), never read from ``Y_h``;
+* an LSTM's final cell state can only come from ``Y_c``: when it is used, the input gets one
+  more column, 1 at padded steps, whose weights drive the input gate to exactly 0 and the
+  forget gate to exactly 1 there, so that ``c`` is carried unchanged over padded steps whatever
+  the runtime does with them (this needs a recurrent activation that saturates exactly:
+  sigmoid or hard_sigmoid; otherwise :func:`..targets.portability_refusal` keeps the layer a Loop).
+
+Then the fix-ups make every output Keras's at every position:
+
+* at padded steps a plain layer repeats the last valid output (zeros before the first valid
+  step): ``Where(mask, Y, last_output)``;
+* with ``zero_output_for_mask`` (``Bidirectional``), or in reverse, masked steps are zeros;
+* a ``go_backwards`` layer returns its sequence in reversed time order; a ``Bidirectional``
+  layer reverses it back, so that pair of reversals is skipped;
+* a row with no valid step keeps the initial state in Keras: ``Where(length > 0, h, initial_h)``.
+
+Only ``Where`` selects values by the mask (never arithmetic): padded inputs may hold anything,
+``-inf`` and NaN included.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import numpy as np
+from tf2onnx import utils
+from tf2onnx.graph_builder import GraphBuilder
+
+from .. import targets
+from ..cells import kind_of
+from ..layer import MaskedRecurrentLayer, RecurrentCell
+from ..plan.masks import MaskTensors
+from .node import RecurrentNode, emit_node, node_attributes
+from .read_alone import read_alone
+from .rewire import rewire
+
+
+def _const(graph, name, value):
+    return graph.make_const(utils.make_name(name), value).output[0]
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeOutputs:
+    """One layer's raw ONNX results, in the node layout (post-padded rows, compacted in "any")."""
+
+    y: str            # [T, B, H]: valid steps in time order (reversed back for a backward layer)
+    y_node: str       # [T, B, H]: the node's steps as it ran them (what a stacked cell's node reads)
+    h_last: str       # [B, H]: the output at the last valid step, zeros for a row with none
+    h_last_step: str  # [1, B, H]: the same, broadcasting over the time axis
+    c_last: Optional[str]  # [B, H], LSTM only: the cell state after the last valid step
+    carried: bool = False  # y repeats each row's last output past its length (zeros for an empty row)
+
+
+def emit_layer(graph, layer: MaskedRecurrentLayer, masks: MaskTensors) -> None:
+    """One ONNX node per cell of ``layer``, each reading the steps of the one below, then the Keras
+    outputs (of the top cell) and every cell's final states; finally the loop's consumers are
+    pointed at them."""
+    x_node, states = _layer_input(graph, layer, masks), []
+    for cell in layer.cells:
+        out = _emit_recurrent_node(graph, layer, cell, masks, x_node)
+        states.append(_keras_states(graph, cell, masks, out.h_last, out.c_last))
+        x_node = out.y_node
+    rewire(graph, layer, *_keras_outputs(graph, layer, out, masks), states)
+
+
+def _layer_input(g, layer: MaskedRecurrentLayer, masks: MaskTensors) -> str:
+    """The layer's input [T, B, I] in the node layout: each row's valid steps first ("any" moves
+    them there), reversed within the row's length for a backward layer."""
+    x = layer.x
+    if masks.reorder is not None:
+        x = _gather_steps(g, x, masks.reorder.gather_input, layer.input_size)
+    if layer.direction == "reverse":
+        x = _reverse_valid_steps(g, x, masks)
+    return x
+
+
+def _emit_recurrent_node(g, layer: MaskedRecurrentLayer, cell: RecurrentCell, masks: MaskTensors,
+                         x: str) -> NodeOutputs:
+    """The forward ONNX LSTM, GRU or RNN node of ``cell`` over ``x``, its input in the node layout."""
+    gb = GraphBuilder(g)
+    padding_column = cell.carries_cell_state  # saturating: targets.portability_refusal() let it through
+    if padding_column:
+        x = _with_padding_column(g, x, masks.valid_steps, cell.input_size)
+    x = read_alone(g, x) if targets.shared_swaps_scrambled() else x
+    kind = kind_of(cell.kind)
+    w, r, b = kind.onnx_weights(cell, padding_column)
+    extra = tuple(_const(g, name, value) for name, value in kind.extra_inputs(cell))
+    b = _const(g, "B", b) if cell.bias is not None or cell.recurrent_bias else ""
+    initial = () if cell.zero_initial_state else tuple(
+        state for state in (cell.initial_h, cell.initial_c) if state is not None)
+    attr = node_attributes(cell)
+    node = RecurrentNode(kind=cell.kind, x=x, weights=(_const(g, "W", w), _const(g, "R", r), b), lengths=masks.lengths,
+                         initial=initial, attr=attr, name=f"{layer.layer}/masked_{cell.kind.lower()}",
+                         hidden=cell.hidden_size, wants_c=padding_column, extra=extra)
+    # in segments, an LSTM's final cell state past its row's length is held by the padding column
+    carry = None
+    if cell is layer.top and _shows_carried_outputs(layer, masks):
+        carry = lambda branch, y_node: _carry_last_output(branch, y_node, masks, cell.hidden_size)  # noqa: E731
+    y, c_last, carried = emit_node(g, node, masks.segments, carry)
+    y_node = y
+    if carried:  # the last step shows each row's last output
+        h_last_step = gb.make_slice({"data": y, "starts": [-1], "ends": [np.iinfo(np.int64).max], "axes": [0]})
+    else:
+        h_last_step = _last_valid_step(g, y, masks, cell.hidden_size)
+    if layer.direction == "reverse":
+        y = _reverse_valid_steps(g, y, masks)
+    return NodeOutputs(y=y, y_node=y_node, h_last=gb.make_squeeze({"data": h_last_step, "axes": [0]}),
+                       h_last_step=h_last_step, c_last=c_last, carried=carried)
+
+
+def _shows_carried_outputs(layer: MaskedRecurrentLayer, masks: MaskTensors) -> bool:
+    """Does the layer's sequence repeat each row's last output past its length, in the node layout
+    (a plain forward layer over post-padded rows)? Then the schedule's gather gives it as it is."""
+    return layer.direction == "forward" and layer.output_carried and layer.writes_sequence and masks.reorder is None
+
+
+def _carry_last_output(g, y_node: str, masks: MaskTensors, hidden: int) -> str:
+    """The node's Y [T, 1, B, H] with each row's last valid output past its length, zeros for a row
+    with none: ``Where(mask, Y, last output)``, kept in Y's layout."""
+    y = GraphBuilder(g).make_squeeze({"data": y_node, "axes": [1]})
+    mask = GraphBuilder(g).make_unsqueeze({"data": masks.mask_tm, "axes": [1]})
+    return g.make_node("Where", [mask, y_node, _last_valid_step(g, y, masks, hidden)]).output[0]
+
+
+def _gather_steps(g, tensor: str, flat_index: str, width: int) -> str:
+    """``tensor`` [T, B, width] re-ordered: position (t, b) takes row ``flat_index[t, b]`` of it."""
+    rows = g.make_node("Reshape", [tensor, _const(g, "rows_shape", np.array([-1, width], np.int64))]).output[0]
+    return g.make_node("Gather", [rows, flat_index], attr={"axis": 0}).output[0]
+
+
+def _reverse_valid_steps(g, tensor: str, masks: MaskTensors) -> str:
+    """[T, B, ...] with each row's valid steps (the first ``length``) in reverse order, the rest in place."""
+    return g.make_node("ReverseSequence", [tensor, masks.lengths_i64],
+                       attr={"batch_axis": 1, "time_axis": 0}).output[0]
+
+
+def _with_padding_column(g, x: str, valid_steps: str, width: int) -> str:
+    """[T, B, width + 1]: ``x`` and a column of zeros at valid steps; ``[0, ..., 0, 1]`` at padded ones
+    (whatever ``x`` held there: -inf and NaN would not stay out of a carried state otherwise)."""
+    padded = g.make_node("Pad", [x, _const(g, "pads", np.array([0, 0, 0, 0, 0, 1], np.int64))]).output[0]
+    marker = np.zeros(width + 1, np.float32)
+    marker[-1] = 1
+    return g.make_node("Where", [valid_steps, padded, _const(g, "padding_marker", marker)]).output[0]
+
+
+def _last_valid_step(g, y: str, masks: MaskTensors, hidden: int) -> str:
+    """[1, B, H]: ``y`` [T, B, H] at each row's last valid step, zeros for a row with none (its index,
+    -1, reads the last step, which the Where then replaces)."""
+    index = g.make_node("Expand", [masks.last_step, _const(g, "hidden_shape", np.array([1, 1, hidden], np.int64))]
+                        ).output[0]
+    gathered = g.make_node("GatherElements", [y, index], attr={"axis": 0}).output[0]
+    return g.make_node("Where", [masks.has_steps, gathered, _zero(g)]).output[0]
+
+
+def _keras_outputs(g, layer: MaskedRecurrentLayer, out: NodeOutputs, masks: MaskTensors):
+    """(sequence in Keras's order, sequence in the model's time order, last output), from the top
+    cell's node."""
+    gb = GraphBuilder(g)
+    last_output = out.h_last  # the carried output: zeros for a row with no valid step
+    in_time_order = None
+    if masks.reorder is not None:
+        # mask_mode="any": the node ran over the valid steps moved to the front; map back
+        where = masks.reorder.output_map(layer.direction, layer.output_carried)
+        mapped = _gather_steps(g, out.y, where.index, layer.top.hidden_size)
+        in_time_order = g.make_node("Where", [where.keep, mapped, _zero(g)]).output[0]
+        if layer.direction == "reverse":
+            sequence = _reverse_time(gb, in_time_order)
+            last_output = last_output if layer.output_carried else _step(gb, in_time_order, 0)
+        else:
+            sequence, in_time_order = in_time_order, None
+            last_output = last_output if layer.output_carried else _step(gb, sequence, -1)
+    elif layer.direction == "reverse":
+        # Keras ran forward over the reversed rows, whose padding comes first: those steps output
+        # zeros (the carried output starts at zeros); its last step saw the row's first step.
+        in_time_order = g.make_node("Where", [masks.mask_tm, out.y, _zero(g)]).output[0]
+        sequence = _reverse_time(gb, in_time_order)
+    elif out.carried:
+        sequence = out.y
+    elif layer.output_carried:
+        # padded steps repeat the last output: the output at the last valid step, zeros if none
+        sequence = g.make_node("Where", [masks.mask_tm, out.y, out.h_last_step]).output[0]
+    else:
+        # masked steps output zeros (zero_output_for_mask)
+        sequence = g.make_node("Where", [masks.mask_tm, out.y, _zero(g)]).output[0]
+        last_output = _step(gb, sequence, -1)
+    if not layer.writes_sequence:
+        sequence = in_time_order = gb.make_unsqueeze({"data": last_output, "axes": [0]})
+    return sequence, in_time_order, last_output
+
+
+def _step(gb, sequence, index):
+    """Time step ``index`` of a [T, B, H] sequence, as [B, H]."""
+    end = np.iinfo(np.int64).max if index == -1 else index + 1
+    return gb.make_squeeze({"data": gb.make_slice({"data": sequence, "starts": [index], "ends": [end],
+                                                   "axes": [0]}), "axes": [0]})
+
+
+def _zero(g):
+    return _const(g, "zero_f32", np.array(0, np.float32))
+
+
+def _reverse_time(gb, tensor):
+    return gb.make_slice({"data": tensor, "starts": [-1], "ends": [np.iinfo(np.int64).min], "axes": [0],
+                          "steps": [-1]})
+
+
+def _keras_states(g, cell: RecurrentCell, masks: MaskTensors, h_last, c_last):
+    """(final h, final c) of ``cell`` as Keras has them: a row with no valid step keeps the initial state.
+
+    With a zero initial state that is zeros, which ``h_last`` already is there (and ``c_last``:
+    the padding column holds it, and runtimes that skip such a row return zeros)."""
+    if cell.zero_initial_state:
+        return h_last, c_last
+    final_h = g.make_node("Where", [masks.has_steps, h_last, cell.initial_h]).output[0]
+    final_c = None if c_last is None else g.make_node("Where", [masks.has_steps, c_last, cell.initial_c]).output[0]
+    return final_h, final_c

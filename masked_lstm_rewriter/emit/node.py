@@ -1,0 +1,97 @@
+# SPDX-License-Identifier: Apache-2.0
+"""One native ONNX node per cell: its weights in the op's layout, its attributes, and the node itself
+(or, with the length-aware schedule, an If between its segments and it: :mod:`.segments`).
+
+Everything kind-specific comes from the cell kind (:mod:`..cells`): the gate order of W, R and B,
+the number of states, the kind's own attributes, the gates the padding column drives.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+from tf2onnx import utils
+
+from ..cells import kind_of
+from ..graph import int64_const, make_op
+from ..layer import RecurrentCell
+from ..plan.schedule import SegmentPlan, schedule_if
+from .segments import segments
+
+MIN_OPSET = 13  # Split and Squeeze take their sizes and axes as inputs, as the emitted nodes give them
+
+
+@dataclasses.dataclass(frozen=True)
+class RecurrentNode:
+    """One layer's forward ONNX node, as the emitter built its inputs (node layout)."""
+
+    kind: str            # "LSTM", "GRU" or "RNN"
+    x: str               # [T, B, I] input in the node layout
+    weights: tuple       # (W, R, B or "")
+    lengths: str         # [B] int32 sequence_lens (the single node only)
+    initial: tuple       # (initial_h, initial_c) as [B, H] tensors, or () for zeros
+    attr: dict
+    name: str
+    hidden: int
+    wants_c: bool        # the final cell state is used
+    extra: tuple = ()    # the kind's inputs after the initial states (cells.kind.CellKind.extra_inputs)
+
+
+def emit_node(graph, node: RecurrentNode, plan: Optional[SegmentPlan], carry=None) -> tuple:
+    """(y [T, B, H], final c [B, H] or None, carried) in the node layout: the single node, or, with a
+    plan, an If between the segments and it. Each branch returns its results unsqueezed, as the node
+    does (the Squeezes after the If alias them; inside a branch, they would copy).
+
+    ``carry``, (graph, the node's Y [T, 1, B, H]) -> Y with each row's last valid output repeated
+    past its length and zeros for an empty row, is what the segments give for free (their gather
+    reads step min(t, length - 1), an empty row a zeros row). With a plan, the single node's branch
+    applies it, so that both branches agree, and ``carried`` is True: the caller's fix-up is done."""
+    carried = plan is not None and carry is not None
+    if plan is None:
+        outputs = _single(graph, node)
+    else:
+        def single(g):
+            outputs = _single(g, node)
+            return [carry(g, outputs[0])] + outputs[1:] if carried else outputs
+
+        outputs = schedule_if(graph, plan.use, node.name.replace("/", "_"), lambda g: segments(g, node, plan), single)
+        for output, shape in zip(outputs, ([-1, 1, -1, node.hidden], [1, -1, node.hidden])):
+            graph.set_shape(output, shape)  # what the converters of the consumers read (a Concat's axis)
+    y = make_op(graph, "Squeeze", outputs[0], int64_const(graph, "axes", [1]))
+    return y, (make_op(graph, "Squeeze", outputs[1], int64_const(graph, "axes", [0])) if node.wants_c else None), carried
+
+
+def _single(g, node: RecurrentNode) -> list:
+    """The layer as one node over the whole batch (what the plugin emits without a schedule)."""
+    initial = [make_op(g, "Unsqueeze", state, int64_const(g, "axes", [0])) for state in node.initial]
+    kind = kind_of(node.kind)
+    initial = initial or [""] * kind.states
+    out = g.make_node(node.kind, [node.x, *node.weights, node.lengths] + initial + list(node.extra),
+                      output_count=kind.outputs, attr=node.attr, name=utils.make_name(node.name))
+    return [out.output[0]] + ([out.output[2]] if node.wants_c else [])
+
+
+def node_attributes(cell: RecurrentCell) -> dict:
+    """The native node's attributes: forward over post-padded rows, the activations, the kind's own."""
+    return {"hidden_size": cell.hidden_size, "direction": "forward", **_activation_attrs(cell.activations),
+            **dict(cell.attributes)}
+
+
+def _activation_attrs(activations) -> dict:
+    attrs = {"activations": [a.name for a in activations]}
+    alphas = [a.alpha for a in activations if a.alpha is not None]
+    betas = [a.beta for a in activations if a.beta is not None]
+    if alphas:
+        attrs["activation_alpha"] = alphas
+    if betas:
+        attrs["activation_beta"] = betas
+    return attrs
+
+
+def opset_refusal(graph) -> Optional[str]:
+    """Why no layer of ``graph`` can be rewritten at its opset, or None."""
+    if graph.opset < MIN_OPSET:
+        return (f"opset {graph.opset}: the native form is emitted for opset {MIN_OPSET} and later; "
+                f"convert with opset {MIN_OPSET} or later for a native op")
+    return None

@@ -1,0 +1,49 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Point the loop's consumers at the emitted tensors, then remove the loop."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from ..layer import MaskedRecurrentLayer
+
+
+def rewire(g, layer: MaskedRecurrentLayer, sequence, in_time_order, last_output, states):
+    """Point every consumer of the loop at the new tensors (``states``: each cell's final h and c),
+    then remove the loop."""
+    for stacked in layer.sequence_outputs:
+        if in_time_order is not None and layer.writes_sequence:
+            _skip_reversal_back(g, stacked, in_time_order)
+        _replace(g, stacked, sequence)
+    _replace(g, layer.last_output, last_output)
+    for cell, (final_h, final_c) in zip(layer.cells, states):
+        _replace(g, cell.final_h, final_h)
+        if final_c is not None:  # else nothing reads it (carries_cell_state)
+            _replace(g, cell.final_c, final_c)
+    for stacked in layer.sequence_outputs:
+        g.remove_node(g.get_node_by_output(stacked).name)
+    g.remove_node(layer.while_node.name)
+
+
+def _replace(g, old: Optional[str], new: Optional[str]) -> None:
+    """Consumers of ``old`` read ``new``, which takes on ``old``'s shape where tf2onnx knew it and not
+    ``new``'s: a layer stacked above reads its static sizes (the number of steps its loop runs)."""
+    if old is None:
+        return
+    if g.get_shape(new) is None and g.get_shape(old) is not None:
+        g.set_shape(new, g.get_shape(old))
+    g.replace_all_inputs(old, new)
+
+
+def _skip_reversal_back(g, stacked, in_time_order):
+    """Where Keras reverses a reversed sequence back (``Bidirectional``: ``reverse(transpose(s))``
+    over the time axis), hand the consumers the sequence in time order instead of reversing twice."""
+    for transpose in g.find_output_consumers(stacked):
+        if transpose.type != "Transpose" or not g.is_const(transpose.input[1]) or \
+                g.get_tensor_value(transpose.input[1]) != [1, 0, 2]:
+            continue
+        for reverse in g.find_output_consumers(transpose.output[0]):
+            if reverse.type == "ReverseV2" and g.is_const(reverse.input[1]) and \
+                    g.get_tensor_value(reverse.input[1]) in (1, [1]):
+                batch_major = g.make_node("Transpose", [in_time_order], attr={"perm": [1, 0, 2]}).output[0]
+                _replace(g, reverse.output[0], batch_major)

@@ -1,0 +1,38 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The one failure type: why a layer stays tf2onnx's Loop, and the node where that was found.
+
+Readers and checks raise a :class:`Refusal`; each stage boundary (:func:`.read.body.read_body`,
+:func:`.read.loop.read_loop`, the condition reader) returns it as a value, and the plugin turns it
+into the logged reason and the report's entry in one place (:mod:`.plugin.rewrite`).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+
+class Refusal(Exception):
+    """Why a layer is left as tf2onnx made it: ``reason`` (the text users read) and ``node`` (the node
+    of tf2onnx's graph it was met at, when one is known)."""
+
+    def __init__(self, reason: str, node=None):
+        super().__init__(reason)
+        self.reason = reason
+        self.node = node
+
+    def __bool__(self):
+        return False
+
+    def __eq__(self, other):
+        return isinstance(other, Refusal) and other.reason == self.reason
+
+    def __hash__(self):
+        return hash(self.reason)
+
+    def __repr__(self):
+        return f"Refusal({self.reason!r}{'' if self.node is None else f', at {self.where}'})"
+
+    @property
+    def where(self) -> Optional[str]:
+        """The name of the node the refusal was met at, or None."""
+        return None if self.node is None else getattr(self.node, "name", str(self.node))

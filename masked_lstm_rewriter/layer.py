@@ -1,0 +1,100 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The typed description of one masked recurrent layer: what a reader produces and the planner and
+emitter consume, whatever source the layer was read from."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+from .cells import kind_of
+
+
+@dataclasses.dataclass
+class RecurrentCell:
+    """One cell of a masked recurrent loop, its weights resolved: what one native node needs."""
+
+    kind: str                # the ONNX op: "LSTM", "GRU" or "RNN"
+    hidden_size: int
+    kernel: dict             # gate -> [input_size, hidden] array, Keras layout
+    recurrent: dict          # gate -> [hidden, hidden]
+    bias: Optional[dict]     # gate -> [hidden], or None (the input side's bias, ONNX Wb)
+    recurrent_bias: dict     # gate -> [hidden] for gates with a separate recurrent bias (ONNX Rb)
+    activations: tuple       # Activations in the ONNX op's order (LSTM f, g, h; GRU f, g; RNN f)
+    attributes: tuple        # the kind's own ONNX attributes, (name, value) pairs (a GRU's linear_before_reset)
+    while_node: object
+    h_input: int             # While input holding the initial h [B, H] (read through the node:
+    c_input: Optional[int]   # rewriting an encoder renames what a decoder starts from); c: LSTM only
+    zero_initial_state: bool  # initial states are zeros by construction (no initial_state given)
+    final_h: str             # While outputs: this cell's final h (and c)
+    final_c: Optional[str]
+
+    @property
+    def input_size(self) -> int:
+        return next(iter(self.kernel.values())).shape[0]
+
+    @property
+    def keras_name(self) -> str:
+        return kind_of(self.kind).keras_name
+
+    @property
+    def carries_cell_state(self) -> bool:
+        """Is the final cell state used, so that it must not depend on the runtime's padding?"""
+        return self.final_c is not None and bool(self.while_node.graph.find_output_consumers(self.final_c))
+
+    @property
+    def initial_h(self) -> str:
+        return self.while_node.input[self.h_input]
+
+    @property
+    def initial_c(self) -> Optional[str]:
+        return None if self.c_input is None else self.while_node.input[self.c_input]
+
+
+@dataclasses.dataclass
+class MaskedRecurrentLayer:
+    """One masked Keras recurrent loop (an LSTM, GRU or SimpleRNN layer, or an RNN layer over stacked
+    cells), read off tf2onnx's graph: all the emitter needs."""
+
+    layer: str
+    while_node: object
+    cells: tuple             # RecurrentCell, bottom to top: one native node each, each reading the
+                             # sequence of the one below; the top cell's h is the layer's output
+    direction: str           # "forward", or "reverse": the loop runs over the time-reversed
+                             # input and mask (go_backwards, a Bidirectional's backward half)
+    x_reader: object         # the node reading x (TensorListFromTensor, or go_backwards's ReverseV2)
+    x_source: str            # the batch-major tensor x is transposed from (to pair directions)
+    mask: str                # batch-major mask [B, T], bool, in the model's time order
+    mask_post_padded: bool   # the mask is post-padded by construction (sequence_mask of lengths)
+    output_carried: bool
+    sequence_outputs: list   # tensors holding the stacked outputs, time-major [T or 1, B, H]
+    writes_sequence: bool
+    last_output: str         # While output: last output
+
+    @property
+    def top(self) -> RecurrentCell:
+        """The cell whose h is the layer's output."""
+        return self.cells[-1]
+
+    @property
+    def input_size(self) -> int:
+        return self.cells[0].input_size
+
+    @property
+    def kinds(self) -> str:
+        """The ONNX ops, bottom to top: "LSTM", or "LSTM+GRU" for stacked cells."""
+        return "+".join(cell.kind for cell in self.cells)
+
+    @property
+    def x(self) -> str:
+        """The time-major input [T, B, I] in the model's time order, read through the node
+        that reads it: with static shapes TensorFlow can drop the transposes between two stacked
+        layers (T = B = 1), and rewriting the lower one then renames what the upper one reads."""
+        return self.x_reader.input[0]
+
+    def describe(self) -> str:
+        """For the log: "LSTM layer 'enc' (16 units)", "RNN layer 'rnn' (stacked cells LSTM(4), GRU(3))"."""
+        if len(self.cells) == 1:
+            return f"{self.top.keras_name} layer '{self.layer}' ({self.top.hidden_size} units)"
+        cells = ", ".join(f"{cell.keras_name}({cell.hidden_size})" for cell in self.cells)
+        return f"RNN layer '{self.layer}' (stacked cells {cells})"

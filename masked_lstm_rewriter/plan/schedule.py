@@ -1,0 +1,267 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The length-aware schedule's plan: run a layer's recurrent node in time segments over a shrinking set of rows.
+
+onnxruntime's recurrent kernels compute every row up to the batch's longest row. With
+long-tailed lengths (text batches that are not bucketed) most of that work is padding. The
+schedule makes the cost follow the valid steps (packed sequences):
+
+* once per mask (:func:`plan_segments`), the rows are ordered by length, longest first (``TopK``),
+  and the time axis is cut into ``SEGMENTS`` segments at the lengths of the rows at fixed ranks
+  (``RANKS``: the median row, the quarter, ...), made strictly increasing and below the longest
+  length. Segment k runs only the rows still valid at its first step, a prefix of the ordered
+  rows (``active``);
+* for each layer (:func:`emit_node`), each segment is one forward node over its slice of the
+  ordered input, starting from the states the previous segment ended with for the rows it
+  keeps. Those rows are valid at every step of the previous segment, so the states are exact on
+  any runtime whatever it does with padded steps (no ``sequence_lens`` is passed): rows that end
+  inside a segment are read at their last valid step only, by index, and an LSTM's cell state
+  over the padding steps of such a row is held by the padding column (:mod:`.emit`). The
+  segments' outputs are stacked, with a zeros row, and gathered back, in one ``Gather``, into
+  the [T, B, H] node layout in the caller's row order: what the single node gives at every valid
+  step, and past a row's length its last valid output (zeros for an empty row). That is a plain
+  forward layer's sequence as Keras gives it, so such a layer skips the fix-up ``Where`` (the
+  single node's branch applies it inside the ``If``); the other fix-ups downstream are the same;
+* whether it pays is decided at run time: an ``If`` per mask computes the plan only for batches of
+  at least ``MIN_BATCH`` rows (else a few constants); in it, a cheap bound (the sum of the
+  lengths) first rules out batches where no segments could pay (full or nearly equal rows), then
+  an ``If`` nested in it sorts and cuts, and one nested in that computes the gather indices when
+  the segments pay. An ``If`` per layer runs the
+  segments when the estimated cost (the rows times steps the segments cover, plus a fixed cost
+  per segment and per plan) is below ``GAIN`` of the single node's (batch times longest row),
+  and the single node otherwise, exactly as without a schedule. With a static batch below
+  ``MIN_BATCH`` neither ``If`` is emitted.
+
+Every index is computed in the graph from the lengths; nothing depends on how a runtime treats
+padded steps (OpenVINO ignores ``sequence_lens`` with dynamic shapes). Opt-in, and for
+onnxruntime only (``make_rewriter(target="onnxruntime", schedule=True)``): OpenVINO 2026.4
+computes some layers inside the layer's If wrongly, with no error (``NOT_FOR``;
+tests/test_schedule.py pins it). Its stale reads follow its memory reuse around If outputs whose
+shapes grow from one run to the next: a copy after the If moves the wrong half from one layer to
+another rather than removing it, so no graph form is known to avoid it. onnxruntime is exact.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+from onnx import TensorProto
+from tf2onnx import utils
+
+from ..graph import int64_const, int64_scalar, make_if, make_op
+
+
+# segment boundaries: the lengths of the rows at these ranks (fractions of the batch, in 16ths,
+# longest row first) -- chosen with a cost model of onnxruntime's LSTM (per node ~15 us, per step
+# ~1.45 us per row, at least ~3 us) over lognormal, uniform and one-long-row batches
+RANKS_16THS = (12, 8, 4, 2, 1)
+
+
+SEGMENTS = len(RANKS_16THS) + 1
+
+
+MIN_BATCH = 8           # below this many rows the single node always runs (measured: tools/benchmark.py)
+
+
+SEGMENT_COST = 10       # a segment's fixed cost, in row-steps of the recurrent op
+
+
+PLAN_COST = 70          # the plan's and the gathers' cost, in row-steps
+
+
+FIXED_COST = SEGMENT_COST * SEGMENTS + PLAN_COST
+
+
+GAIN = (3, 4)           # run the segments when their estimated cost is below 3/4 of the single node's
+
+
+SCHEDULE_NAME = "masked_lstm_rewriter_schedule"   # the If nodes' names start with it (corpus/ops.py)
+
+
+def schedule_if(graph, condition: str, name: str, then_branch, else_branch) -> list:
+    """An If of the schedule (its name starts with ``SCHEDULE_NAME``), branches built by the functions."""
+    return make_if(graph, condition, f"{SCHEDULE_NAME}_{name}", then_branch, else_branch)
+
+
+@dataclasses.dataclass(frozen=True)
+class SegmentPlan:
+    """Per mask: what every layer sharing it needs to run in segments (the plan If's outputs: few,
+    so that a small batch pays little for the If's placeholders)."""
+
+    use: str             # [1] bool: run the layers in segments
+    bounds: str          # [5 * S] int64: per segment (first step, 0), then (end step, rows), then the rows
+    rows: str            # [2, B] int64: the rows longest first; each row's final cell state in the stacked ones
+    gather_y: str        # [T, 1, B] int64: each (t, b) of the node layout's row in the stacked outputs
+
+
+def schedulable(graph, mask: str) -> bool:
+    """Can a batch of this mask have ``MIN_BATCH`` rows or more (a static batch below cannot)?"""
+    shape = graph.get_shape(mask)
+    rows = shape[0] if shape else None
+    return rows is None or rows < 0 or rows >= MIN_BATCH
+
+
+def plan_segments(graph, counts: str, guarded: str, time_major: str) -> SegmentPlan:
+    """The plan over the lengths ``counts`` ([B] int32, node layout) and the number of steps (axis 0
+    of ``time_major``), in one If: for batches of at least ``MIN_BATCH`` rows (the batch size read
+    off ``guarded``, the lengths through the "post" guard, so that the guard runs first on every
+    path), whether segments could pay at all (:func:`_may_pay`), and where they could, in an If
+    nested in it, the segments, whether they pay, and, in an If nested in that, the gather indices
+    where they do; else placeholders. One If at the top, so that a small batch pays for one.
+
+    (The layers' nodes are not in it: a node in an If nested in another ran slower, measured in
+    onnxruntime 1.31, +7% to +11% for the plugin's models at batch 32.)"""
+    batch = make_op(graph, "Shape", guarded)                                      # [1]
+    big = make_op(graph, "GreaterOrEqual", batch, int64_const(graph, "min_batch", [MIN_BATCH]))  # [1]: an If's condition
+
+    def plan(g):
+        lengths = make_op(g, "Cast", counts, to=TensorProto.INT64)
+        return schedule_if(g, _may_pay(g, lengths, batch), "segments", lambda inner: segments(inner, lengths), placeholders)
+
+    def segments(g, lengths):
+        use, order, first, end, active = _compute_segments(g, lengths, batch)
+        starts = _pairs(g, first, int64_const(g, "zeros", [0] * SEGMENTS))
+        bounds = make_op(g, "Concat", *starts, *_pairs(g, end, active), active, axis=0)
+        indices = schedule_if(g, use, "indices", lambda inner: _indices(inner, lengths, time_major, order, first, end, active),
+                      _no_indices)
+        return [use, bounds, *indices]
+
+    def placeholders(g):
+        false = g.make_const(utils.make_name("no_schedule"), np.array([False])).output[0]
+        return [false, int64_const(g, "placeholder", [0] * (5 * SEGMENTS)), *_no_indices(g)]
+
+    use, bounds, rows, gather_y = schedule_if(graph, big, "plan", plan, placeholders)
+    return SegmentPlan(use=use, bounds=bounds, rows=rows, gather_y=gather_y)
+
+
+def _indices(g, lengths: str, time_major: str, order: str, first: str, end: str, active: str) -> list:
+    """The plan's ``rows`` and ``gather_y`` (see :class:`SegmentPlan`), from the segments' [S] first
+    steps, end steps and rows."""
+    steps = make_op(g, "Squeeze", make_op(g, "Slice", make_op(g, "Shape", time_major), int64_const(g, "zero", [0]),
+                                  int64_const(g, "one", [1])), int64_const(g, "axes", [0]))
+    gather_y, gather_c = _gather_indices(g, lengths, steps, order, first, end, active)
+    rows = make_op(g, "Concat", *(make_op(g, "Unsqueeze", t, int64_const(g, "axes", [0])) for t in (order, gather_c)), axis=0)
+    return [rows, gather_y]
+
+
+def _no_indices(g) -> list:
+    """Placeholders for ``rows`` and ``gather_y`` where the segments do not run."""
+    return [int64_const(g, "placeholder", [[0], [0]]), int64_const(g, "placeholder", [[[0]]])]
+
+
+def _compute_segments(g, lengths: str, batch: str) -> tuple:
+    """(use, order, first, end, active) for a batch with these ``lengths`` (see the module's docstring):
+    whether the segments pay, the rows longest first, and per segment its first step, its end step
+    and the rows it runs ([S] each)."""
+    segments = SEGMENTS
+    sorted_lengths, order = g.make_node("TopK", [lengths, batch], output_count=2,
+                                        attr={"axis": 0, "largest": 1, "sorted": 1}).output
+    longest = make_op(g, "Slice", sorted_lengths, int64_const(g, "zero", [0]), int64_const(g, "one", [1]), int64_const(g, "axis", [0]))
+    # boundary k (k = 1 .. S-1): the length of the row at rank RANKS[k-1], then made strictly
+    # increasing from 0 (the largest of q_j - j over j <= k, plus k) and at most longest - (S - k)
+    ranks = make_op(g, "Div", make_op(g, "Mul", batch, int64_const(g, "ranks", RANKS_16THS)), int64_const(g, "sixteen", [16]))
+    quantiles = make_op(g, "Concat", int64_const(g, "zero", [0]), make_op(g, "Gather", sorted_lengths, ranks, axis=0), axis=0)
+    index = int64_const(g, "segment_index", list(range(segments)))
+    below = np.triu(np.full((segments, segments), -(1 << 40), np.int64), 1)   # [k, j]: j > k excluded
+    lifted = make_op(g, "Add", make_op(g, "Unsqueeze", make_op(g, "Sub", quantiles, index), int64_const(g, "axes", [0])),
+                 g.make_const(utils.make_name("not_before"), below).output[0])
+    rising = make_op(g, "Add", _reduce_max(g, lifted, 1), index)
+    ceiling = make_op(g, "Add", longest, int64_const(g, "ceiling", [k - segments for k in range(segments)]))
+    first = make_op(g, "Min", rising, ceiling)                                    # [S] first step of each segment
+    end = make_op(g, "Concat", make_op(g, "Slice", first, int64_const(g, "one", [1]), int64_const(g, "many", [segments]),
+                               int64_const(g, "axis", [0])), longest, axis=0)  # [S] end step
+    column = make_op(g, "Unsqueeze", lengths, int64_const(g, "axes", [1]))             # [B, 1]
+    active = make_op(g, "ReduceSum", make_op(g, "Cast", make_op(g, "Greater", column, first), to=TensorProto.INT64),
+                 int64_const(g, "axes", [0]), keepdims=0)                          # [S] rows valid at each first step
+    use = _worth_it(g, batch, longest, active, make_op(g, "Sub", end, first))
+    return use, order, first, end, active
+
+
+def _may_pay(g, lengths: str, batch: str) -> str:
+    """Bool [1]: can the segments pay at all? A necessary condition of :func:`_worth_it`, cheap enough
+    to run first, so that a batch of full or nearly equal rows skips the sort and the segments: they
+    cover every valid step (their cost is at least the sum of the lengths plus the fixed costs) and
+    need a longest row of at least SEGMENTS steps."""
+    longest = _reduce_max(g, lengths, 0, keepdims=1)
+    least = make_op(g, "Add", make_op(g, "ReduceSum", lengths, int64_const(g, "axes", [0]), keepdims=1),
+                int64_const(g, "fixed", [FIXED_COST]))
+    return _cheaper(g, least, make_op(g, "Mul", batch, longest), longest)
+
+
+def _worth_it(g, batch: str, longest: str, active: str, length: str) -> str:
+    """Bool scalar: every segment has a step (the longest row has at least SEGMENTS steps) and the
+    segments' estimated cost is below GAIN of the single node's, in row-steps: a node runs at least
+    ~2 rows' worth of work per step, plus SEGMENT_COST per segment and PLAN_COST."""
+    rows = make_op(g, "Max", active, int64_const(g, "two", [2]))
+    covered = make_op(g, "ReduceSum", make_op(g, "Mul", rows, length), int64_const(g, "axes", [0]), keepdims=1)
+    cost = make_op(g, "Add", covered, int64_const(g, "fixed", [FIXED_COST]))
+    return _cheaper(g, cost, make_op(g, "Mul", batch, longest), longest)
+
+
+def _cheaper(g, cost: str, single: str, longest: str) -> str:
+    """Bool [1], an If's condition: ``cost`` is below GAIN of ``single`` (row-steps, [1] each) and the
+    longest row has at least SEGMENTS steps (one per segment)."""
+    cheaper = make_op(g, "Less", make_op(g, "Mul", cost, int64_const(g, "gain_den", [GAIN[1]])),
+                  make_op(g, "Mul", single, int64_const(g, "gain_num", [GAIN[0]])))
+    long_enough = make_op(g, "GreaterOrEqual", longest, int64_const(g, "segments", [SEGMENTS]))
+    return make_op(g, "And", cheaper, long_enough)
+
+
+def _pairs(g, left: str, right: str) -> tuple:
+    """Per segment, the [2] tensor (left[k], right[k]) of two [S] tensors."""
+    stacked = make_op(g, "Concat", make_op(g, "Unsqueeze", left, int64_const(g, "axes", [1])),
+                  make_op(g, "Unsqueeze", right, int64_const(g, "axes", [1])), axis=1)
+    flat = make_op(g, "Reshape", stacked, int64_const(g, "flat", [-1]))
+    return tuple(g.make_node("Split", [flat, int64_const(g, "twos", [2] * SEGMENTS)], output_count=SEGMENTS,
+                             attr={"axis": 0}).output)
+
+
+def _gather_indices(g, lengths: str, steps: str, order: str, first: str, end: str, active: str) -> tuple:
+    """([T, 1, B], [B]) rows of the stacked segment outputs (and final cell states) for each position of
+    the node layout, in the caller's row order. Step t of row b is read at t' = min(t, length - 1):
+    each valid step where it is, and past a row's length its last valid output, which is what a
+    plain layer shows there; an empty row reads the zeros row after the stacked outputs (t' = -1,
+    the last entry of the per-step tables). A row's cell state comes from the segment of its last
+    valid step, zeros for an empty row.
+
+    What depends on the step only (its segment, the rows the segment runs, where its first row
+    sits in the stacked outputs) is computed once per step, [T], and gathered at t'."""
+    count = make_op(g, "Squeeze", make_op(g, "Shape", order), int64_const(g, "axes", [0]))
+    rank = make_op(g, "ScatterElements", order, order, make_op(g, "Range", int64_scalar(g, 0), count, int64_scalar(g, 1)),
+               axis=0)                                                         # [B] each row's place in ``order``
+    time = make_op(g, "Range", int64_scalar(g, 0), steps, int64_scalar(g, 1))              # [T]
+    later = make_op(g, "Slice", first, int64_const(g, "one", [1]), int64_const(g, "many", [SEGMENTS]), int64_const(g, "axis", [0]))
+
+    def segment_of(t):
+        """Which segment each step of ``t`` ([N]) falls in: the count of later segments' first steps at
+        or before it."""
+        at_or_after = make_op(g, "GreaterOrEqual", make_op(g, "Unsqueeze", t, int64_const(g, "axes", [1])), later)
+        return make_op(g, "ReduceSum", make_op(g, "Cast", at_or_after, to=TensorProto.INT64), int64_const(g, "axes", [1]),
+                   keepdims=0)
+
+    segment = segment_of(time)                                                # [T]
+    rows = make_op(g, "Gather", active, segment, axis=0)                          # [T] rows run at each step
+    covered = make_op(g, "Mul", active, make_op(g, "Sub", end, first))                # [S] stacked rows per segment
+    offsets = make_op(g, "CumSum", covered, int64_const(g, "axis", [0]), exclusive=1)
+    zeros_row = make_op(g, "ReduceSum", covered, int64_const(g, "axes", [0]), keepdims=1)   # [1] after the stacked outputs
+    within = make_op(g, "Mul", make_op(g, "Sub", time, make_op(g, "Gather", first, segment, axis=0)), rows)
+    step_base = make_op(g, "Concat", make_op(g, "Add", make_op(g, "Gather", offsets, segment, axis=0), within), zeros_row,
+                    axis=0)                                                   # [T + 1]: step t's first row
+    step_rows = make_op(g, "Concat", rows, int64_const(g, "one", [1]), axis=0)        # [T + 1]
+    last = make_op(g, "Sub", lengths, int64_const(g, "one", [1]))                     # [B], -1 for an empty row
+    read = make_op(g, "Min", make_op(g, "Unsqueeze", time, int64_const(g, "axes", [1])), last)   # [T, B] t'
+    column = make_op(g, "Min", rank, make_op(g, "Sub", make_op(g, "Gather", step_rows, read, axis=0), int64_const(g, "one", [1])))
+    gather_y = make_op(g, "Add", make_op(g, "Gather", step_base, read, axis=0), column)
+    gather_y = make_op(g, "Unsqueeze", gather_y, int64_const(g, "axes", [1]))       # [T, 1, B]: Y's layout
+    state_offsets = make_op(g, "CumSum", active, int64_const(g, "axis", [0]), exclusive=1)
+    stacked = make_op(g, "Add", make_op(g, "Gather", state_offsets, segment_of(last), axis=0), rank)
+    total = make_op(g, "ReduceSum", active, int64_const(g, "axes", [0]), keepdims=1)   # the zeros row
+    gather_c = make_op(g, "Where", make_op(g, "Greater", lengths, int64_const(g, "zero", [0])), stacked, total)
+    return gather_y, gather_c
+
+
+def _reduce_max(g, tensor: str, axis: int, keepdims: int = 0) -> str:
+    """ReduceMax over ``axis`` (its axes became an input in opset 18)."""
+    if g.opset >= 18:
+        return make_op(g, "ReduceMax", tensor, int64_const(g, "axes", [axis]), keepdims=keepdims)
+    return make_op(g, "ReduceMax", tensor, axes=[axis], keepdims=keepdims)

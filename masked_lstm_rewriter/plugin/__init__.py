@@ -1,0 +1,169 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Plugin: how users switch the rewrite on.
+
+* :func:`make_rewriter` builds a tf2onnx custom rewriter (``custom_rewriter=[...]``), which reads,
+  plans and emits each masked loop of a graph (:mod:`.rewrite`).
+* :func:`enable` / :func:`disable` add it to every tf2onnx conversion in the process, by
+  wrapping ``tf2onnx.tfonnx.process_parsed_graph`` (the one place every front end, from
+  ``from_keras`` to the command line, passes its custom rewriters through), and install the
+  fixes Keras 3 models need to convert at all (:mod:`.time_distributed`, :mod:`.tf2onnx_keras`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+from typing import Optional
+
+from tf2onnx import tfonnx
+
+from .. import targets
+from ..plan.masks import MASK_MODES
+from ..read.body import BODY_MATCH_ATTR, is_masked_recurrent_body, read_body
+from ..read.trip import COND_MATCH_ATTR, is_loop_condition, read_condition
+from ..report import finish_conversion
+from . import tf2onnx_keras, time_distributed
+from .rewrite import is_main_graph, report_lowered_loops, rewrite_loops
+
+logger = logging.getLogger("masked_lstm_rewriter")
+
+_MARK = "_is_masked_lstm_rewriter"
+
+
+def _check_mask_mode(mask_mode: str) -> None:
+    if mask_mode not in MASK_MODES:
+        raise ValueError(f"mask_mode must be one of {MASK_MODES} (or None: the runtime's default), not {mask_mode!r}")
+
+
+def resolve_mask_mode(mask_mode: Optional[str], target: Optional[str]) -> str:
+    """The mask mode to use: ``mask_mode`` if given, else the target runtime's default.
+
+    OpenVINO's default is ``"any"``: its synchronous single-thread inference drops the
+    ``"post"`` guard's error and returns garbage for a pre-padded batch. Asking for ``"post"``
+    there anyway is allowed, with a WARNING saying so."""
+    targets.check_target(target)
+    if mask_mode is None:
+        return targets.default_mask_mode(target)
+    _check_mask_mode(mask_mode)
+    guard_note = targets.runtime(target).guard_note if target else None
+    if mask_mode == "post" and guard_note:
+        logger.warning("mask_mode='post' for %s: %s", targets.runtime(target).title, guard_note)
+    return mask_mode
+
+
+def make_rewriter(mask_mode: Optional[str] = None, target: Optional[str] = None, schedule: bool = False):
+    """A tf2onnx custom rewriter ``(graph, ops) -> ops`` for masked Keras LSTM, GRU and SimpleRNN loops.
+
+    ``mask_mode``: ``"post"`` (post-padded masks, checked at run time), ``"any"`` (every mask),
+    or None for the target's default (``"any"`` for OpenVINO, else ``"post"``).
+    ``target``: None for a model any runtime runs exactly where it compiles it; ``"openvino"`` to
+    also keep as Loops the layers OpenVINO's native recurrent ops cannot run (their activations);
+    ``"onnxruntime"`` for a model meant for onnxruntime only.
+    ``schedule``: emit the length-aware schedule (:mod:`..plan.schedule`), which runs long-tailed batches
+    of 8 rows or more in length-ordered segments, chosen at run time. Off by default, and only with
+    ``target="onnxruntime"``: OpenVINO 2026.4 computes some layers inside its ``If`` wrongly, with
+    no error (``targets.NOT_FOR``), so a scheduled model is made for onnxruntime on request only,
+    and each scheduled layer's report names OpenVINO in ``not_for``."""
+    mask_mode = resolve_mask_mode(mask_mode, target)
+    if schedule and target != targets.SCHEDULE_TARGET:
+        raise ValueError(f"schedule=True needs target={targets.SCHEDULE_TARGET!r} (not {target!r}): the schedule is "
+                         f"exact on onnxruntime only ({'; '.join(targets.NOT_FOR.values())})")
+
+    def rewrite_masked_lstm(graph, ops):
+        if is_masked_recurrent_body(graph):
+            setattr(graph, BODY_MATCH_ATTR, read_body(graph))
+        elif not is_main_graph(graph) and is_loop_condition(graph):
+            setattr(graph, COND_MATCH_ATTR, read_condition(graph))
+        loops = [op for op in ops if op.type in ("While", "StatelessWhile")]
+        if loops:
+            rewrite_loops(graph, loops, mask_mode, target, schedule)
+        report_lowered_loops(graph, [op for op in ops if op.type == "Loop"], mask_mode)
+        if is_main_graph(graph):
+            time_distributed.warn_traced_over_batch(graph, ops)
+            finish_conversion()
+        return graph.get_nodes()
+
+    setattr(rewrite_masked_lstm, _MARK, True)
+    rewrite_masked_lstm.mask_mode = mask_mode
+    rewrite_masked_lstm.target = target
+    rewrite_masked_lstm.schedule = schedule
+    return rewrite_masked_lstm
+
+
+rewrite_masked_lstm = make_rewriter()
+
+
+def _is_ours(rewriter) -> bool:
+    return getattr(rewriter, _MARK, False)
+
+
+_original_process_parsed_graph = None
+_enabled_rewriter = None
+
+
+def _with_rewriter(original):
+    @functools.wraps(original)
+    def process_parsed_graph(g, custom_op_handlers, inputs_as_nchw, outputs_as_nchw, continue_on_error,
+                             custom_rewriter, *args, **kwargs):
+        rewriters = list(custom_rewriter or [])
+        if _enabled_rewriter is not None and not any(_is_ours(r) for r in rewriters):
+            rewriters.append(_enabled_rewriter)
+        return original(g, custom_op_handlers, inputs_as_nchw, outputs_as_nchw, continue_on_error,
+                        rewriters or custom_rewriter, *args, **kwargs)
+    return process_parsed_graph
+
+
+class _Enabled(contextlib.AbstractContextManager):
+    """Returned by :func:`enable`; on exit, restores what was in force before."""
+
+    def __init__(self, previous):
+        self._previous = previous
+
+    def __exit__(self, *exc):
+        if self._previous is None:
+            disable()
+        else:
+            _install(self._previous)
+        return False
+
+
+def enable(mask_mode: Optional[str] = None, target: Optional[str] = None, schedule: bool = False) -> _Enabled:
+    """Apply the rewrite in every tf2onnx conversion of this process from now on.
+
+    ``mask_mode`` and ``target`` as in :func:`make_rewriter`; the default mask mode is the
+    target's (``"any"`` for OpenVINO, else ``"post"``). Enabling again changes the mode; the
+    rewrite is never applied twice (not even when a caller also passes it in ``custom_rewriter``).
+    Use the result as a context manager to restore the previous state on exit. It also applies
+    the fixes Keras 3 models need to convert at all (:mod:`.time_distributed`, :mod:`.tf2onnx_keras`).
+    """
+    previous = _enabled_rewriter
+    _install(make_rewriter(mask_mode, target, schedule))
+    return _Enabled(previous)
+
+
+def _install(rewriter) -> None:
+    """Make ``rewriter`` the one every tf2onnx conversion of this process runs."""
+    global _original_process_parsed_graph, _enabled_rewriter  # pylint: disable=global-statement
+    if _original_process_parsed_graph is None:
+        _original_process_parsed_graph = tfonnx.process_parsed_graph
+        tfonnx.process_parsed_graph = _with_rewriter(_original_process_parsed_graph)
+    _enabled_rewriter = rewriter
+    time_distributed.install()
+    tf2onnx_keras.install()
+
+
+def disable() -> None:
+    """Undo :func:`enable`: tf2onnx converts as it does without the plugin."""
+    global _original_process_parsed_graph, _enabled_rewriter  # pylint: disable=global-statement
+    if _original_process_parsed_graph is not None:
+        tfonnx.process_parsed_graph = _original_process_parsed_graph
+    _original_process_parsed_graph = None
+    _enabled_rewriter = None
+    time_distributed.uninstall()
+    tf2onnx_keras.uninstall()
+
+
+def enabled_mode():
+    """The mask mode in force through :func:`enable`, or None."""
+    return None if _enabled_rewriter is None else _enabled_rewriter.mask_mode

@@ -1,0 +1,104 @@
+# SPDX-License-Identifier: Apache-2.0
+"""One graph's masked loops, each taken through the stages: read, veto, plan, emit; or refused.
+
+Every refusal reaches the log and the report here, and only here (:func:`refuse`).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from tf2onnx.tf_loader import find_function
+
+from .. import targets
+from ..emit.layer import emit_layer
+from ..emit.node import opset_refusal
+from ..failure import Refusal
+from ..plan.batch import BatchMasks
+from ..plan.masks import MaskPlanner
+from ..read.body import BODY_MATCH_ATTR, is_masked_recurrent_body
+from ..read.loop import layer_name, read_loop
+from ..read.trip import COND_MATCH_ATTR
+from ..report import record
+from .snapshot import GraphSnapshot
+
+logger = logging.getLogger("masked_lstm_rewriter")
+
+LOWERED_REASON = ("the graph has TF1-style control flow (e.g. a GraphDef frozen with lowered control flow), "
+                  "which tf2onnx turned into a Loop before this rewriter runs; freeze with "
+                  "lower_control_flow=False or convert the SavedModel or Keras model")
+
+
+def is_main_graph(graph) -> bool:
+    """tf2onnx passes loop bodies (function subgraphs) first and the main graph last."""
+    return graph.parent_graph is None and not getattr(graph, "_is_subgraph", False)
+
+
+def refuse(layer: str, refusal: Refusal, mask_mode: str) -> None:
+    """The layer stays a Loop: say why, in the log (WARNING) and in the report."""
+    logger.warning("masked recurrent layer '%s' left as a Loop: %s", layer, refusal.reason)
+    if refusal.where:
+        logger.debug("masked recurrent layer '%s': refused at node '%s'", layer, refusal.where)
+    record(layer, False, refusal.reason, mask_mode)
+
+
+def report_lowered_loops(graph, loops, mask_mode) -> None:
+    """Masked loops that reached us already as ONNX Loops cannot be rewritten: say so."""
+    for loop in loops:
+        body = loop.get_body_graphs().get("body")
+        if body is not None and is_masked_recurrent_body(body):
+            refuse(layer_name(loop), Refusal(LOWERED_REASON, loop), mask_mode)
+
+
+def rewrite_loops(graph, loops, mask_mode: str, target, schedule: bool = False) -> None:
+    """Rewrite every masked recurrent loop among ``loops`` that reads and passes the target's veto."""
+    layers = [layer for layer in (_read(graph, loop, mask_mode, target) for loop in loops) if layer is not None]
+    planner = MaskPlanner(graph, mask_mode, schedule)
+    masks = BatchMasks(graph, layers)
+    for layer in layers:
+        _rewrite(graph, layer, planner, masks, mask_mode, target)
+
+
+def _read(graph, loop, mask_mode: str, target):
+    """The layer a While op holds, or None: not a masked recurrent loop, or refused (then said so)."""
+    body_graph = find_function(loop.get_attr_str("body"))
+    body = getattr(body_graph, BODY_MATCH_ATTR, None) if body_graph is not None else None
+    if body is None:
+        return None  # not a masked recurrent loop: none of our business
+    cond_graph = find_function(loop.get_attr_str("cond"))
+    condition = getattr(cond_graph, COND_MATCH_ATTR, None) if cond_graph is not None else None
+    layer = body if isinstance(body, Refusal) else read_loop(graph, loop, body, condition)
+    if not isinstance(layer, Refusal):
+        refused = opset_refusal(graph) or targets.target_refusal(layer, target)
+        layer = Refusal(refused, loop) if refused else layer
+    if isinstance(layer, Refusal):
+        refuse(layer_name(loop), layer, mask_mode)
+        return None
+    return layer
+
+
+def _rewrite(graph, layer, planner: MaskPlanner, masks: BatchMasks, mask_mode: str, target) -> None:
+    """Plan and emit one layer; on any failure, restore the graph and refuse the layer."""
+    snapshot = GraphSnapshot(graph, planner, masks)
+    try:
+        tensors = planner.tensors_for(masks.mask_for(layer), layer.mask_post_padded)
+        vetoes = targets.not_for(layer, target, scheduled=tensors.segments is not None)
+        emit_layer(graph, layer, tensors)
+    except Exception as error:  # pylint: disable=broad-except
+        snapshot.restore()  # the loop stands exactly as tf2onnx made it
+        refuse(layer.layer, Refusal(f"rewrite failed: {type(error).__name__}: {error}", layer.while_node), mask_mode)
+        return
+    detail = f"{layer.kinds} direction={layer.direction}"
+    logger.info("masked %s rewritten into %s (direction=%s, mask_mode=%s)", layer.describe(),
+                _native_ops(layer), layer.direction, mask_mode)
+    for veto in vetoes:
+        logger.info("masked %s%s: for %s, %s (%s)", layer.describe(), veto.what, veto.runtime, veto.remedy, veto.reason)
+        detail += f"; for {veto.runtime}, {veto.remedy}"
+    record(layer.layer, True, detail, mask_mode, tuple(dict.fromkeys(veto.runtime for veto in vetoes)))
+
+
+def _native_ops(layer) -> str:
+    """"a native ONNX LSTM", or for stacked cells "stacked native ONNX LSTM, GRU nodes"."""
+    if len(layer.cells) == 1:
+        return f"a native ONNX {layer.top.kind}"
+    return f"stacked native ONNX {', '.join(cell.kind for cell in layer.cells)} nodes"

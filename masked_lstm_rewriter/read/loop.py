@@ -1,0 +1,198 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Read a masked recurrent layer off a While op of the main graph whose body was read.
+
+:func:`read_loop` checks how the loop is fed and consumed (its input and mask lists, the time
+axis and the trip count, its output list, the outputs used outside it), resolves the weights,
+and returns one :class:`~..layer.MaskedRecurrentLayer`, or the :class:`~..failure.Refusal` that
+says why not. A loop whose input and mask lists are reversed in time (``go_backwards``, the
+backward half of a ``Bidirectional``) is read as ``direction="reverse"`` over the unreversed ones.
+"""
+
+from __future__ import annotations
+
+from typing import Union
+
+from onnx import TensorProto
+
+from ..cells import kind_of
+from ..failure import Refusal
+from ..graph import const_value, is_zero_scalar, is_zeros, producer, skip_identity
+from ..layer import MaskedRecurrentLayer, RecurrentCell
+from .body import BodyMatch
+from .time_axis import TimeAxis, time_axis_of
+from .trip import check_trip_count, is_step_count
+from .weights import resolve_weights
+
+
+def layer_name(while_node) -> str:
+    """Keras layer path from the While op's name ("model/lstm/PartitionedCall/while" -> "lstm")."""
+    parts = [p for p in while_node.name.split("/")
+             if p not in ("while", "PartitionedCall", "StatefulPartitionedCall")]
+    return "/".join(parts[1:]) if len(parts) > 1 else (parts[0] if parts else while_node.name)
+
+
+def read_loop(graph, while_node, body: BodyMatch, condition=None) -> Union[MaskedRecurrentLayer, Refusal]:
+    """Check how the While op is fed and consumed, resolve weights, describe the layer; or say why
+    not (a graph shape not foreseen included).
+
+    ``condition``: what :func:`.trip.read_condition` read off the loop's condition graph."""
+    try:
+        return _read_layer(graph, while_node, body, condition)
+    except Refusal as refusal:
+        return refusal
+    except Exception as error:  # pylint: disable=broad-except
+        return Refusal(f"unexpected loop wiring ({type(error).__name__}: {error})", while_node)
+
+
+def _read_layer(graph, while_node, body: BodyMatch, condition) -> MaskedRecurrentLayer:
+    """:func:`read_loop`; raises a Refusal."""
+    refused = body.refused  # an activation the native ops compute wrongly (one of REFUSED_ACTIVATION_REASONS)
+    if refused:
+        raise Refusal(refused, while_node)
+    x_list = while_node.input[body.x_list_index]
+    x, x_reversed = _list_source(graph, x_list)
+    if x is None:
+        raise Refusal("the input list is not built from a tensor")
+    if graph.get_dtype(x) != TensorProto.FLOAT:
+        raise Refusal("the input is not float32")
+    mask_tm, mask_reversed = _list_source(graph, while_node.input[body.mask_list_index])
+    mask = _batch_major_mask(graph, mask_tm)
+    if x_reversed != mask_reversed and (graph.get_shape(x) or [-1])[0] != 1:
+        raise Refusal("only one of the input and the mask is reversed in time")
+    # over one step (static), reversing is the identity, and TensorFlow drops one ReverseV2 or both
+    if not is_zero_scalar(graph, while_node.input[body.time_index]):
+        raise Refusal("the loop does not start at step 0")
+    list_tensor = producer(graph, while_node.input[body.x_list_index]).input[0]  # x, or x reversed in time
+    time_axis = time_axis_of(graph, [x, list_tensor])
+    check_trip_count(graph, while_node, condition, body.counters, body.invariants, time_axis)
+    if not _reserves_one_element_per_output(graph, while_node.input[body.output_list_index], body, time_axis):
+        raise Refusal(OUTPUT_LIST_REASON)
+    if not is_zeros(graph, while_node.input[body.masked_output_index]):
+        raise Refusal("the output at masked steps does not start as zeros")
+
+    cells = _resolve_cells(graph, while_node, body)
+
+    used = _consumed_outputs(graph, while_node)
+    roles = {body.output_list_index, body.output_index, *body.state_indices}
+    unexpected = sorted(set(used) - roles)
+    if unexpected:
+        raise Refusal(f"loop outputs {unexpected} are consumed outside the layer")
+    list_out = while_node.output[body.output_list_index]
+    stacks = graph.find_output_consumers(list_out)
+    if any(n.type != "TensorListStack" for n in stacks):
+        raise Refusal("the output list is read other than by TensorListStack")
+
+    return MaskedRecurrentLayer(
+        layer=layer_name(while_node), while_node=while_node, cells=cells,
+        direction="reverse" if x_reversed or mask_reversed else "forward",
+        x_reader=_list_reader(graph, x_list, x_reversed),
+        x_source=_batch_major_source(graph, x), mask=mask,
+        mask_post_padded=_is_sequence_mask_over_time(graph, mask, time_axis),
+        output_carried=body.output_carried,
+        sequence_outputs=[n.output[0] for n in stacks], writes_sequence=body.writes_sequence,
+        last_output=while_node.output[body.output_index])
+
+
+def _resolve_cells(graph, while_node, body: BodyMatch) -> tuple:
+    """Each cell's :class:`RecurrentCell`, bottom to top, or why not: its weights are resolved, and
+    a stacked cell must read as many inputs as the cell below has units."""
+    cells = []
+    for cell in body.cells:
+        kernel, recurrent, bias, recurrent_bias = resolve_weights(graph, while_node, cell.kind, cell.cell.gates)
+        states = [i for i in (cell.h_index, cell.c_index) if i is not None]
+        cells.append(RecurrentCell(
+            kind=cell.kind, hidden_size=recurrent[kind_of(cell.kind).keras_gates[0]].shape[0], kernel=kernel,
+            recurrent=recurrent, bias=bias, recurrent_bias=recurrent_bias, activations=cell.cell.activations,
+            attributes=cell.cell.attributes, while_node=while_node,
+            h_input=cell.h_index, c_input=cell.c_index,
+            zero_initial_state=all(is_zeros(graph, while_node.input[i]) for i in states),
+            final_h=while_node.output[cell.h_index],
+            final_c=None if cell.c_index is None else while_node.output[cell.c_index]))
+        if len(cells) > 1 and cells[-1].input_size != cells[-2].hidden_size:
+            raise Refusal("a stacked cell's kernel does not take the units of the cell below as its input")
+    return tuple(cells)
+
+
+def _list_source(graph, tensor) -> tuple:
+    """(time-major tensor a TensorList is made of, whether it was first reversed in time)."""
+    node = producer(graph, tensor)
+    if node is None or node.type != "TensorListFromTensor":
+        return None, False
+    source = producer(graph, node.input[0])
+    if source is not None and source.type == "ReverseV2" and const_value(graph, source.input[1]) in (0, [0]):
+        return source.input[0], True
+    return node.input[0], False
+
+
+def _list_reader(graph, tensor, reversed_in_time):
+    """The node that reads the tensor a TensorList ``tensor`` is made of (see :func:`_list_source`)."""
+    node = producer(graph, tensor)
+    return producer(graph, node.input[0]) if reversed_in_time else node
+
+
+def _batch_major_source(graph, x_tm: str) -> str:
+    """The tensor Keras transposed into ``x_tm`` (each layer transposes on its own)."""
+    node = producer(graph, x_tm)
+    if node is not None and node.type == "Transpose" and const_value(graph, node.input[1]) == [1, 0, 2]:
+        return node.input[0]
+    return x_tm
+
+
+def _batch_major_mask(graph, mask_tm) -> str:
+    """The [B, T] bool mask behind Keras's ``transpose(expand_dims(mask, -1), [1, 0, 2])``."""
+    transpose = producer(graph, mask_tm) if mask_tm else None
+    if transpose is None or transpose.type != "Transpose":
+        raise Refusal("the mask list is not a transposed mask")
+    expand = producer(graph, transpose.input[0])
+    if const_value(graph, transpose.input[1]) != [1, 0, 2] or expand is None or expand.type != "ExpandDims":
+        raise Refusal("the mask is not of the form Keras builds (rank-2 mask expanded to [T, B, 1])")
+    axis = const_value(graph, expand.input[1])
+    mask = expand.input[0]
+    shape = graph.get_shape(mask)
+    if axis not in (-1, 2, [-1], [2]) or (shape is not None and len(shape) != 2):
+        raise Refusal(f"the mask has an unexpected rank (shape {shape})")
+    if graph.get_dtype(mask) != TensorProto.BOOL:
+        raise Refusal("the mask is not boolean")
+    return mask
+
+
+def _is_sequence_mask_over_time(graph, mask: str, time_axis: TimeAxis) -> bool:
+    """Is ``mask`` ``sequence_mask(lengths, T)`` with T provably the layer's number of steps?
+
+    ``Less(Range(0, maxlen, 1), lengths[:, None])`` is post-padded by construction; the proof
+    needs maxlen to be the length of a tensor's time axis (the layer's input, what an Embedding
+    looked up...), or a constant equal to a known static length.
+    """
+    less = producer(graph, mask)
+    if less is None or less.type != "Less":
+        return False
+    steps = producer(graph, less.input[0])
+    if steps is None or steps.type != "Range" or not is_zero_scalar(graph, steps.input[0]) or \
+            const_value(graph, steps.input[2]) != 1:
+        return False
+    lengths = producer(graph, skip_identity(graph, less.input[1]))
+    if lengths is not None and lengths.type == "Cast":
+        lengths = producer(graph, lengths.input[0])
+    if lengths is None or lengths.type != "ExpandDims" or const_value(graph, lengths.input[1]) not in (-1, 1):
+        return False
+    return is_step_count(graph, steps.input[1], time_axis)
+
+
+OUTPUT_LIST_REASON = "the output list does not hold exactly one element per time step (or one, for the last output)"
+
+
+def _reserves_one_element_per_output(graph, output_list: str, body: BodyMatch, time_axis: TimeAxis) -> bool:
+    """Is the list the loop writes its outputs to reserved with T elements (one per step; Keras's
+    ``return_sequences=True``) or with one (the last output only)? Else the stacked list is longer
+    than what the native op returns."""
+    reserve = producer(graph, output_list)
+    if reserve is None or reserve.type != "TensorListReserve":
+        return False
+    size = reserve.input[1]
+    if body.writes_sequence:
+        return is_step_count(graph, size, time_axis)
+    return const_value(graph, size) in (1, [1])
+
+
+def _consumed_outputs(graph, while_node) -> list:
+    return [i for i, out in enumerate(while_node.output) if graph.find_output_consumers(out)]

@@ -1,0 +1,153 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The runtimes a conversion can target, each one entry holding every constraint measured on it.
+
+A model converted for a target is exact there; without one (``target=None``), on every runtime
+listed here. The reader, the planner, the emitter and the plugin consult this module only:
+
+* :func:`target_refusal` keeps a layer a Loop for the chosen target (what its native ops cannot
+  run, or what no runtime runs portably);
+* :func:`not_for` lists, for a rewritten layer, the other runtimes that cannot run it exactly and
+  how to convert for them (the report's ``not_for``); it sees the whole plan (the layer, and
+  whether it is scheduled);
+* :data:`DTYPE_REASONS` and :data:`REFUSED_ACTIVATION_REASONS` are what the reader refuses for
+  every runtime; :func:`default_mask_mode` is a target's mask mode when none is asked for;
+  :func:`shared_swaps_scrambled` tells the emitter to give each native node its own input.
+
+Measured with onnxruntime 1.31 and OpenVINO 2026.4 (tests/test_float64.py, tests/test_openvino.py
+and tests/test_schedule.py pin them).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+from onnx import TensorProto
+
+
+@dataclasses.dataclass(frozen=True)
+class Runtime:
+    """One runtime and what its native recurrent ops do not do as Keras does."""
+
+    name: str                               # the target's name in the API ("openvino")
+    title: str                              # as users write it ("OpenVINO")
+    activations: Optional[tuple] = None     # what its native ops compile; None: every one the plugin reads
+    default_mask_mode: str = "post"
+    guard_note: Optional[str] = None        # where the "post" guard's error can be dropped
+    schedule_note: Optional[str] = None     # why a scheduled layer is not exact there (None: it is)
+    scrambles_shared_swaps: bool = False    # folds a Transpose read by several nodes into one Reshape
+
+
+ONNXRUNTIME = Runtime("onnxruntime", "onnxruntime")
+OPENVINO = Runtime(
+    "openvino", "OpenVINO", activations=("Sigmoid", "Tanh", "Relu"), default_mask_mode="any",
+    guard_note=("OpenVINO enforces the \"post\" guard except in synchronous inference compiled with "
+                "INFERENCE_NUM_THREADS=1, which drops every runtime error and returns empty or stale outputs: "
+                "there, use mask_mode='any' (exact for any mask) or start_async() + wait()"),
+    schedule_note=("OpenVINO 2026.4 computes some layers inside the schedule's If wrongly, with no error, "
+                   "on a run whose shapes outgrow the ones before (a Bidirectional layer's forward half), and "
+                   "refuses some layers in mask_mode='any'"),
+    scrambles_shared_swaps=True)
+RUNTIMES = (ONNXRUNTIME, OPENVINO)
+TARGETS = tuple(runtime.name for runtime in RUNTIMES)
+_BY_NAME = {runtime.name: runtime for runtime in RUNTIMES}
+
+# the one target a scheduled model is made for: every other runtime has a schedule_note
+SCHEDULE_TARGET = "onnxruntime"
+NOT_FOR = {runtime.name: runtime.schedule_note for runtime in RUNTIMES if runtime.schedule_note}
+OPENVINO_GUARD_NOTE = OPENVINO.guard_note
+
+# the dtypes a layer may compute in besides float32, and why such a layer stays a Loop on every runtime
+DTYPE_REASONS = {
+    TensorProto.DOUBLE: "float64 layer: onnxruntime (1.31) has no float64 kernel for the native LSTM, GRU or RNN "
+                        "(LSTM and GRU fail at run time, 'does not support double yet'; RNN fails to load), and "
+                        "OpenVINO (2026.4) runs them in float32; the Loop computes in float64, as Keras does",
+    TensorProto.FLOAT16: "float16 layer: onnxruntime (1.31) runs the native LSTM, GRU and RNN in float32 (casting "
+                         "around them), so they do not round each step to float16 as Keras does; the Loop "
+                         "computes in float16",
+}
+# activations ONNX's recurrent ops name but that are not exact in practice: op -> why not.
+# onnxruntime's LSTM/GRU/RNN compute Softplus as log(1 + exp(x)): inf from x > 88, where Keras
+# gives x (found by the differential fuzzer; the stand-alone Softplus op of the Loop is right)
+REFUSED_ACTIVATION_REASONS = {
+    "Softplus": "softplus activation: onnxruntime's native recurrent ops compute it as log(1 + exp(x)), "
+                "which overflows to inf for x > 88 where Keras gives x",
+}
+# recurrent activations that reach exactly 0 and 1: the padding column can hold a cell state with them
+SATURATING = ("Sigmoid", "HardSigmoid")
+
+
+def runtime(name: str) -> Runtime:
+    return _BY_NAME[name]
+
+
+def check_target(target: Optional[str]) -> None:
+    if target is not None and target not in TARGETS:
+        raise ValueError(f"target must be None (any runtime) or one of {TARGETS}, not {target!r}")
+
+
+def default_mask_mode(target: Optional[str]) -> str:
+    """The mask mode of a conversion for ``target`` that asks for none: ``"any"`` where the runtime can
+    drop the guard's error, else ``"post"``."""
+    return "post" if target is None else runtime(target).default_mask_mode
+
+
+def shared_swaps_scrambled() -> bool:
+    """Must each native node read its input through a node of its own? Yes as long as one runtime
+    scrambles a Transpose several nodes read: a model converted for one runtime is still opened on
+    others (one ``Max`` per node, measured free)."""
+    return any(runtime.scrambles_shared_swaps for runtime in RUNTIMES)
+
+
+def portability_refusal(layer) -> Optional[str]:
+    """Why the layer cannot be emitted without depending on how a runtime treats padded steps, or None.
+
+    The final cell state is carried over padded steps by an input column that drives the input
+    gate to 0 and the forget gate to 1 there: only a saturating recurrent activation reaches
+    them. Otherwise the native node's ``Y_c`` would be right only where the runtime honours
+    ``sequence_lens`` (onnxruntime; OpenVINO only with static shapes), and the Loop stays."""
+    for cell in layer.cells:
+        if cell.carries_cell_state and cell.activations[0].name not in SATURATING:
+            return (f"the final cell state is used and recurrent activation {cell.activations[0].name} cannot "
+                    f"hold it over padded steps: a native LSTM would depend on the runtime honouring sequence_lens "
+                    f"(OpenVINO does not with dynamic shapes)")
+    return None
+
+
+def target_refusal(layer, target: Optional[str]) -> Optional[str]:
+    """Why ``layer`` must stay a Loop for ``target`` (None: any runtime), or None.
+
+    The Loop is what such a runtime can run: OpenVINO runs tf2onnx's masked Loops exactly where
+    its native ops refuse the activation (measured on every activation the plugin supports)."""
+    portability = portability_refusal(layer)
+    if portability or target is None or runtime(target).activations is None:
+        return portability
+    allowed = runtime(target).activations
+    for cell in layer.cells:
+        unsupported = sorted({a.name for a in cell.activations} - set(allowed))
+        if unsupported:
+            return (f"target {target}: {runtime(target).title}'s native {cell.kind} op compiles only "
+                    f"{', '.join(allowed)} activations, not {', '.join(unsupported)}")
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Veto:
+    """Another runtime cannot run a rewritten layer exactly: why, and how to convert for it."""
+
+    runtime: str
+    reason: str
+    remedy: str
+    what: str = ""  # what of the plan it is about, for the log ("" for the layer's native ops)
+
+
+def not_for(layer, target: Optional[str], scheduled: bool) -> list:
+    """The :class:`Veto` of each thing that keeps another runtime from running the rewritten ``layer``
+    exactly, seeing the whole plan: its native ops (convert for that runtime), then the schedule
+    (convert without it)."""
+    found = [Veto(other, reason, f"convert with target={other!r}") for other in TARGETS
+             if other != target and (reason := target_refusal(layer, other))]
+    if scheduled:
+        found += [Veto(other, note, "convert without schedule=True",
+                       " has the length-aware schedule, exact on onnxruntime only") for other, note in NOT_FOR.items()]
+    return found

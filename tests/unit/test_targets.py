@@ -1,0 +1,77 @@
+# SPDX-License-Identifier: Apache-2.0
+"""targets.py: each runtime is one entry, and every decision about runtimes is derived from the entries."""
+
+import dataclasses
+
+import pytest
+
+from masked_lstm_rewriter import targets
+from masked_lstm_rewriter.read.activation import Activation
+
+SIGMOID, TANH, HARD = Activation("Sigmoid"), Activation("Tanh"), Activation("HardSigmoid", 0.2, 0.5)
+
+
+@dataclasses.dataclass
+class Cell:
+    """What the checks read of a cell of the layer description."""
+
+    kind: str = "LSTM"
+    activations: tuple = (SIGMOID, TANH, TANH)
+    carries_cell_state: bool = False
+
+
+@dataclasses.dataclass
+class Layer:
+    cells: tuple = (Cell(),)
+
+
+def test_the_targets_are_the_entries():
+    assert targets.TARGETS == tuple(runtime.name for runtime in targets.RUNTIMES) == ("onnxruntime", "openvino")
+    assert targets.runtime("openvino").title == "OpenVINO"
+
+
+def test_default_mask_mode_comes_from_the_entry():
+    assert [targets.default_mask_mode(t) for t in (None, "onnxruntime", "openvino")] == ["post", "post", "any"]
+
+
+def test_check_target_names_the_choices():
+    targets.check_target(None)
+    with pytest.raises(ValueError, match="one of \\('onnxruntime', 'openvino'\\)"):
+        targets.check_target("tensorrt")
+
+
+def test_an_activation_the_runtime_does_not_compile_keeps_the_loop_for_it_only():
+    layer = Layer((Cell(activations=(HARD, TANH, TANH)),))
+    assert targets.target_refusal(layer, None) is None
+    assert targets.target_refusal(layer, "onnxruntime") is None
+    assert targets.target_refusal(layer, "openvino") == (
+        "target openvino: OpenVINO's native LSTM op compiles only Sigmoid, Tanh, Relu activations, not HardSigmoid")
+
+
+def test_a_carried_cell_state_needs_a_saturating_recurrent_activation_on_every_target():
+    relu = Layer((Cell(activations=(Activation("Relu"), TANH, TANH), carries_cell_state=True),))
+    for target in (None, *targets.TARGETS):
+        assert targets.target_refusal(relu, target).startswith("the final cell state is used and recurrent activation")
+    assert targets.target_refusal(Layer((Cell(carries_cell_state=True),)), None) is None
+
+
+def test_not_for_sees_the_native_ops_and_the_schedule():
+    hard = Layer((Cell(activations=(HARD, TANH, TANH)),))
+    assert targets.not_for(Layer(), "onnxruntime", scheduled=False) == []
+    vetoes = targets.not_for(hard, "onnxruntime", scheduled=True)
+    assert [(v.runtime, v.remedy) for v in vetoes] == [("openvino", "convert with target='openvino'"),
+                                                       ("openvino", "convert without schedule=True")]
+    assert vetoes[1].reason == targets.runtime("openvino").schedule_note
+    assert targets.not_for(hard, "openvino", scheduled=False) == []
+
+
+def test_a_new_runtime_constraint_is_one_field_of_its_entry(monkeypatch):
+    """A runtime whose native ops lack Tanh: one entry, and the refusal follows from it."""
+    strict = targets.Runtime("strict", "Strict", activations=("Sigmoid",))
+    monkeypatch.setattr(targets, "_BY_NAME", {**targets._BY_NAME, "strict": strict})  # pylint: disable=protected-access
+    assert targets.target_refusal(Layer(), "strict") == (
+        "target strict: Strict's native LSTM op compiles only Sigmoid activations, not Tanh")
+
+
+def test_shared_swaps_are_kept_apart_while_a_runtime_scrambles_them():
+    assert targets.shared_swaps_scrambled() is any(r.scrambles_shared_swaps for r in targets.RUNTIMES) is True
