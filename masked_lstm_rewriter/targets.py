@@ -32,6 +32,7 @@ class Runtime:
     name: str                               # the target's name in the API ("openvino")
     title: str                              # as users write it ("OpenVINO")
     activations: Optional[tuple] = None     # what its native ops compile; None: every one the plugin reads
+    activation_error: str = ""              # what it says when a native op has another one
     default_mask_mode: str = "post"
     guard_note: Optional[str] = None        # where the "post" guard's error can be dropped
     schedule_note: Optional[str] = None     # why a scheduled layer is not exact there (None: it is)
@@ -41,6 +42,7 @@ class Runtime:
 ONNXRUNTIME = Runtime("onnxruntime", "onnxruntime")
 OPENVINO = Runtime(
     "openvino", "OpenVINO", activations=("Sigmoid", "Tanh", "Relu"), default_mask_mode="any",
+    activation_error="Unsupported activation function",
     guard_note=("OpenVINO enforces the \"post\" guard except in synchronous inference compiled with "
                 "INFERENCE_NUM_THREADS=1, which drops every runtime error and returns empty or stale outputs: "
                 "there, use mask_mode='any' (exact for any mask) or start_async() + wait()"),
@@ -114,6 +116,12 @@ def portability_refusal(layer) -> Optional[str]:
     return None
 
 
+def uncompiled_activations(runtime_name: str, activations) -> list:
+    """The activations (ONNX names) a runtime's native recurrent ops do not compile, sorted."""
+    allowed = runtime(runtime_name).activations
+    return [] if allowed is None else sorted(set(activations) - set(allowed))
+
+
 def target_refusal(layer, target: Optional[str]) -> Optional[str]:
     """Why ``layer`` must stay a Loop for ``target`` (None: any runtime), or None.
 
@@ -122,12 +130,11 @@ def target_refusal(layer, target: Optional[str]) -> Optional[str]:
     portability = portability_refusal(layer)
     if portability or target is None or runtime(target).activations is None:
         return portability
-    allowed = runtime(target).activations
     for cell in layer.cells:
-        unsupported = sorted({a.name for a in cell.activations} - set(allowed))
+        unsupported = uncompiled_activations(target, [a.name for a in cell.activations])
         if unsupported:
             return (f"target {target}: {runtime(target).title}'s native {cell.kind} op compiles only "
-                    f"{', '.join(allowed)} activations, not {', '.join(unsupported)}")
+                    f"{', '.join(runtime(target).activations)} activations, not {', '.join(unsupported)}")
     return None
 
 

@@ -240,7 +240,7 @@ def _verify_batch(reference: Reference, runners: dict, batch, plan: _Plan, say, 
 
 def check_batch(runtime: str, run: Callable, batch, expected: list, plan: _Plan) -> Check:
     """Run one batch on one runtime and judge the outcome against the reference's ``expected``."""
-    from .masks import GUARD_MESSAGE  # pylint: disable=import-outside-toplevel  (imports tf2onnx)
+    from .plan.masks import GUARD_MESSAGE  # pylint: disable=import-outside-toplevel  (imports tf2onnx)
     guard_expected = plan.guarded and not batch.post_padded
     feeds = {role.onnx_name: np.asarray(x).astype(role.onnx_dtype) for role, x in zip(plan.roles, batch.inputs)}
     try:
@@ -260,7 +260,7 @@ def check_batch(runtime: str, run: Callable, batch, expected: list, plan: _Plan)
 
 def has_guard(proto) -> bool:
     """Does the model carry the post-padding guard (mask_mode="post")?"""
-    from .masks import GUARD_MESSAGE  # pylint: disable=import-outside-toplevel
+    from .plan.masks import GUARD_MESSAGE  # pylint: disable=import-outside-toplevel
     return any(GUARD_MESSAGE in node.name for node in walk_nodes(proto.graph, segments=True))
 
 

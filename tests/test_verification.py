@@ -12,12 +12,13 @@ import onnx
 import pytest
 import tensorflow as tf
 
-from kerasutil import convert, keras, op_counts, randomize_weights, walk_nodes
+from kerasutil import convert, keras, op_counts, randomize_weights
 from models import UNITS, embedding_model, explicit_mask_model, masking_model
 
 import masked_lstm_rewriter as mlr
 from masked_lstm_rewriter import verification, verify_batches
-from masked_lstm_rewriter.masks import GUARD_MESSAGE
+from masked_lstm_rewriter.corpus.ops import without_guard
+from masked_lstm_rewriter.plan.masks import GUARD_MESSAGE
 from masked_lstm_rewriter.verification import (ERROR, GUARD_EXPECTED, GUARD_MISSING, GUARD_UNEXPECTED, MATCHED,
                                                MISMATCH, verify)
 
@@ -49,16 +50,10 @@ def statuses(result, runtime="onnxruntime"):
 
 
 def bypass_guard(onnx_model):
-    """Copy of ``onnx_model`` with the guard's Split removed: its readers read its input (as
-    tools/toolutil.py's ``without_guard``, without the pruning)."""
-    model = onnx.ModelProto()
-    model.CopyFrom(onnx_model)
-    guards = [node for node in model.graph.node if GUARD_MESSAGE in node.name]
-    assert guards, "the post-mode model has no guard"
-    for guard in guards:
-        for node in walk_nodes(model.graph, segments=True):
-            node.input[:] = [guard.input[0] if name == guard.output[0] else name for name in node.input]
-        model.graph.node.remove(guard)
+    """Copy of ``onnx_model`` with the guard's Split bypassed: the model a rewriter without the guard
+    would give."""
+    model = without_guard(onnx_model, GUARD_MESSAGE)
+    assert model is not None, "the post-mode model has no guard"
     return model
 
 

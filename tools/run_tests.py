@@ -43,6 +43,9 @@ from toolutil import ROOT  # tools/ is on sys.path when run as a script; it puts
 from masked_lstm_rewriter.flavours import FLAVOURS, flavour_env as keras_env  # pylint: disable=wrong-import-order
 
 TESTS = "tests"
+TOOLS = "tools"
+FAST_TIER = f"{TESTS}/unit"  # golden-graph tests without Keras: one shard of their own, in the first flavour
+FAST_TIER_SECONDS = 60       # its weight when no past run recorded it
 NO_TESTS_COLLECTED = 5  # pytest's exit code when nothing ran
 SLOWEST = 8             # test files listed with their time after the run
 DURATIONS = os.path.join(ROOT, "tools", "test_durations.json")  # seconds per test file, per flavour
@@ -116,12 +119,22 @@ def names_paths(pytest_args) -> bool:
     return False
 
 
+def _module_of(classname: str) -> str:
+    """The test file a JUnit classname is in, from the checkout and without ".py" ("tests/unit/test_cells"),
+    or "?"."""
+    parts = classname.split(".")
+    index = next((i for i, part in enumerate(parts) if part.startswith("test_")), None)
+    if index is None:
+        return "?"
+    return "/".join(parts[:index + 1])  # classnames start at the rootdir
+
+
 def count_junit(path: str, result: Result) -> None:
     """Counts per test case: an error or failure makes it failed, else skipped, else passed; and
     each test file's time (where CI's time goes, for sampling: docs/testing.md)."""
     root = ElementTree.parse(path).getroot()
     for case in root.iter("testcase"):
-        module = next((part for part in case.get("classname", "").split(".") if part.startswith("test_")), "?")
+        module = _module_of(case.get("classname", ""))
         result.file_seconds[module] = result.file_seconds.get(module, 0.0) + float(case.get("time") or 0)
         tags = {child.tag for child in case}
         if "error" in tags:
@@ -157,8 +170,14 @@ def load_durations() -> dict:
         return {}
 
 
-def test_files() -> list:
-    return sorted(os.path.relpath(path, ROOT) for path in glob.glob(os.path.join(ROOT, TESTS, "test_*.py")))
+def _files(folder: str) -> list:
+    return sorted(os.path.relpath(path, ROOT) for path in glob.glob(os.path.join(ROOT, folder, "test_*.py")))
+
+
+def test_files(with_tools: bool = True) -> list:
+    """The suite's test files: tests/, and with ``with_tools`` the tools' own tests beside them (run in
+    one flavour only: they convert nothing)."""
+    return _files(TESTS) + (_files(TOOLS) if with_tools else [])
 
 
 def make_shards(flavours: list, shards_per_flavour: int, durations: dict) -> list:
@@ -172,12 +191,15 @@ def make_shards(flavours: list, shards_per_flavour: int, durations: dict) -> lis
     for flavour in flavours:
         known = durations.get(flavour, {})
         median = statistics.median(known.values()) if known else 1.0
-        files = sorted(test_files(), key=lambda path: -known.get(path, median))
+        files = sorted(test_files(with_tools=flavour == flavours[0]), key=lambda path: -known.get(path, median))
         own = [Shard(flavour, i, []) for i in range(shards_per_flavour)]
         for path in files:
             lightest = min(own, key=lambda shard: shard.weight)
             lightest.files.append(path)
             lightest.weight += known.get(path, median)
+        if flavour == flavours[0] and os.path.isdir(os.path.join(ROOT, FAST_TIER)):
+            fast = sum(seconds for path, seconds in known.items() if path.startswith(FAST_TIER + "/"))
+            own.append(Shard(flavour, shards_per_flavour, [FAST_TIER], fast or FAST_TIER_SECONDS))
         shards += [shard for shard in own if shard.files]
     return sorted(shards, key=lambda shard: -shard.weight)
 
@@ -189,7 +211,7 @@ def start_shard(shard: Shard, args, pytest_args, report_dir: str, log=None):
     if shard.files is not None:
         command += shard.files
     elif not names_paths(pytest_args):
-        command.append(TESTS)
+        command += [TESTS] + (_files(TOOLS) if shard.flavour == FLAVOURS[0] else [])
     command += ["--junitxml", report, "-o", "junit_suite_name=" + shard.flavour]
     if args.workers:
         command += ["-n", str(args.workers)]
@@ -278,7 +300,7 @@ def record_durations(results: list) -> None:
     """Write each flavour's seconds per test file to DURATIONS, for the next run's shards."""
     durations = load_durations()
     for result in results:
-        durations[result.flavour] = {f"{TESTS}/{name}.py": round(seconds, 1)
+        durations[result.flavour] = {f"{name}.py": round(seconds, 1)
                                      for name, seconds in sorted(result.file_seconds.items()) if name != "?"}
     with open(DURATIONS, "w", encoding="utf-8") as handle:
         json.dump(durations, handle, indent=1, sort_keys=True)

@@ -43,7 +43,7 @@ import time
 from typing import Dict, Iterable, List, Optional, Tuple
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:  # run by any Python, loaded by path by tests/test_support_matrix.py: not via toolutil
+if ROOT not in sys.path:  # run by any Python, imported by tools/test_support_matrix.py: not via toolutil
     sys.path.insert(0, ROOT)
 # pylint: disable=wrong-import-position  (this checkout's modules, which import nothing outside the standard library)
 from masked_lstm_rewriter.flavours import FLAVOURS, flavour_env  # noqa: E402

@@ -23,16 +23,12 @@ from __future__ import annotations
 
 import logging
 
+from .. import targets
 from ..sessions import RUNTIMES, onnxruntime_session, openvino_runner
 from .manifest import REGENERATE_OPS, feeds_for, load_npz
-from .ops import RECURRENT_OPS, native_ops, op_counts
+from .ops import RECURRENT_OPS, native_ops, op_counts, walk_nodes
 
 LOG = logging.getLogger(__name__)
-# models a runtime refuses, loudly, by corpus case: (text in its error, why)
-KNOWN_REFUSALS = {"openvino": {"hard_sigmoid": ("Unsupported activation function",
-                                                "OpenVINO's CPU plugin has no HardSigmoid activation inside an LSTM")}}
-
-
 class CorpusFailure(AssertionError):
     """An entry does not convert or check as its manifest entry says."""
 
@@ -191,9 +187,22 @@ def runners(model_proto, onnx_path: str, runtime: str = "onnxruntime") -> list:
     raise ValueError(f"unknown runtime {runtime!r}, expected one of {RUNTIMES}")
 
 
-def known_refusal(entry: dict, runtime: str):
-    """(text expected in the runtime's error, why) when ``runtime`` is known to refuse this model."""
-    return KNOWN_REFUSALS.get(runtime, {}).get(entry["case"])
+def known_refusal(entry: dict, runtime: str, onnx_path: str):
+    """(text expected in the runtime's error, why) when ``runtime`` is known to refuse the converted
+    model, from its entry in :mod:`..targets`: a native node with an activation it does not compile
+    (a model converted without that runtime as its target)."""
+    import onnx  # pylint: disable=import-outside-toplevel
+    if runtime not in targets.TARGETS:
+        return None
+    for node in walk_nodes(onnx.load(onnx_path).graph):
+        if node.op_type in RECURRENT_OPS:
+            names = next((list(a.strings) for a in node.attribute if a.name == "activations"), [])
+            missing = targets.uncompiled_activations(runtime, [n.decode() for n in names])
+            if missing:
+                entry_of = targets.runtime(runtime)
+                return entry_of.activation_error, (f"{entry_of.title}'s native {node.op_type} op compiles no "
+                                                   f"{', '.join(missing)} activation")
+    return None
 
 
 def first_line(error) -> str:

@@ -127,7 +127,7 @@ def _runtime_checks(entry: dict, path: str, output: str, seconds: float, options
 
 
 def _runtime_check(entry: dict, output: str, runtime: str, seconds: float, label: str, corpus: str) -> Result:
-    refusal = known_refusal(entry, runtime)
+    refusal = known_refusal(entry, runtime, output)
     try:
         worst = check_onnx(entry, corpus, output, runtime)
     except Exception as error:  # noqa: BLE001  pylint: disable=broad-except
@@ -136,7 +136,7 @@ def _runtime_check(entry: dict, output: str, runtime: str, seconds: float, label
         return Result(entry["name"], label, FAILED, describe(error))
     if refusal:
         return Result(entry["name"], label, FAILED,
-                      f"{runtime} now runs it: remove it from masked_lstm_rewriter.corpus.check.KNOWN_REFUSALS")
+                      f"{runtime} now runs it ({refusal[1]}): update its entry in masked_lstm_rewriter.targets")
     return Result(entry["name"], label, PASSED, f"max |onnx - keras| = {worst:.2g} ({seconds:.1f}s)")
 
 

@@ -95,7 +95,7 @@ def test_openvino(entry, tmp_path):
     if output is None or not os.path.isfile(output):
         output = str(tmp_path / "model.onnx")
         convert_in_process(entry, output)
-    refusal = check.known_refusal(entry, "openvino")
+    refusal = check.known_refusal(entry, "openvino", output)
     if refusal:
         with pytest.raises(check.CorpusFailure, match=refusal[0]):
             check.check_onnx(entry, CORPUS, output, "openvino")

@@ -75,3 +75,23 @@ def test_a_new_runtime_constraint_is_one_field_of_its_entry(monkeypatch):
 
 def test_shared_swaps_are_kept_apart_while_a_runtime_scrambles_them():
     assert targets.shared_swaps_scrambled() is any(r.scrambles_shared_swaps for r in targets.RUNTIMES) is True
+
+
+def lstm_model(path, activations):
+    """A model of one bare LSTM node with these activations, saved at ``path``."""
+    from onnx import TensorProto, helper, save  # pylint: disable=import-outside-toplevel
+    node = helper.make_node("LSTM", ["x", "W", "R"], ["y"], hidden_size=2, activations=activations)
+    graph = helper.make_graph([node], "lstm", [helper.make_tensor_value_info(n, TensorProto.FLOAT, None)
+                                               for n in ("x", "W", "R")],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    save(helper.make_model(graph), str(path))
+    return str(path)
+
+
+def test_the_corpus_checker_expects_a_refusal_where_the_entry_says_so(tmp_path):
+    from masked_lstm_rewriter.corpus.check import known_refusal  # pylint: disable=import-outside-toplevel
+    hard = lstm_model(tmp_path / "hard.onnx", ["HardSigmoid", "Tanh", "Tanh"])
+    plain = lstm_model(tmp_path / "plain.onnx", ["Sigmoid", "Tanh", "Tanh"])
+    assert known_refusal({}, "openvino", hard) == (
+        "Unsupported activation function", "OpenVINO's native LSTM op compiles no HardSigmoid activation")
+    assert known_refusal({}, "onnxruntime", hard) is None and known_refusal({}, "openvino", plain) is None

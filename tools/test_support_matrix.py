@@ -11,7 +11,6 @@ from __future__ import annotations
 import configparser
 import csv
 import dataclasses
-import importlib.util
 import os
 import sys
 
@@ -23,16 +22,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PYTHONS = ("3.10", "3.11", "3.12", "3.13")
 
 
-def load_tool():
-    """tools/support_matrix.py as a module, by path (tools/ is not a package)."""
-    spec = importlib.util.spec_from_file_location("support_matrix", os.path.join(ROOT, "tools", "support_matrix.py"))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
-    spec.loader.exec_module(module)
-    return module
-
-
-sm = load_tool()
+import support_matrix as sm  # noqa: E402  (beside this file: pytest puts tools/ on sys.path)
 
 
 # ---------------------------------------------------------------- the plan
