@@ -36,7 +36,7 @@ import numpy as np
 from . import verify_batches
 from .corpus.check import first_line
 from .corpus.ops import walk_nodes
-from .sessions import OPENVINO_CONFIG, RUNTIMES, onnxruntime_session, runtime_available
+from .sessions import RUNTIMES, onnxruntime_session, openvino_compiled, runtime_available
 from .verify_batches import OutputDifference, output_difference
 
 logger = logging.getLogger("masked_lstm_rewriter")
@@ -340,9 +340,7 @@ def openvino_runner(proto) -> Callable:
     tf2onnx's Loop models read from a path. Run with ``start_async()`` + ``wait()``: with some
     configurations (one inference thread) OpenVINO 2026.4's synchronous inference drops runtime
     errors, the guard's included, and returns stale outputs."""
-    import openvino as ov  # pylint: disable=import-outside-toplevel
-    core = ov.Core()
-    compiled = core.compile_model(core.read_model(proto.SerializeToString(), b""), "CPU", OPENVINO_CONFIG)
+    compiled = openvino_compiled(proto)
     ports = [compiled.output(output.name) for output in proto.graph.output]
 
     def run(feeds):

@@ -20,6 +20,7 @@ import masked_lstm_rewriter as mlr
 import runtimes
 import signatures
 from masked_lstm_rewriter.plan.schedule import MIN_BATCH, SCHEDULE_NAME, SEGMENTS
+from masked_lstm_rewriter.sessions import onnxruntime_session
 
 
 @pytest.fixture(autouse=True)
@@ -232,7 +233,6 @@ def test_one_if_per_mask_and_one_per_layer():
 @functools.lru_cache(maxsize=None)
 def plan_conditions():
     """An onnxruntime session: lengths [B] int32 -> (the cheap bound, whether the segments pay)."""
-    import onnxruntime as ort
     from tf2onnx.graph import Graph
 
     from masked_lstm_rewriter.plan import schedule
@@ -245,7 +245,7 @@ def plan_conditions():
         g.add_graph_output(output, onnx.TensorProto.BOOL, [1])
     model = g.make_model("plan_conditions")
     model.ir_version = 8
-    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return onnxruntime_session(model)
 
 
 @settings(max_examples=300, deadline=None, derandomize=True)
