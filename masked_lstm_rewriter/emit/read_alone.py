@@ -10,6 +10,7 @@ where that could happen (``targets.shared_swaps_scrambled``).
 
 from __future__ import annotations
 
+from ..cells import KINDS
 from ..graph import producer
 
 
@@ -31,7 +32,8 @@ def read_alone(g, x: str) -> str:
     if _may_read_a_shared_swap(g, x):
         x = g.make_node("Max", [x, x]).output[0]
     known = {}
-    read = {_computation(g, node.input[0], known) for node in g.get_nodes() if node.type in ("LSTM", "GRU", "RNN")}
+    native = {kind.op for kind in KINDS}
+    read = {_computation(g, node.input[0], known) for node in g.get_nodes() if node.type in native}
     computation = _computation(g, x, known)
     while computation in read:
         x = g.make_node("Max", [x, x]).output[0]

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Unit tests of the cell readers: their small value types, and the linear reader on small graphs
+"""The linear reader (read/linear.py): its small value types, and the reader on small graphs
 built by hand (every spelling of ``x @ W + h @ R + b`` tf2onnx gives a loop body), checked
 against numpy's evaluation of the same graph."""
 
