@@ -28,6 +28,7 @@ class RecurrentCell:
     zero_initial_state: bool  # initial states are zeros by construction (no initial_state given)
     final_h: str             # While outputs: this cell's final h (and c)
     final_c: Optional[str]
+    constants: dict = dataclasses.field(default_factory=dict)  # the kind's other weights, by name (resolved)
 
     @property
     def input_size(self) -> int:

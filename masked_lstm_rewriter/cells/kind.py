@@ -22,6 +22,7 @@ class CellAlgebra:
     gates: dict              # gate name -> LinearForm
     activations: tuple       # in the ONNX op's order: LSTM (f, g, h), GRU (f, g), RNN (f,)
     attributes: tuple = ()   # (name, value) pairs the native node gets besides the common ones
+    constants: tuple = ()    # (name, ConstRef) of weights the kind reads besides its gate forms (a peephole)
 
     @property
     def linear_before_reset(self) -> int:
@@ -75,8 +76,9 @@ class CellKind:
         return w, r, np.concatenate([wb, rb], axis=1)
 
     def extra_inputs(self, cell) -> tuple:  # pylint: disable=unused-argument
-        """``(name, array)`` of each input the native node takes after the initial states (an LSTM
-        with peepholes: P); none for the kinds here. A kind that needs some overrides this."""
+        """``(name, array)`` of each input the native node takes after the initial states, made from
+        the cell's ``constants`` (an LSTM with peepholes: P); none for the kinds here. A kind that
+        needs some overrides this."""
         return ()
 
 

@@ -21,7 +21,7 @@ from ..layer import MaskedRecurrentLayer, RecurrentCell
 from .body import BodyMatch
 from .time_axis import TimeAxis, time_axis_of
 from .trip import check_trip_count, is_step_count
-from .weights import resolve_weights
+from .weights import resolve_constants, resolve_weights
 
 
 def layer_name(while_node) -> str:
@@ -107,7 +107,8 @@ def _resolve_cells(graph, while_node, body: BodyMatch) -> tuple:
             h_input=cell.h_index, c_input=cell.c_index,
             zero_initial_state=all(is_zeros(graph, while_node.input[i]) for i in states),
             final_h=while_node.output[cell.h_index],
-            final_c=None if cell.c_index is None else while_node.output[cell.c_index]))
+            final_c=None if cell.c_index is None else while_node.output[cell.c_index],
+            constants=resolve_constants(graph, while_node, cell.cell.constants)))
         if len(cells) > 1 and cells[-1].input_size != cells[-2].hidden_size:
             raise Refusal("a stacked cell's kernel does not take the units of the cell below as its input")
     return tuple(cells)

@@ -9,13 +9,29 @@ from ..cells import kind_of
 from ..failure import Refusal
 
 
+def _input_values(graph, while_node):
+    """A lookup of the constant value the While op feeds each body input (None where it is not one)."""
+    def input_value(index):
+        tensor = while_node.input[index]
+        return graph.get_tensor_value(tensor, as_list=False) if graph.is_const(tensor) else None
+    return input_value
+
+
+def resolve_constants(graph, while_node, constants: tuple) -> dict:
+    """A cell kind's other weights (``(name, ConstRef)``), resolved by name; raises a Refusal unless
+    each is a constant."""
+    input_value = _input_values(graph, while_node)
+    resolved = {name: ref.resolve(input_value) for name, ref in constants}
+    if any(value is None for value in resolved.values()):
+        raise Refusal("the weights are not constants", while_node)
+    return resolved
+
+
 def resolve_weights(graph, while_node, kind: str, gates: dict) -> tuple:
     """(kernel, recurrent, bias or None, recurrent_bias) arrays by gate, in Keras's layout; raises a
     Refusal when they are not float32 constants of the kind's shapes."""
     keras_gates, keras_name = kind_of(kind).keras_gates, kind_of(kind).keras_name
-    def input_value(index):
-        tensor = while_node.input[index]
-        return graph.get_tensor_value(tensor, as_list=False) if graph.is_const(tensor) else None
+    input_value = _input_values(graph, while_node)
 
     def resolve_all(field):
         refs = {g: getattr(form, field) for g, form in gates.items() if getattr(form, field) is not None}

@@ -66,3 +66,17 @@ def test_a_gru_recurrent_bias_is_onnx_rb():
     _, _, b = cells.kind_of("GRU").onnx_weights(cell)
     rb = b[0, 6:]
     assert np.all(rb[:4] == 0) and np.all(rb[4:] == 7)  # z, r: none; h: its own
+
+
+def test_a_kinds_extra_inputs_follow_the_initial_states():
+    """A kind's own inputs (an LSTM's peepholes, P, come after initial_h and initial_c) reach the node."""
+    from tf2onnx.graph import Graph  # pylint: disable=import-outside-toplevel
+
+    from masked_lstm_rewriter.emit.node import RecurrentNode, emit_node  # pylint: disable=import-outside-toplevel
+    graph = Graph([], opset=15)
+    node = RecurrentNode(kind="LSTM", x="x", weights=("W", "R", "B"), lengths="lengths", initial=(), attr={},
+                         name="lstm", hidden=2, wants_c=False, extra=("P",))
+    emit_node(graph, node, None)
+    (lstm,) = [n for n in graph.get_nodes() if n.type == "LSTM"]
+    assert list(lstm.input) == ["x", "W", "R", "B", "lengths", "", "", "P"]
+    assert cells.kind_of("LSTM").extra_inputs(keras_cell("LSTM")) == ()
