@@ -14,7 +14,7 @@ from .cells import kind_of
 class RecurrentCell:
     """One cell of a masked recurrent loop, its weights resolved: what one native node needs."""
 
-    kind: str                # the ONNX op: "LSTM", "GRU" or "RNN"
+    kind: str                # the cell kind's name (cells.kind_of): "LSTM", "GRU" or "RNN"
     hidden_size: int
     kernel: dict             # gate -> [input_size, hidden] array, Keras layout
     recurrent: dict          # gate -> [hidden, hidden]
@@ -33,6 +33,11 @@ class RecurrentCell:
     @property
     def input_size(self) -> int:
         return next(iter(self.kernel.values())).shape[0]
+
+    @property
+    def op(self) -> str:
+        """The native ONNX op."""
+        return kind_of(self.kind).op
 
     @property
     def keras_name(self) -> str:
@@ -83,7 +88,7 @@ class MaskedRecurrentLayer:
 
     @property
     def kinds(self) -> str:
-        """The ONNX ops, bottom to top: "LSTM", or "LSTM+GRU" for stacked cells."""
+        """The cell kinds, bottom to top: "LSTM", or "LSTM+GRU" for stacked cells."""
         return "+".join(cell.kind for cell in self.cells)
 
     @property

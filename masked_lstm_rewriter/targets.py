@@ -133,7 +133,7 @@ def target_refusal(layer, target: Optional[str]) -> Optional[str]:
     for cell in layer.cells:
         unsupported = uncompiled_activations(target, [a.name for a in cell.activations])
         if unsupported:
-            return (f"target {target}: {runtime(target).title}'s native {cell.kind} op compiles only "
+            return (f"target {target}: {runtime(target).title}'s native {cell.op} op compiles only "
                     f"{', '.join(runtime(target).activations)} activations, not {', '.join(unsupported)}")
     return None
 

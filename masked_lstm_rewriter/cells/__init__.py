@@ -13,13 +13,13 @@ from . import gru, lstm, simple_rnn
 from .kind import CellAlgebra, CellKind
 
 KINDS = (lstm.KIND, gru.KIND, simple_rnn.KIND)
-_BY_OP = {kind.op: kind for kind in KINDS}
+_BY_NAME = {kind.name: kind for kind in KINDS}
 __all__ = ["KINDS", "CellAlgebra", "CellKind", "kind_of", "read_cell"]
 
 
-def kind_of(op: str) -> CellKind:
-    """The cell kind whose native op is ``op``."""
-    return _BY_OP[op]
+def kind_of(name: str) -> CellKind:
+    """The cell kind of this name (a :class:`CellAlgebra`'s or a cell's ``kind``)."""
+    return _BY_NAME[name]
 
 
 def read_cell(graph, x_item: str, h_prev: str, h_new: str, cell_state=None) -> CellAlgebra:

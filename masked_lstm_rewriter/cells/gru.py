@@ -103,5 +103,5 @@ def _reset_before(graph, reader, x_item, r_part, factor):
     return None
 
 
-KIND = CellKind(op="GRU", keras_name="GRU", keras_gates=("z", "r", "h"), onnx_gates=("z", "r", "h"), states=1,
+KIND = CellKind(name="GRU", op="GRU", keras_name="GRU", keras_gates=("z", "r", "h"), onnx_gates=("z", "r", "h"), states=1,
                 read=read_gru_cell)

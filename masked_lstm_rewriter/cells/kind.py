@@ -18,7 +18,7 @@ class CellAlgebra:
     """One step of a cell as read: its kind (ONNX op), gate forms (Keras gate names), ONNX activations,
     and the kind's own ONNX attributes (a GRU's ``linear_before_reset``)."""
 
-    kind: str                # "LSTM", "GRU" or "RNN"
+    kind: str                # the cell kind's name (CellKind.name): "LSTM", "GRU" or "RNN"
     gates: dict              # gate name -> LinearForm
     activations: tuple       # in the ONNX op's order: LSTM (f, g, h), GRU (f, g), RNN (f,)
     attributes: tuple = ()   # (name, value) pairs the native node gets besides the common ones
@@ -39,7 +39,8 @@ class CellKind:
     when the step does not have the kind's shape (then the next kind is tried), and raises a
     :class:`~..failure.Refusal` when it has, but a part is not understood."""
 
-    op: str                  # the ONNX op, also the kind's name in reports ("LSTM", "GRU", "RNN")
+    name: str                # the kind's name in the registry and in reports ("LSTM", "GRU", "RNN")
+    op: str                  # the native ONNX op (two kinds may share one: an LSTM with peepholes)
     keras_name: str          # the Keras layer ("SimpleRNN" for "RNN")
     keras_gates: tuple       # Keras's order of the gate blocks in its kernels
     onnx_gates: tuple        # the ONNX op's order of the gate blocks in W, R and B

@@ -15,5 +15,5 @@ def read_simple_rnn_cell(graph, x_item, h_prev, h_new, cell_state=None):  # pyli
     return CellAlgebra("RNN", {"h": form}, (act,))
 
 
-KIND = CellKind(op="RNN", keras_name="SimpleRNN", keras_gates=("h",), onnx_gates=("h",), states=1,
+KIND = CellKind(name="RNN", op="RNN", keras_name="SimpleRNN", keras_gates=("h",), onnx_gates=("h",), states=1,
                 read=read_simple_rnn_cell)

@@ -109,7 +109,7 @@ def _emit_recurrent_node(g, layer: MaskedRecurrentLayer, cell: RecurrentCell, ma
     initial = () if cell.zero_initial_state else tuple(
         state for state in (cell.initial_h, cell.initial_c) if state is not None)
     attr = node_attributes(cell)
-    node = RecurrentNode(kind=cell.kind, x=x, weights=(_const(g, "W", w), _const(g, "R", r), b), lengths=masks.lengths,
+    node = RecurrentNode(kind=kind, x=x, weights=(_const(g, "W", w), _const(g, "R", r), b), lengths=masks.lengths,
                          initial=initial, attr=attr, name=f"{layer.layer}/masked_{cell.kind.lower()}",
                          hidden=cell.hidden_size, wants_c=padding_column, extra=extra)
     # in segments, an LSTM's final cell state past its row's length is held by the padding column

@@ -13,7 +13,7 @@ from typing import Optional
 
 from tf2onnx import utils
 
-from ..cells import kind_of
+from ..cells import CellKind
 from ..graph import int64_const, make_op
 from ..layer import RecurrentCell
 from ..plan.schedule import SegmentPlan, schedule_if
@@ -26,7 +26,7 @@ MIN_OPSET = 13  # Split and Squeeze take their sizes and axes as inputs, as the 
 class RecurrentNode:
     """One layer's forward ONNX node, as the emitter built its inputs (node layout)."""
 
-    kind: str            # "LSTM", "GRU" or "RNN"
+    kind: CellKind       # its op, states and outputs
     x: str               # [T, B, I] input in the node layout
     weights: tuple       # (W, R, B or "")
     lengths: str         # [B] int32 sequence_lens (the single node only)
@@ -65,10 +65,9 @@ def emit_node(graph, node: RecurrentNode, plan: Optional[SegmentPlan], carry=Non
 def _single(g, node: RecurrentNode) -> list:
     """The layer as one node over the whole batch (what the plugin emits without a schedule)."""
     initial = [make_op(g, "Unsqueeze", state, int64_const(g, "axes", [0])) for state in node.initial]
-    kind = kind_of(node.kind)
-    initial = initial or [""] * kind.states
-    out = g.make_node(node.kind, [node.x, *node.weights, node.lengths] + initial + list(node.extra),
-                      output_count=kind.outputs, attr=node.attr, name=utils.make_name(node.name))
+    initial = initial or [""] * node.kind.states
+    out = g.make_node(node.kind.op, [node.x, *node.weights, node.lengths] + initial + list(node.extra),
+                      output_count=node.kind.outputs, attr=node.attr, name=utils.make_name(node.name))
     return [out.output[0]] + ([out.output[2]] if node.wants_c else [])
 
 

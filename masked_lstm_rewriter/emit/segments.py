@@ -7,7 +7,6 @@ from __future__ import annotations
 import numpy as np
 from tf2onnx import utils
 
-from ..cells import kind_of
 from ..graph import int64_const, int64_scalar, make_op
 from ..plan.schedule import SEGMENTS, SegmentPlan
 
@@ -29,8 +28,8 @@ def segments(g, node, plan: SegmentPlan) -> list:
         x = make_op(g, "Slice", ordered, part(2 * index, 2), part(2 * (SEGMENTS + index), 2), int64_const(g, "axes", [0, 1]))
         if index and states:
             states = [_slice_rows(g, state, active[index], 1) for state in states]
-        inputs = [x, *node.weights, ""] + (states or [""] * kind_of(node.kind).states) + list(node.extra)
-        out = g.make_node(node.kind, inputs, output_count=kind_of(node.kind).outputs, attr=node.attr,
+        inputs = [x, *node.weights, ""] + (states or [""] * node.kind.states) + list(node.extra)
+        out = g.make_node(node.kind.op, inputs, output_count=node.kind.outputs, attr=node.attr,
                           name=utils.make_name(f"{node.name}_segment{index}"))
         rows = int64_const(g, "rows", [-1, node.hidden])
         flat_y.append(make_op(g, "Reshape", out.output[0], rows))

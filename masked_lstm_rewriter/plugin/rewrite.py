@@ -100,5 +100,5 @@ def _rewrite(graph, layer, planner: MaskPlanner, masks: BatchMasks, mask_mode: s
 def _native_ops(layer) -> str:
     """"a native ONNX LSTM", or for stacked cells "stacked native ONNX LSTM, GRU nodes"."""
     if len(layer.cells) == 1:
-        return f"a native ONNX {layer.top.kind}"
-    return f"stacked native ONNX {', '.join(cell.kind for cell in layer.cells)} nodes"
+        return f"a native ONNX {layer.top.op}"
+    return f"stacked native ONNX {', '.join(cell.op for cell in layer.cells)} nodes"

@@ -32,7 +32,7 @@ def keras_cell(op, hidden=2, inputs=3):
 
 
 def test_the_registry_lists_each_kind_once_in_reading_order():
-    assert [kind.op for kind in cells.KINDS] == ["LSTM", "GRU", "RNN"]
+    assert [kind.name for kind in cells.KINDS] == [kind.op for kind in cells.KINDS] == ["LSTM", "GRU", "RNN"]
     assert [cells.kind_of(op).keras_name for op in ("LSTM", "GRU", "RNN")] == ["LSTM", "GRU", "SimpleRNN"]
     assert [kind.states for kind in cells.KINDS] == [2, 1, 1]
     assert [kind.outputs for kind in cells.KINDS] == [3, 2, 2]
@@ -74,7 +74,7 @@ def test_a_kinds_extra_inputs_follow_the_initial_states():
 
     from masked_lstm_rewriter.emit.node import RecurrentNode, emit_node  # pylint: disable=import-outside-toplevel
     graph = Graph([], opset=15)
-    node = RecurrentNode(kind="LSTM", x="x", weights=("W", "R", "B"), lengths="lengths", initial=(), attr={},
+    node = RecurrentNode(kind=cells.kind_of("LSTM"), x="x", weights=("W", "R", "B"), lengths="lengths", initial=(), attr={},
                          name="lstm", hidden=2, wants_c=False, extra=("P",))
     emit_node(graph, node, None)
     (lstm,) = [n for n in graph.get_nodes() if n.type == "LSTM"]

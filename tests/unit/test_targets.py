@@ -16,6 +16,7 @@ class Cell:
     """What the checks read of a cell of the layer description."""
 
     kind: str = "LSTM"
+    op: str = "LSTM"
     activations: tuple = (SIGMOID, TANH, TANH)
     carries_cell_state: bool = False
 
