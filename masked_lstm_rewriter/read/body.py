@@ -38,21 +38,38 @@ class CellMatch:
 
 
 @dataclasses.dataclass(frozen=True)
+class _Step:
+    """What a step computes, masked or not, by tensor and loop variable."""
+
+    time: str                # the step counter the lists are read with (a body input)
+    h_new: str               # the top cell's new h: what the step writes
+    carried: dict            # state loop variable -> its new value (at a valid step)
+    output_index: int        # the loop variable carrying the step's output
+    masked_output_index: Optional[int]   # what a masked step outputs; None: unmasked
+    mask_list: Optional[str]             # the mask's TensorList; None: unmasked
+
+
+@dataclasses.dataclass(frozen=True)
 class BodyMatch:
     """What one While body computes, by loop-variable index (body inputs == While inputs)."""
 
     time_index: int          # the step counter the lists are read and written with
     x_list_index: int        # TensorList of the time-major input
-    mask_list_index: int     # TensorList of the time-major mask ([T, B, 1] bool)
+    mask_list_index: Optional[int]  # TensorList of the time-major mask ([T, B, 1] bool); None: unmasked
     cells: tuple             # CellMatch, bottom to top: each reads the one below's h (the first, x);
                              # one for a layer, several for keras.layers.RNN([cell, cell, ...])
     output_index: int        # the step's output (the last one, after the loop)
-    masked_output_index: int  # what a masked step outputs: output_index (carried) or a loop input
+    masked_output_index: Optional[int]  # what a masked step outputs: output_index (carried) or a loop
+                             # input; None: unmasked
     output_list_index: int   # TensorList the outputs are written to
     writes_sequence: bool    # one list element per step (else a single slot, return_sequences=False)
     counters: frozenset = frozenset()    # loop variables the body advances by one (step counters)
     invariants: frozenset = frozenset()  # loop variables the body passes through unchanged
     refused: Optional[str] = None        # why the layer stays a Loop although its step was read
+
+    @property
+    def masked(self) -> bool:
+        return self.mask_list_index is not None
 
     @property
     def top(self) -> CellMatch:
@@ -82,6 +99,17 @@ def _state_select_pattern():
 def is_masked_recurrent_body(graph) -> bool:
     """Does this graph look like the body of a masked Keras recurrent loop?"""
     return bool(_mask_selects(graph)) and any(n.type == "TensorListSetItem" for n in graph.get_nodes())
+
+
+def is_unmasked_recurrent_body(graph) -> bool:
+    """Does this graph look like the body of an unmasked Keras recurrent loop: one output list write
+    per step, a float list read at a loop input (the step counter), and no mask?"""
+    nodes = graph.get_nodes()
+    reads = [n for n in nodes if n.type == "TensorListGetItem" and n.input[1] in graph.input_names
+             and n.get_attr_value("element_dtype") != TensorProto.BOOL]
+    return (not _mask_selects(graph) and sum(n.type == "TensorListSetItem" for n in nodes) == 1
+            and len(reads) == 1 and not any(n.type == "TensorListGetItem" and n.get_attr_value("element_dtype")
+                                            == TensorProto.BOOL for n in nodes))
 
 
 def _mask_selects(graph):
@@ -126,16 +154,10 @@ def _read_step(graph) -> BodyMatch:
     if len(writes) != 1:
         raise Refusal(f"expected one output list write per step, found {len(writes)}")
     write = writes[0]
-    selects = {m.get_op("select").output[0]: m for m in _mask_selects(graph)}
-    out_sel = selects.get(skip_identity(graph, write.input[2]))
-    if out_sel is None:
-        raise Refusal("the step output is not selected by the mask", write)
-    mask_item, time = out_sel.get_op("mask_item"), out_sel.get_op("time")
-    h_new = out_sel.get_op("new").output[0]
-    carried = _carried_states(graph, selects, out_sel)
-    output_index, masked_output_index = _output_variables(graph, out_sel)
+    step = _masked_step(graph, write) if _mask_selects(graph) else _unmasked_step(graph, write)
+    time, h_new, carried = step.time, step.h_new, step.carried
 
-    x_items = [n for n in graph.get_nodes() if n.type == "TensorListGetItem" and n.input[1] == time.output[0]
+    x_items = [n for n in graph.get_nodes() if n.type == "TensorListGetItem" and n.input[1] == time
                and n.get_attr_value("element_dtype") != TensorProto.BOOL]
     dtype = x_items[0].get_attr_value("element_dtype") if len(x_items) == 1 else None
     if dtype in targets.DTYPE_REASONS:
@@ -144,18 +166,18 @@ def _read_step(graph) -> BodyMatch:
         raise Refusal("the step input is not a single float32 list read (dtype other than float32?)")
     x_item = x_items[0]
     stack = _state_stack(graph, carried, h_new, x_item.output[0])
-    indices = [_input_index(graph, t) for t in
-               (time.output[0], x_item.input[0], mask_item.input[0], write.input[0])]
-    if None in indices:
+    indices = [_input_index(graph, t) for t in (time, x_item.input[0], write.input[0])]
+    mask_list_index = None if step.mask_list is None else _input_index(graph, step.mask_list)
+    if None in indices or (step.mask_list is not None and mask_list_index is None):
         raise Refusal("the lists or the step counter are not loop variables")
-    time_index, x_list_index, mask_list_index, output_list_index = indices
-    if write.input[1] == time.output[0]:
+    time_index, x_list_index, output_list_index = indices
+    if write.input[1] == time:
         writes_sequence = True
     elif is_zero_scalar(graph, write.input[1]):
         writes_sequence = False
     else:
         raise Refusal("outputs are written at an unrecognised position")
-    if not is_increment(_loop_output_producer(graph, time_index), time.output[0]):
+    if not is_increment(_loop_output_producer(graph, time_index), time):
         raise Refusal("the step counter does not advance by one")
     if _loop_output_producer(graph, output_list_index) is not write:
         raise Refusal("the output list carried to the next step is not the one the step wrote")
@@ -163,12 +185,48 @@ def _read_step(graph) -> BodyMatch:
     cells = _read_cells(graph, x_item.output[0], stack, carried)
     variables = range(len(graph.input_names))
     return BodyMatch(time_index=time_index, x_list_index=x_list_index, mask_list_index=mask_list_index,
-                     cells=cells, output_index=output_index,
-                     masked_output_index=masked_output_index, output_list_index=output_list_index,
+                     cells=cells, output_index=step.output_index,
+                     masked_output_index=step.masked_output_index, output_list_index=output_list_index,
                      writes_sequence=writes_sequence,
                      counters=frozenset(i for i in variables if is_increment(_loop_output_producer(graph, i),
                                                                                graph.input_names[i])),
                      invariants=frozenset(i for i in variables if passes_through(graph, i)))
+
+
+def _masked_step(graph, write) -> _Step:
+    """The step of a masked loop: each state is ``SelectV2(mask, new, previous)``, and so is the output."""
+    selects = {m.get_op("select").output[0]: m for m in _mask_selects(graph)}
+    out_sel = selects.get(skip_identity(graph, write.input[2]))
+    if out_sel is None:
+        raise Refusal("the step output is not selected by the mask", write)
+    output_index, masked_output_index = _output_variables(graph, out_sel)
+    return _Step(time=out_sel.get_op("time").output[0], h_new=out_sel.get_op("new").output[0],
+                 carried=_carried_states(graph, selects, out_sel), output_index=output_index,
+                 masked_output_index=masked_output_index, mask_list=out_sel.get_op("mask_item").input[0])
+
+
+def _unmasked_step(graph, write) -> _Step:
+    """The step of an unmasked loop: the step counter is the index the input list is read at; each
+    state is a loop variable whose next value is computed in the step from the step's input or
+    from other states (not a counter, a list or a weight); the output is what the step writes."""
+    reads = [n for n in graph.get_nodes() if n.type == "TensorListGetItem" and n.input[1] in graph.input_names
+             and n.get_attr_value("element_dtype") != TensorProto.BOOL]
+    if len(reads) != 1:
+        raise Refusal("the step input is not a single float32 list read (dtype other than float32?)")
+    time, h_new = reads[0].input[1], skip_identity(graph, write.input[2])
+    lists = {reads[0].input[0], write.input[0]}
+    carried = {}
+    for index, name in enumerate(graph.input_names):
+        new = _loop_output_producer(graph, index)
+        if new is None or name == time or name in lists or passes_through(graph, index) or \
+                is_increment(new, name):
+            continue
+        carried[index] = skip_identity(graph, graph.outputs[index])
+    outputs = [i for i, new in carried.items() if new == h_new]
+    if len(outputs) != 1:
+        raise Refusal("the step output is not a loop variable selected from a loop input", write)
+    return _Step(time=time, h_new=h_new, carried=carried, output_index=outputs[0], masked_output_index=None,
+                 mask_list=None)
 
 
 def _carried_states(graph, selects: dict, out_sel) -> dict:
