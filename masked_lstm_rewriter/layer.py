@@ -70,7 +70,7 @@ class MaskedRecurrentLayer:
                              # input and mask (go_backwards, a Bidirectional's backward half)
     x_reader: object         # the node reading x (TensorListFromTensor, or go_backwards's ReverseV2)
     x_source: str            # the batch-major tensor x is transposed from (to pair directions)
-    mask: str                # batch-major mask [B, T], bool, in the model's time order
+    mask: Optional[str]      # batch-major mask [B, T], bool, in the model's time order; None: unmasked
     mask_post_padded: bool   # the mask is post-padded by construction (sequence_mask of lengths)
     output_carried: bool
     sequence_outputs: list   # tensors holding the stacked outputs, time-major [T or 1, B, H]

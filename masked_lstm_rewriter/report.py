@@ -25,10 +25,12 @@ class LayerReport:
     detail: str   # "LSTM direction=reverse" (or GRU, RNN) or the reason it stayed a Loop
     mask_mode: str
     not_for: tuple = ()  # rewritten: runtimes that cannot run it exactly (detail says how to convert for them)
+    masked: bool = True  # False: a layer without a mask, which stock tf2onnx leaves a Loop
 
     def __str__(self):
         verdict = "native ONNX" if self.rewritten else "left as a Loop:"
-        return f"{self.layer}: {verdict} {self.detail}" + (f" (mask_mode={self.mask_mode})" if self.rewritten else "")
+        mode = f" (mask_mode={self.mask_mode})" if self.masked else " (no mask)"
+        return f"{self.layer}: {verdict} {self.detail}" + (mode if self.rewritten else "")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,8 +65,8 @@ class _Recorder(threading.local):
 _RECORDER = _Recorder()
 
 
-def record(layer: str, rewritten: bool, detail: str, mask_mode: str, not_for: tuple = ()) -> None:
-    _RECORDER.pending.append(LayerReport(layer, rewritten, detail, mask_mode, not_for))
+def record(layer: str, rewritten: bool, detail: str, mask_mode: str, not_for: tuple = (), masked: bool = True) -> None:
+    _RECORDER.pending.append(LayerReport(layer, rewritten, detail, mask_mode, not_for, masked))
 
 
 def finish_conversion() -> ConversionReport:

@@ -127,7 +127,7 @@ def target_refusal(layer, target: Optional[str]) -> Optional[str]:
 
     The Loop is what such a runtime can run: OpenVINO runs tf2onnx's masked Loops exactly where
     its native ops refuse the activation (measured on every activation the plugin supports)."""
-    portability = portability_refusal(layer)
+    portability = portability_refusal(layer) if layer.mask is not None else None  # no padding without a mask
     if portability or target is None or runtime(target).activations is None:
         return portability
     for cell in layer.cells:

@@ -13,6 +13,7 @@ from tf2onnx.tf_loader import find_function
 from .. import targets
 from ..emit.layer import emit_layer
 from ..emit.node import opset_refusal
+from ..emit.unmasked import emit_unmasked_layer
 from ..failure import Refusal
 from ..plan.batch import BatchMasks
 from ..plan.masks import MaskPlanner
@@ -34,12 +35,13 @@ def is_main_graph(graph) -> bool:
     return graph.parent_graph is None and not getattr(graph, "_is_subgraph", False)
 
 
-def refuse(layer: str, refusal: Refusal, mask_mode: str) -> None:
+def refuse(layer: str, refusal: Refusal, mask_mode: str, masked: bool = True) -> None:
     """The layer stays a Loop: say why, in the log (WARNING) and in the report."""
-    logger.warning("masked recurrent layer '%s' left as a Loop: %s", layer, refusal.reason)
+    what = "masked recurrent layer" if masked else "recurrent layer (no mask)"
+    logger.warning("%s '%s' left as a Loop: %s", what, layer, refusal.reason)
     if refusal.where:
-        logger.debug("masked recurrent layer '%s': refused at node '%s'", layer, refusal.where)
-    record(layer, False, refusal.reason, mask_mode)
+        logger.debug("%s '%s': refused at node '%s'", what, layer, refusal.where)
+    record(layer, False, refusal.reason, mask_mode, masked=masked)
 
 
 def report_lowered_loops(graph, loops, mask_mode) -> None:
@@ -54,9 +56,14 @@ def rewrite_loops(graph, loops, mask_mode: str, target, schedule: bool = False) 
     """Rewrite every masked recurrent loop among ``loops`` that reads and passes the target's veto."""
     layers = [layer for layer in (_read(graph, loop, mask_mode, target) for loop in loops) if layer is not None]
     planner = MaskPlanner(graph, mask_mode, schedule)
-    masks = BatchMasks(graph, layers)
+    masks = BatchMasks(graph, [layer for layer in layers if layer.mask is not None])
     for layer in layers:
-        _rewrite(graph, layer, planner, masks, mask_mode, target)
+        if layer.mask is None:
+            _rewrite(graph, layer, GraphSnapshot(graph), lambda layer: _emit_unmasked(graph, layer, target),
+                     mask_mode, masked=False)
+        else:
+            _rewrite(graph, layer, GraphSnapshot(graph, planner, masks),
+                     lambda layer: _emit_masked(graph, layer, planner, masks, target), mask_mode)
 
 
 def _read(graph, loop, mask_mode: str, target):
@@ -64,7 +71,11 @@ def _read(graph, loop, mask_mode: str, target):
     body_graph = find_function(loop.get_attr_str("body"))
     body = getattr(body_graph, BODY_MATCH_ATTR, None) if body_graph is not None else None
     if body is None:
-        return None  # not a masked recurrent loop: none of our business
+        return None  # not a recurrent loop: none of our business
+    masked = is_masked_recurrent_body(body_graph)
+    if isinstance(body, Refusal) and not masked:  # a loop of some other kind, most likely: stock's business
+        logger.debug("loop '%s' left as tf2onnx made it: %s", layer_name(loop), body.reason)
+        return None
     cond_graph = find_function(loop.get_attr_str("cond"))
     condition = getattr(cond_graph, COND_MATCH_ATTR, None) if cond_graph is not None else None
     layer = body if isinstance(body, Refusal) else read_loop(graph, loop, body, condition)
@@ -72,29 +83,43 @@ def _read(graph, loop, mask_mode: str, target):
         refused = opset_refusal(graph) or targets.target_refusal(layer, target)
         layer = Refusal(refused, loop) if refused else layer
     if isinstance(layer, Refusal):
-        refuse(layer_name(loop), layer, mask_mode)
+        refuse(layer_name(loop), layer, mask_mode, masked)
         return None
     return layer
 
 
-def _rewrite(graph, layer, planner: MaskPlanner, masks: BatchMasks, mask_mode: str, target) -> None:
-    """Plan and emit one layer; on any failure, restore the graph and refuse the layer."""
-    snapshot = GraphSnapshot(graph, planner, masks)
+def _emit_masked(graph, layer, planner: MaskPlanner, masks: BatchMasks, target) -> list:
+    """Plan the layer's mask and emit the layer; the vetoes of the other runtimes, seeing the plan."""
+    tensors = planner.tensors_for(masks.mask_for(layer), layer.mask_post_padded)
+    vetoes = targets.not_for(layer, target, scheduled=tensors.segments is not None)
+    emit_layer(graph, layer, tensors)
+    return vetoes
+
+
+def _emit_unmasked(graph, layer, target) -> list:
+    vetoes = targets.not_for(layer, target, scheduled=False)
+    emit_unmasked_layer(graph, layer)
+    return vetoes
+
+
+def _rewrite(graph, layer, snapshot: GraphSnapshot, emit, mask_mode: str, masked: bool = True) -> None:
+    """Emit one layer (``emit(layer)`` -> the other runtimes' vetoes); on any failure, restore the
+    graph and refuse the layer."""
     try:
-        tensors = planner.tensors_for(masks.mask_for(layer), layer.mask_post_padded)
-        vetoes = targets.not_for(layer, target, scheduled=tensors.segments is not None)
-        emit_layer(graph, layer, tensors)
+        vetoes = emit(layer)
     except Exception as error:  # pylint: disable=broad-except
         snapshot.restore()  # the loop stands exactly as tf2onnx made it
-        refuse(layer.layer, Refusal(f"rewrite failed: {type(error).__name__}: {error}", layer.while_node), mask_mode)
+        refuse(layer.layer, Refusal(f"rewrite failed: {type(error).__name__}: {error}", layer.while_node), mask_mode,
+               masked)
         return
+    what = "masked " if masked else ""
     detail = f"{layer.kinds} direction={layer.direction}"
-    logger.info("masked %s rewritten into %s (direction=%s, mask_mode=%s)", layer.describe(),
-                _native_ops(layer), layer.direction, mask_mode)
+    logger.info("%s%s rewritten into %s (direction=%s, %s)", what, layer.describe(), _native_ops(layer),
+                layer.direction, f"mask_mode={mask_mode}" if masked else "no mask")
     for veto in vetoes:
-        logger.info("masked %s%s: for %s, %s (%s)", layer.describe(), veto.what, veto.runtime, veto.remedy, veto.reason)
+        logger.info("%s%s%s: for %s, %s (%s)", what, layer.describe(), veto.what, veto.runtime, veto.remedy, veto.reason)
         detail += f"; for {veto.runtime}, {veto.remedy}"
-    record(layer.layer, True, detail, mask_mode, tuple(dict.fromkeys(veto.runtime for veto in vetoes)))
+    record(layer.layer, True, detail, mask_mode, tuple(dict.fromkeys(veto.runtime for veto in vetoes)), masked)
 
 
 def _native_ops(layer) -> str:

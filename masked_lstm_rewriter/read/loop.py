@@ -55,11 +55,7 @@ def _read_layer(graph, while_node, body: BodyMatch, condition) -> MaskedRecurren
         raise Refusal("the input list is not built from a tensor")
     if graph.get_dtype(x) != TensorProto.FLOAT:
         raise Refusal("the input is not float32")
-    mask_tm, mask_reversed = _list_source(graph, while_node.input[body.mask_list_index])
-    mask = _batch_major_mask(graph, mask_tm)
-    if x_reversed != mask_reversed and (graph.get_shape(x) or [-1])[0] != 1:
-        raise Refusal("only one of the input and the mask is reversed in time")
-    # over one step (static), reversing is the identity, and TensorFlow drops one ReverseV2 or both
+    mask, mask_reversed = _read_mask(graph, while_node, body, x, x_reversed)
     if not is_zero_scalar(graph, while_node.input[body.time_index]):
         raise Refusal("the loop does not start at step 0")
     list_tensor = producer(graph, while_node.input[body.x_list_index]).input[0]  # x, or x reversed in time
@@ -67,7 +63,7 @@ def _read_layer(graph, while_node, body: BodyMatch, condition) -> MaskedRecurren
     check_trip_count(graph, while_node, condition, body.counters, body.invariants, time_axis)
     if not _reserves_one_element_per_output(graph, while_node.input[body.output_list_index], body, time_axis):
         raise Refusal(OUTPUT_LIST_REASON)
-    if not is_zeros(graph, while_node.input[body.masked_output_index]):
+    if body.masked and not is_zeros(graph, while_node.input[body.masked_output_index]):
         raise Refusal("the output at masked steps does not start as zeros")
 
     cells = _resolve_cells(graph, while_node, body)
@@ -87,10 +83,23 @@ def _read_layer(graph, while_node, body: BodyMatch, condition) -> MaskedRecurren
         direction="reverse" if x_reversed or mask_reversed else "forward",
         x_reader=_list_reader(graph, x_list, x_reversed),
         x_source=_batch_major_source(graph, x), mask=mask,
-        mask_post_padded=_is_sequence_mask_over_time(graph, mask, time_axis),
+        mask_post_padded=mask is not None and _is_sequence_mask_over_time(graph, mask, time_axis),
         output_carried=body.output_carried,
         sequence_outputs=[n.output[0] for n in stacks], writes_sequence=body.writes_sequence,
         last_output=while_node.output[body.output_index])
+
+
+def _read_mask(graph, while_node, body: BodyMatch, x: str, x_reversed: bool) -> tuple:
+    """(the [B, T] bool mask in the model's time order, whether its list is reversed in time), or
+    (None, ``x_reversed``) for an unmasked loop."""
+    if not body.masked:
+        return None, x_reversed
+    mask_tm, mask_reversed = _list_source(graph, while_node.input[body.mask_list_index])
+    mask = _batch_major_mask(graph, mask_tm)
+    if x_reversed != mask_reversed and (graph.get_shape(x) or [-1])[0] != 1:
+        raise Refusal("only one of the input and the mask is reversed in time")
+    # over one step (static), reversing is the identity, and TensorFlow drops one ReverseV2 or both
+    return mask, mask_reversed
 
 
 def _resolve_cells(graph, while_node, body: BodyMatch) -> tuple:
