@@ -20,7 +20,7 @@ from tf2onnx import tfonnx
 
 from .. import targets
 from ..plan.masks import MASK_MODES
-from ..read.body import BODY_MATCH_ATTR, is_masked_recurrent_body, is_unmasked_recurrent_body, read_body
+from ..read.body import BODY_MASKED_ATTR, BODY_MATCH_ATTR, is_masked_recurrent_body, is_unmasked_recurrent_body, read_body
 from ..read.trip import COND_MATCH_ATTR, is_loop_condition, read_condition
 from ..report import finish_conversion
 from . import tf2onnx_keras, time_distributed
@@ -71,8 +71,10 @@ def make_rewriter(mask_mode: Optional[str] = None, target: Optional[str] = None,
                          f"exact on onnxruntime only ({'; '.join(targets.NOT_FOR.values())})")
 
     def rewrite_masked_lstm(graph, ops):
-        if is_masked_recurrent_body(graph) or is_unmasked_recurrent_body(graph):
+        masked = is_masked_recurrent_body(graph)
+        if masked or is_unmasked_recurrent_body(graph):
             setattr(graph, BODY_MATCH_ATTR, read_body(graph))
+            setattr(graph, BODY_MASKED_ATTR, masked)
         elif not is_main_graph(graph) and is_loop_condition(graph):
             setattr(graph, COND_MATCH_ATTR, read_condition(graph))
         loops = [op for op in ops if op.type in ("While", "StatelessWhile")]

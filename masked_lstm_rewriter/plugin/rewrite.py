@@ -17,7 +17,7 @@ from ..emit.unmasked import emit_unmasked_layer
 from ..failure import Refusal
 from ..plan.batch import BatchMasks
 from ..plan.masks import MaskPlanner
-from ..read.body import BODY_MATCH_ATTR, is_masked_recurrent_body
+from ..read.body import BODY_MASKED_ATTR, BODY_MATCH_ATTR, is_masked_recurrent_body
 from ..read.loop import layer_name, read_loop
 from ..read.trip import COND_MATCH_ATTR
 from ..report import record
@@ -72,7 +72,7 @@ def _read(graph, loop, mask_mode: str, target):
     body = getattr(body_graph, BODY_MATCH_ATTR, None) if body_graph is not None else None
     if body is None:
         return None  # not a recurrent loop: none of our business
-    masked = is_masked_recurrent_body(body_graph)
+    masked = getattr(body_graph, BODY_MASKED_ATTR, True)
     if isinstance(body, Refusal) and not masked:  # a loop of some other kind, most likely: stock's business
         logger.debug("loop '%s' left as tf2onnx made it: %s", layer_name(loop), body.reason)
         return None

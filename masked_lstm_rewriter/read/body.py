@@ -22,6 +22,7 @@ from ..graph import is_increment, is_zero_scalar, passes_through, producer, skip
 
 
 BODY_MATCH_ATTR = "_masked_lstm_rewriter_body"
+BODY_MASKED_ATTR = "_masked_lstm_rewriter_body_masked"  # read before tf2onnx turns the body into ONNX ops
 
 
 @dataclasses.dataclass(frozen=True)

@@ -68,8 +68,9 @@ ACTIVATIONS = {  # name -> (TensorFlow, numpy)
 class Loop:
     """One masked recurrent loop, as Keras writes it unless a knob says otherwise.
 
-    ``mask``: ``"input"`` (a [B, T] bool argument), ``"masking"`` (``Masking``: any non-zero feature)
-    or ``"lengths"`` (``tf.sequence_mask(lengths, T)`` of an int32 [B] argument).
+    ``mask``: ``"input"`` (a [B, T] bool argument), ``"masking"`` (``Masking``: any non-zero feature),
+    ``"lengths"`` (``tf.sequence_mask(lengths, T)`` of an int32 [B] argument) or ``"none"`` (an
+    unmasked loop, as Keras writes one: the states are carried as computed, and no output is).
     ``stop``: ``"T"`` (Keras) or ``"T-1"`` (a loop that stops one step early).
     ``weights``: ``"const"`` or ``"inputs"`` (the kernel is a function argument: not a constant).
     ``outputs``: which of ``seq``, ``last``, ``h``, ``c`` the function returns (``c``: LSTM only).
@@ -173,6 +174,9 @@ def masked_loop(spec: Loop):
         zeros = tf.zeros(tf.stack([tf.shape(x)[0], spec.units]), dtype)
         bound = steps if spec.stop == "T" else steps - 1
 
+        if spec.mask == "none":
+            return _unmasked_outputs(spec, w, x_ta, steps, bound, zeros)
+
         def body(time, out_ta, prev_out, h, c):
             x_t, mask_t = x_ta.read(time), mask_ta.read(time)
             h_new, c_new = _tf_cell(spec, w, x_t, h, c)
@@ -215,6 +219,20 @@ def _np_cell(spec: Loop, w: dict, x_t, h, c):
     return act(x_t @ w["kernel"] + h @ w["recurrent"] + w["bias"]), c
 
 
+def _unmasked_outputs(spec: Loop, w: dict, x_ta, steps, bound, zeros) -> tuple:
+    """The loop without a mask, as Keras writes it: (time, outputs, h[, c]) as loop variables."""
+    def body(time, out_ta, h, c):
+        h, c_new = _tf_cell(spec, w, x_ta.read(time), h, c)
+        return time + 1, out_ta.write(time if spec.sequence else 0, h), h, (c if c_new is None else c_new)
+
+    out_ta = tf.TensorArray(zeros.dtype, size=steps if spec.sequence else 1)
+    with tf.name_scope(spec.kind.lower()):
+        _, out_ta, h, c = tf.while_loop(lambda time, *_: time < bound, body, (tf.constant(0), out_ta, zeros, zeros),
+                                        maximum_iterations=steps)
+    found = {"seq": tf.transpose(out_ta.stack(), [1, 0, 2]) if spec.sequence else None, "last": h, "h": h, "c": c}
+    return tuple(found[name] for name in spec.returned)
+
+
 def reference(spec: Loop, weights: dict, x: np.ndarray, mask: np.ndarray) -> dict:
     """The masked recurrence in numpy (float64): each output the function returns, by name."""
     w = {k: v.astype(np.float64) for k, v in weights.items()}
@@ -253,7 +271,9 @@ def batch(spec: Loop, mask: np.ndarray, seed: int = 1) -> tuple:
     rng = np.random.default_rng(seed)
     x = rng.normal(size=mask.shape + (spec.features,)).astype(spec.dtype)
     feeds = {"x": x}
-    if spec.mask == "input":
+    if spec.mask == "none":
+        mask = np.ones_like(mask)
+    elif spec.mask == "input":
         feeds["mask"] = mask
     elif spec.mask == "lengths":
         lengths = mask.sum(axis=1).astype(np.int32)

@@ -1,10 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
 """Plugin stage: the rewriter leaves graphs without a masked loop alone; enable()/disable().
 
-A graph with no loop, and a graph with an unmasked recurrent loop (the loop Keras writes for a
-layer without a mask: no ``SelectV2`` on a mask list), convert with the rewriter exactly as they
-do without it (the same nodes, in the same order, the same outputs), and the report says no masked
-layer was found. ``enable()`` applies the rewrite to conversions that do not pass it, until
+A graph with no loop, and a graph with a loop over time steps that is no recurrent cell (a
+running sum), convert with the rewriter exactly as they do without it (the same nodes, in the same
+order, the same outputs), and the report says no recurrent layer was found (unmasked recurrent
+loops are rewritten: ``test_unmasked.py``). ``enable()`` applies the rewrite to conversions that do not pass it, until
 ``disable()`` or the end of its ``with`` block.
 """
 
@@ -20,7 +20,6 @@ pytestmark = pytest.mark.usefixtures("plugin_off")  # tests/conftest.py: disable
 
 RNG = np.random.default_rng(5)
 KERNEL = (0.5 * RNG.normal(size=(3, 2))).astype(np.float32)
-RECURRENT = (0.5 * RNG.normal(size=(2, 2))).astype(np.float32)
 SIGNATURE = [tf.TensorSpec([None, None, 3], tf.float32, name="x")]
 
 
@@ -28,25 +27,24 @@ def no_loop(x):
     return tf.tanh(tf.matmul(x, tf.constant(KERNEL)) * 2.0 + 1.0)
 
 
-def unmasked_loop(x):
-    """A SimpleRNN's loop without a mask: no state is selected by a mask."""
-    kernel, recurrent = tf.constant(KERNEL), tf.constant(RECURRENT)
+def running_sum_loop(x):
+    """A loop over time steps that is no recurrent cell: a running sum (no weights, no gate)."""
     x_tm = tf.transpose(x, [1, 0, 2])
     steps = tf.shape(x_tm)[0]
     x_ta = tf.TensorArray(tf.float32, size=steps).unstack(x_tm)
     out_ta = tf.TensorArray(tf.float32, size=steps)
 
     def body(time, out_ta, h):
-        h = tf.tanh(tf.matmul(x_ta.read(time), kernel) + tf.matmul(h, recurrent))
+        h = h + x_ta.read(time)
         return time + 1, out_ta.write(time, h), h
 
     _, out_ta, h = tf.while_loop(lambda time, *_: time < steps, body,
-                                 (tf.constant(0), out_ta, tf.zeros(tf.stack([tf.shape(x)[0], 2]))))
+                                 (tf.constant(0), out_ta, tf.zeros(tf.stack([tf.shape(x)[0], 3]))))
     return tf.transpose(out_ta.stack(), [1, 0, 2]), h
 
 
 @pytest.mark.parametrize("fn, outputs", [pytest.param(no_loop, ("y",), id="no-loop"),
-                                         pytest.param(unmasked_loop, ("seq", "h"), id="unmasked-loop")])
+                                         pytest.param(running_sum_loop, ("seq", "h"), id="running-sum-loop")])
 @pytest.mark.parametrize("mode", ["post", "any"])
 def test_graph_without_a_masked_loop_is_left_alone(fn, outputs, mode):
     function = tf.function(fn, input_signature=SIGNATURE, autograph=False)

@@ -24,6 +24,7 @@ class Cell:
 @dataclasses.dataclass
 class Layer:
     cells: tuple = (Cell(),)
+    mask: str = "mask"
 
 
 def test_the_targets_are_the_entries():
