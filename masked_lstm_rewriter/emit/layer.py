@@ -46,12 +46,9 @@ import numpy as np
 from tf2onnx import utils
 from tf2onnx.graph_builder import GraphBuilder
 
-from .. import targets
-from ..cells import kind_of
 from ..layer import MaskedRecurrentLayer, RecurrentCell
 from ..plan.masks import MaskTensors
-from .node import RecurrentNode, emit_node, node_attributes
-from .read_alone import read_alone
+from .node import cell_node, emit_node
 from .rewire import rewire
 
 
@@ -101,17 +98,7 @@ def _emit_recurrent_node(g, layer: MaskedRecurrentLayer, cell: RecurrentCell, ma
     padding_column = cell.carries_cell_state  # saturating: targets.portability_refusal() let it through
     if padding_column:
         x = _with_padding_column(g, x, masks.valid_steps, cell.input_size)
-    x = read_alone(g, x) if targets.shared_swaps_scrambled() else x
-    kind = kind_of(cell.kind)
-    w, r, b = kind.onnx_weights(cell, padding_column)
-    extra = tuple(_const(g, name, value) for name, value in kind.extra_inputs(cell))
-    b = _const(g, "B", b) if cell.bias is not None or cell.recurrent_bias else ""
-    initial = () if cell.zero_initial_state else tuple(
-        state for state in (cell.initial_h, cell.initial_c) if state is not None)
-    attr = node_attributes(cell)
-    node = RecurrentNode(kind=kind, x=x, weights=(_const(g, "W", w), _const(g, "R", r), b), lengths=masks.lengths,
-                         initial=initial, attr=attr, name=f"{layer.layer}/masked_{cell.kind.lower()}",
-                         hidden=cell.hidden_size, wants_c=padding_column, extra=extra)
+    node = cell_node(g, cell, x, masks.lengths, f"{layer.layer}/masked_{cell.kind.lower()}", padding_column)
     # in segments, an LSTM's final cell state past its row's length is held by the padding column
     carry = None
     if cell is layer.top and _shows_carried_outputs(layer, masks):
@@ -184,16 +171,16 @@ def _keras_outputs(g, layer: MaskedRecurrentLayer, out: NodeOutputs, masks: Mask
         mapped = _gather_steps(g, out.y, where.index, layer.top.hidden_size)
         in_time_order = g.make_node("Where", [where.keep, mapped, _zero(g)]).output[0]
         if layer.direction == "reverse":
-            sequence = _reverse_time(gb, in_time_order)
-            last_output = last_output if layer.output_carried else _step(gb, in_time_order, 0)
+            sequence = reverse_time(gb, in_time_order)
+            last_output = last_output if layer.output_carried else time_step(gb, in_time_order, 0)
         else:
             sequence, in_time_order = in_time_order, None
-            last_output = last_output if layer.output_carried else _step(gb, sequence, -1)
+            last_output = last_output if layer.output_carried else time_step(gb, sequence, -1)
     elif layer.direction == "reverse":
         # Keras ran forward over the reversed rows, whose padding comes first: those steps output
         # zeros (the carried output starts at zeros); its last step saw the row's first step.
         in_time_order = g.make_node("Where", [masks.mask_tm, out.y, _zero(g)]).output[0]
-        sequence = _reverse_time(gb, in_time_order)
+        sequence = reverse_time(gb, in_time_order)
     elif out.carried:
         sequence = out.y
     elif layer.output_carried:
@@ -202,13 +189,13 @@ def _keras_outputs(g, layer: MaskedRecurrentLayer, out: NodeOutputs, masks: Mask
     else:
         # masked steps output zeros (zero_output_for_mask)
         sequence = g.make_node("Where", [masks.mask_tm, out.y, _zero(g)]).output[0]
-        last_output = _step(gb, sequence, -1)
+        last_output = time_step(gb, sequence, -1)
     if not layer.writes_sequence:
         sequence = in_time_order = gb.make_unsqueeze({"data": last_output, "axes": [0]})
     return sequence, in_time_order, last_output
 
 
-def _step(gb, sequence, index):
+def time_step(gb, sequence, index):
     """Time step ``index`` of a [T, B, H] sequence, as [B, H]."""
     end = np.iinfo(np.int64).max if index == -1 else index + 1
     return gb.make_squeeze({"data": gb.make_slice({"data": sequence, "starts": [index], "ends": [end],
@@ -219,7 +206,7 @@ def _zero(g):
     return _const(g, "zero_f32", np.array(0, np.float32))
 
 
-def _reverse_time(gb, tensor):
+def reverse_time(gb, tensor):
     return gb.make_slice({"data": tensor, "starts": [-1], "ends": [np.iinfo(np.int64).min], "axes": [0],
                           "steps": [-1]})
 

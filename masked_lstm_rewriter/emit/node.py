@@ -13,10 +13,12 @@ from typing import Optional
 
 from tf2onnx import utils
 
-from ..cells import CellKind
+from .. import targets
+from ..cells import CellKind, kind_of
 from ..graph import int64_const, make_op
 from ..layer import RecurrentCell
 from ..plan.schedule import SegmentPlan, schedule_if
+from .read_alone import read_alone
 from .segments import segments
 
 MIN_OPSET = 13  # Split and Squeeze take their sizes and axes as inputs, as the emitted nodes give them
@@ -69,6 +71,26 @@ def _single(g, node: RecurrentNode) -> list:
     out = g.make_node(node.kind.op, [node.x, *node.weights, node.lengths] + initial + list(node.extra),
                       output_count=node.kind.outputs, attr=node.attr, name=utils.make_name(node.name))
     return [out.output[0]] + ([out.output[2]] if node.wants_c else [])
+
+
+def cell_node(g, cell: RecurrentCell, x: str, lengths: str, name: str, padding_column: bool = False) -> RecurrentNode:
+    """The native node of ``cell`` over ``x`` (time-major), its weights, bias, initial states and the
+    kind's own inputs made constants; ``lengths`` its sequence_lens ("" for none). ``x`` is read
+    through a node of its own where a runtime would scramble a shared input."""
+    kind = kind_of(cell.kind)
+    x = read_alone(g, x) if targets.shared_swaps_scrambled() else x
+    w, r, b = kind.onnx_weights(cell, padding_column)
+    extra = tuple(_const(g, part, value) for part, value in kind.extra_inputs(cell))
+    bias = _const(g, "B", b) if cell.bias is not None or cell.recurrent_bias else ""
+    initial = () if cell.zero_initial_state else tuple(
+        state for state in (cell.initial_h, cell.initial_c) if state is not None)
+    return RecurrentNode(kind=kind, x=x, weights=(_const(g, "W", w), _const(g, "R", r), bias), lengths=lengths,
+                         initial=initial, attr=node_attributes(cell), name=name, hidden=cell.hidden_size,
+                         wants_c=padding_column or cell.carries_cell_state, extra=extra)
+
+
+def _const(g, name: str, value) -> str:
+    return g.make_const(utils.make_name(name), value).output[0]
 
 
 def node_attributes(cell: RecurrentCell) -> dict:

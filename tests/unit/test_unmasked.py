@@ -39,3 +39,21 @@ def test_last_output_only():
     converted, weights = convert_loop(spec)
     assert [n.op_type for n in converted.native_nodes()] == ["GRU"] and "Loop" not in converted.ops()
     assert_matches_reference(spec, converted, weights, np.ones_like(POST_PADDED))
+
+
+@pytest.mark.parametrize("mode, opset", [("any", 15), ("post", 13), ("post", 18)])
+def test_every_mode_and_opset(mode, opset):
+    """No mask, so the mask mode changes nothing; the nodes are emitted in each opset's form."""
+    spec = Loop(kind="GRU", mask="none", backward=True)
+    converted, weights = convert_loop(spec, mode, opset=opset)
+    assert [n.op_type for n in converted.native_nodes()] == ["GRU"]
+    assert not MASK_MACHINERY & set(converted.ops()), converted.ops()
+    assert_matches_reference(spec, converted, weights, np.ones_like(POST_PADDED))
+
+
+def test_below_opset_13_the_loop_stays_with_its_reason():
+    converted, weights = convert_loop(Loop(kind="GRU", mask="none"), "post", opset=12)
+    assert "Loop" in converted.ops() and not converted.native_nodes()
+    (layer,) = converted.report.left_as_loop
+    assert layer.detail.startswith("opset 12:") and not layer.masked
+    assert_matches_reference(Loop(kind="GRU", mask="none"), converted, weights, np.ones_like(POST_PADDED))
