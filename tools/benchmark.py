@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""Latency benchmark: stock tf2onnx's Loop vs the plugin vs an unmasked native LSTM (onnxruntime).
+"""Latency benchmark: stock tf2onnx's Loop vs the plugin vs the unmasked native op (onnxruntime).
 
 Three models, Embedding(1000, 64, mask_zero=True) -> LSTM(128, return_sequences=True), the
 same with Bidirectional(LSTM), and with GRU(128, return_sequences=True) (--models picks some),
@@ -9,8 +9,11 @@ each converted (opset 15) four ways:
   loop       stock tf2onnx: an ONNX Loop
   post       the plugin, custom_rewriter=[make_rewriter("post")] (native LSTM/GRU, guard, fix-ups)
   any        the plugin, custom_rewriter=[make_rewriter("any")]
-  unmasked   the same weights with mask_zero=False: stock tf2onnx gives a native LSTM/GRU over
-             every step (the practical limit)
+  unmasked   the same weights with mask_zero=False, converted with the plugin too (as "post"): a
+             native LSTM/GRU over every step, the practical limit. Stock tf2onnx makes the LSTMs
+             native itself (the plugin leaves its graph as it is); Keras 3's GRU it leaves a Loop,
+             which the plugin makes native. The op the unmasked model holds, and who made it, is
+             printed with the conversions and written to conversion.csv (unmasked_op)
   no-guard   (headline rows only) the "post" model with the guard's Split bypassed, as in
              tools/guard_cost.py
   ov-post    (headline rows only) the "post" model on OpenVINO (CPU, f32, as many inference
@@ -422,8 +425,11 @@ def convert_all(tf, tf2onnx, mlr, keras_models: dict, repeats: int, quiet: bool)
     spec = (tf.TensorSpec((None, None), tf.int32, name="tokens"),)
     ways = {"loop": (0, None), "post": (0, lambda: [mlr.make_rewriter("post")]),
             "sched": (0, lambda: [mlr.make_rewriter("post", target="onnxruntime", schedule=True)]),
-            "any": (0, lambda: [mlr.make_rewriter("any")]), "unmasked": (1, None)}
-    protos, seconds = {}, {}
+            "any": (0, lambda: [mlr.make_rewriter("any")]),
+            # with the plugin: the native op wherever the plugin makes one (Keras 3's GRU, which stock
+            # leaves a Loop even unmasked); stock's native LSTM stays as stock made it
+            "unmasked": (1, lambda: [mlr.make_rewriter("post")])}
+    protos, seconds, makers = {}, {}, {}
     for _ in range(repeats):
         for model, pair in keras_models.items():
             for variant, (which, rewriters) in ways.items():
@@ -434,7 +440,19 @@ def convert_all(tf, tf2onnx, mlr, keras_models: dict, repeats: int, quiet: bool)
                     elapsed = time.perf_counter() - start
                 protos[(model, variant)] = proto
                 seconds.setdefault((model, variant), []).append(elapsed)
-    return protos, seconds
+                if variant == "unmasked":  # who made its native op: the plugin's report lists what it rewrote
+                    makers[model] = "the plugin" if mlr.last_report().rewritten else "stock tf2onnx"
+    return protos, seconds, makers
+
+
+def unmasked_op(proto, maker: str) -> str:
+    """What the unmasked model computes its recurrence with: ``"native GRU (the plugin)"``, ``"native
+    LSTM (stock tf2onnx)"``, or ``"Loop"`` when a Loop is left (then it is no native reference)."""
+    counts = op_counts(proto)
+    if counts["Loop"]:
+        return "Loop"
+    native = [op for op in ("LSTM", "GRU", "RNN") if counts[op]]
+    return f"native {'+'.join(native) or 'none'} ({maker})"
 
 
 def check_structure(protos: dict):
@@ -446,6 +464,9 @@ def check_structure(protos: dict):
                  f"(expected no Loop, at least one {op})")
         if variant == "loop" and not counts["Loop"]:
             fail(f"{model}/loop: stock tf2onnx gave no Loop (is the plugin enabled through TF2ONNX_MASKED_LSTM?)")
+        if variant == "unmasked" and (counts["Loop"] or not counts[op]):
+            fail(f"{model}/unmasked: the unmasked model, converted with the plugin, has {counts['Loop']} Loop and "
+                 f"{counts[op]} {op} ops (expected no Loop, at least one {op}): it is no native reference")
 
 
 def check_openvino_numerics(np, keras_models: dict, protos: dict, shapes: list, worst: dict, report: Report) -> set:
@@ -726,7 +747,10 @@ def main(argv=None) -> int:
     # models, conversions, sizes
     with quiet_stderr(quiet):
         keras_models = {m: build_pair(keras, m) for m in args.models}
-    protos, seconds = convert_all(tf, tf2onnx, mlr, keras_models, settings["conversions"], quiet)
+    protos, seconds, makers = convert_all(tf, tf2onnx, mlr, keras_models, settings["conversions"], quiet)
+    references = {m: unmasked_op(protos[(m, "unmasked")], makers[m]) for m in args.models}
+    report("unmasked reference (the same weights without a mask, converted with the plugin): " +
+           "; ".join(f"{MODEL_NAMES[m]} {references[m]}" for m in args.models))
     check_structure(protos)
     conversion_rows = []
     report(f"conversion (tf2onnx.convert.from_keras, median of {settings['conversions']}, interleaved) and ONNX size:")
@@ -739,7 +763,8 @@ def main(argv=None) -> int:
                    median_s=round(float(np.median(values)), 4), min_s=round(values[0], 4),
                    max_s=round(values[-1], 4), onnx_bytes=len(proto.SerializeToString()),
                    nodes=len(proto.graph.node), nodes_with_subgraphs=sum(counts.values()),
-                   native_ops=counts[NATIVE_OPS[model]], loop_ops=counts["Loop"])
+                   native_ops=counts[NATIVE_OPS[model]], loop_ops=counts["Loop"],
+                   unmasked_op=references[model] if variant == "unmasked" else "")
         conversion_rows.append(row)
         report(f"  {MODEL_NAMES[model]:<13} {variant:<9} {row['median_s']:>8.3f} {row['min_s']:>6.3f} "
                f"{row['onnx_bytes']:>9} {row['nodes']:>5} {row['nodes_with_subgraphs']:>10} "
@@ -825,6 +850,8 @@ def main(argv=None) -> int:
                f"{ms('ovpost_ms', 7)} {ms('ovloop_ms', 7)} "
                f"{ratio('loop_over_post'):>17} {ratio('post_over_unmasked'):>17} {ratio('any_over_post'):>17} "
                f"{ratio_or_dash('ovpost_over_post'):>17} {row['rounds']:>6}")
+    report("  unmasked: the same weights without a mask, converted with the plugin: "
+           + "; ".join(f"{MODEL_NAMES[m]} {references[m]}" for m in args.models))
     report()
     report_distributions(ratio_rows, settings, report)
     report()
