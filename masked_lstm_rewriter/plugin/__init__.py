@@ -6,7 +6,8 @@
 * :func:`enable` / :func:`disable` add it to every tf2onnx conversion in the process, by
   wrapping ``tf2onnx.tfonnx.process_parsed_graph`` (the one place every front end, from
   ``from_keras`` to the command line, passes its custom rewriters through), and install the
-  fixes Keras 3 models need to convert at all (:mod:`.time_distributed`, :mod:`.tf2onnx_keras`).
+  fixes Keras 3 models need to convert at all (:mod:`.time_distributed`, :mod:`.tf2onnx_keras`),
+  and have every conversion trace Keras's generic recurrent code, not cuDNN's (:mod:`.generic_path`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from ..plan.masks import MASK_MODES
 from ..read.body import BODY_MASKED_ATTR, BODY_MATCH_ATTR, is_masked_recurrent_body, is_unmasked_recurrent_body, read_body
 from ..read.trip import COND_MATCH_ATTR, is_loop_condition, read_condition
 from ..report import finish_conversion
-from . import tf2onnx_keras, time_distributed
+from . import generic_path, tf2onnx_keras, time_distributed
 from .rewrite import is_main_graph, report_lowered_loops, rewrite_loops
 
 logger = logging.getLogger("masked_lstm_rewriter")
@@ -137,7 +138,8 @@ def enable(mask_mode: Optional[str] = None, target: Optional[str] = None, schedu
     target's (``"any"`` for OpenVINO, else ``"post"``). Enabling again changes the mode; the
     rewrite is never applied twice (not even when a caller also passes it in ``custom_rewriter``).
     Use the result as a context manager to restore the previous state on exit. It also applies
-    the fixes Keras 3 models need to convert at all (:mod:`.time_distributed`, :mod:`.tf2onnx_keras`).
+    the fixes Keras 3 models need to convert at all (:mod:`.time_distributed`, :mod:`.tf2onnx_keras`),
+    and traces Keras's generic recurrent code where a GPU is visible (:mod:`.generic_path`).
     """
     previous = _enabled_rewriter
     _install(make_rewriter(mask_mode, target, schedule))
@@ -153,6 +155,7 @@ def _install(rewriter) -> None:
     _enabled_rewriter = rewriter
     time_distributed.install()
     tf2onnx_keras.install()
+    generic_path.install()  # after tf2onnx_keras: it wraps the functions in force
 
 
 def disable() -> None:
@@ -162,6 +165,7 @@ def disable() -> None:
         tfonnx.process_parsed_graph = _original_process_parsed_graph
     _original_process_parsed_graph = None
     _enabled_rewriter = None
+    generic_path.uninstall()  # before tf2onnx_keras: it gives back tf2onnx_keras's functions
     time_distributed.uninstall()
     tf2onnx_keras.uninstall()
 
