@@ -117,3 +117,46 @@ def test_a_missing_corpus_is_one_error_and_a_failed_count(tmp_path, capsys):
     assert command.main(["--corpus", str(tmp_path)]) == 1
     out, err = capsys.readouterr()
     assert "cannot read the corpus manifest" in err and out.strip().splitlines()[-1] == "0 passed, 1 failed, 0 skipped"
+
+
+# --- entries without a mask ---------------------------------------------------------------------
+
+UNMASKED = manifest.entries_for(manifest.load_manifest(), "keras3", "keras3/unmasked_gru/saved_model")[0]
+
+
+def gru(name, lengths=""):
+    return helper.make_node("GRU", ["x", "w", "r", "", lengths], [name], name=name, hidden_size=4)
+
+
+def test_the_corpus_has_the_unmasked_layers_stock_leaves_as_loops():
+    """Keras 3: GRU (both reset_after, go_backwards), SimpleRNN, Bidirectional(GRU), hard_sigmoid LSTM;
+    tf_keras: GRU(reset_after=False), SimpleRNN (its other layers are stock's native ops)."""
+    cases = {flavour: {e["case"] for e in manifest.load_manifest()["entries"]
+                       if e["flavour"] == flavour and e.get("unmasked")} for flavour in manifest.FLAVOURS}
+    assert cases["keras3"] == {"unmasked_gru", "unmasked_gru_reset_before_state", "unmasked_gru_go_backwards",
+                               "unmasked_simple_rnn", "unmasked_bidirectional_gru", "unmasked_hard_sigmoid"}
+    assert cases["tf_keras"] == {"unmasked_gru_reset_before_state", "unmasked_simple_rnn"}
+
+
+def test_an_unmasked_entry_has_no_guard_batch():
+    assert UNMASKED["mask_mode"] == "post" and UNMASKED["must_fail"] is None
+    assert manifest.entry_problems(UNMASKED) == []
+    problems = manifest.entry_problems(dict(UNMASKED, must_fail=ENTRY["must_fail"]))
+    assert any("exactly the 'post' entries with a mask" in p and "(no mask)" in p for p in problems), problems
+
+
+def test_an_unmasked_model_has_no_guard_and_no_lengths():
+    features = (("features", [None, None, 3]),)
+    assert check.unmasked_problems(UNMASKED, model_with([gru("y")], features)) == []
+    guard = helper.make_node("Split", ["x"], ["s"], name="masked_lstm_rewriter: the mask is not post-padded__3")
+    problems = check.unmasked_problems(UNMASKED, model_with([guard, gru("y", "lengths")], features))
+    assert len(problems) == 2, problems
+    assert "a guard node" in problems[0] and "GRU node y is given lengths (lengths)" in problems[1]
+    assert check.unmasked_problems(ENTRY, model_with([guard, gru("y", "lengths")])) == []  # a masked entry may
+
+
+def test_an_unmasked_entry_reports_its_layers_as_unmasked():
+    unmasked = ConversionReport((LayerReport("gru", True, "GRU direction=forward", "post", masked=False),))
+    convert.check_report(UNMASKED, unmasked)
+    with pytest.raises(check.CorpusFailure, match="marks a layer of a model without a mask as masked"):
+        convert.check_report(UNMASKED, report_of())

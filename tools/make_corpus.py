@@ -8,7 +8,8 @@
     .venv/bin/python tools/make_corpus.py --keras tf_keras   # one flavour; the other's entries stay
     .venv/bin/python tools/make_corpus.py --out /tmp/probe --formats h5 --keras keras3   # try a format
 
-Each case is a small masked Keras model (LSTM, GRU, SimpleRNN; 3-8 units, up to 7 steps) built
+Each case is a small masked Keras model (LSTM, GRU, SimpleRNN; 3-8 units, up to 7 steps), or one
+without a mask of a layer stock tf2onnx leaves as a Loop (``unmasked_*``: source ``"none"``), built
 with fixed seeds (``keras.utils.set_random_seed``; every weight then drawn from
 ``numpy.random.default_rng``, as ``tests/kerasutil.randomize_weights`` does, so no bias is zero).
 For each Keras flavour (Keras 3, and tf_keras with ``TF_USE_LEGACY_KERAS=1``; they cannot share a
@@ -24,8 +25,9 @@ process, so ``--keras both`` runs this script once per flavour as a subprocess) 
 * input batches (``batchN_inputs.npz``: several rows, mixed lengths with empty and full rows;
   pre-padded and holed masks for ``mask_mode="any"`` cases) and the Keras outputs for them
   (``batchN_expected.npz``, computed by the Keras model in memory);
-* for ``mask_mode="post"`` cases, ``not_post_padded_inputs.npz``: a batch that the converted
-  model must refuse with the guard's message ("not post-padded").
+* for ``mask_mode="post"`` cases with a mask, ``not_post_padded_inputs.npz``: a batch that the
+  converted model must refuse with the guard's message ("not post-padded"). A case without a mask
+  gets no guard: its batches are random features, every step valid.
 
 Then it converts every entry the way the corpus check does (``tf2onnx.convert.main()`` with
 ``masked_lstm_rewriter.enable(mask_mode)``, the checkout's plugin), records the ONNX input and
@@ -35,6 +37,11 @@ written by hand, so that a change to the emitter needs only ``--ops-only``), che
 (``masked_lstm_rewriter.corpus.writer`` writes the files and entries). It exits
 non-zero when a model does not convert, a layer stays a Loop or a check fails (the files are
 written anyway, to look at).
+
+A case whose ``formats`` name no format for a flavour has no entry in it (the unmasked layers that
+stock tf2onnx already makes native in tf_keras). A case whose model is saved otherwise than by
+``save_model`` (say, a graph traced through Keras's cuDNN kernel, with the Keras model of the
+generic path giving the expected outputs) names its own ``save`` function and ``saved_with`` text.
 
 Cases marked ``pending`` (a capability not on this branch yet, such as static-shape signatures)
 are made only when ``--cases`` names them; once the capability lands, drop the mark and run this.
@@ -80,6 +87,8 @@ FORMATS = {"keras3": ("saved_model", "keras"), "tf_keras": ("h5", "saved_model")
 # the formats of most cases: a tf_keras SavedModel is large (see NOT_INCLUDED), an .h5 is not
 DEFAULT_FORMATS = {"keras3": ("saved_model", "keras"), "tf_keras": ("h5",)}
 SMALL_FORMATS = {"keras3": ("saved_model",), "tf_keras": ("h5",)}
+# the unmasked layers stock tf2onnx leaves as a Loop in Keras 3 only (tf_keras's own is native)
+KERAS3_ONLY = {"keras3": ("saved_model",), "tf_keras": ()}
 HOW_SAVED = {
     ("keras3", "saved_model"): "keras.Model.export(path, format='tf_saved_model')",
     ("keras3", "keras"): "keras.Model.save('model.keras'), then normalised for byte stability: fixed zip "
@@ -133,7 +142,7 @@ BYTE_STABILITY = (
 class Case:
     name: str
     description: str
-    source: str                      # mask source: embedding | masking | explicit
+    source: str                      # mask source: embedding | masking | explicit | none (no mask: unmasked)
     layers: Callable                 # keras -> [layers], applied in order
     mask_mode: str = "post"
     mask_value: float = 0.0          # Masking's mask_value
@@ -147,6 +156,10 @@ class Case:
     left_as_loop: tuple = ()         # a text of the reason of each masked layer the plugin must refuse
     dtype: str = "float32"           # of the features input and of Masking (the layers set their own)
     wiring: str = "chain"            # chain: each layer reads the one before; WIRINGS lists the others
+    # save(model, case, flavour, fmt, path, n_outputs, tf) writes the model instead of save_model (a graph
+    # traced another way: its batches' expected outputs are still the Keras model's); saved_with says how
+    save: Optional[Callable] = None
+    saved_with: str = ""
 
 
 def _lstm(keras, units, **kwargs):
@@ -335,6 +348,34 @@ CASES = (
                    ("1111111", "0000000", "0001111", "1010110", "0111100", "1110000")),
                   ("7 steps: pre-padded to one step, post-padded to one step", ("0000001", "1000000"))),
          seed=27),
+    # no mask: the layers stock tf2onnx 1.17 leaves as a Loop even so, which the plugin makes native with no
+    # mask machinery (no guard, no lengths); converted with the default mode, "post"
+    Case("unmasked_gru",
+         "no mask: features -> GRU(5, return_sequences=True) (reset_after=True): stock tf2onnx leaves a Loop in "
+         "Keras 3 (tf_keras's is native)", "none",
+         lambda k: [_gru(k, 5, return_sequences=True, name="gru")], formats=KERAS3_ONLY, seed=28),
+    Case("unmasked_gru_reset_before_state",
+         "no mask: features -> GRU(4, reset_after=False, return_sequences=True, return_state=True): sequence, h",
+         "none",
+         lambda k: [_gru(k, 4, reset_after=False, return_sequences=True, return_state=True, name="gru")],
+         formats=SMALL_FORMATS, seed=29),
+    Case("unmasked_gru_go_backwards",
+         "no mask: features -> GRU(4, go_backwards=True, return_sequences=True): the sequence in reversed time, "
+         "as Keras returns it (Keras 3; tf_keras's is native)", "none",
+         lambda k: [_gru(k, 4, go_backwards=True, return_sequences=True, name="gru")], formats=KERAS3_ONLY, seed=30),
+    Case("unmasked_simple_rnn",
+         "no mask: features -> SimpleRNN(5, return_sequences=True) (ONNX RNN)", "none",
+         lambda k: [_rnn(k, 5, return_sequences=True, name="simple_rnn")], formats=SMALL_FORMATS, seed=31),
+    Case("unmasked_bidirectional_gru",
+         "no mask: features -> Bidirectional(GRU(4, return_sequences=True), merge_mode='concat') (Keras 3; "
+         "tf_keras's is one native bidirectional GRU)", "none",
+         lambda k: [_bidirectional(k, _gru(k, 4, return_sequences=True, name="gru"), merge_mode="concat")],
+         formats=KERAS3_ONLY, seed=32),
+    Case("unmasked_hard_sigmoid",
+         "no mask: features -> LSTM(4, recurrent_activation='hard_sigmoid', return_sequences=True) (Keras 3; "
+         "tf_keras's is native)", "none",
+         lambda k: [_lstm(k, 4, recurrent_activation="hard_sigmoid", return_sequences=True, name="lstm")],
+         formats=KERAS3_ONLY, seed=33),
 )
 
 # masks as strings, one per row ("1" = valid step)
@@ -351,6 +392,12 @@ ANY_BATCHES = (
 )
 NOT_POST_PADDED = ("6 steps: a post-padded row, a pre-padded row, a row with a hole",
                    ("111000", "001111", "101100"))
+# no mask (source "none"): random features, every step valid; the rows give the shapes
+UNMASKED_BATCHES = (
+    ("no mask: 4 rows x 7 steps", ("1111111",) * 4),
+    ("no mask: 1 row x 5 steps", ("11111",)),
+    ("no mask: 3 rows x 1 step", ("1",) * 3),
+)
 # what the manifest and its README say beyond the entries
 CATALOGUE = writer.Catalogue(
     case_order=tuple(case.name for case in CASES),
@@ -375,7 +422,7 @@ def input_specs(case: Case):
     steps = (case.signature or {}).get("steps")
     if case.source == "embedding":
         return [("tokens", "int32", (batch, steps))]
-    if case.source == "masking":
+    if case.source in ("masking", "none"):
         return [("features", case.dtype, (batch, steps, FEATURES))]
     return [("features", case.dtype, (batch, steps, FEATURES)), ("mask", "bool", (batch, steps))]
 
@@ -393,6 +440,8 @@ def build_model(case: Case, keras, np):
         x = keras.layers.Embedding(VOCAB, EMBED, mask_zero=True, name="embedding")(inputs[0])
     elif case.source == "masking":
         x = keras.layers.Masking(mask_value=case.mask_value, dtype=case.dtype, name="masking")(inputs[0])
+    elif case.source == "none":
+        x = inputs[0]
     else:
         x, mask = inputs
     first, sequences = x, []
@@ -415,8 +464,8 @@ def build_model(case: Case, keras, np):
 
 
 def masked_layer_count(model, keras) -> int:
-    """The recurrent layers the plugin must rewrite (every one in a corpus model is masked); a
-    Bidirectional is two, as last_report() counts them."""
+    """The recurrent layers the plugin must rewrite (every one in a corpus model is masked, or in an
+    unmasked case one stock tf2onnx leaves as a Loop); a Bidirectional is two, as last_report() counts them."""
     return sum(2 if isinstance(layer, keras.layers.Bidirectional) else 1
                for layer in model.layers if isinstance(layer, (keras.layers.RNN, keras.layers.Bidirectional)))
 
@@ -433,6 +482,8 @@ def make_batch(case: Case, rows, seed: int, np) -> dict:
     features = rng.normal(size=(batch, steps, FEATURES)).astype(case.dtype)
     if case.source == "masking":
         features[~valid] = case.mask_value
+        return {"features": features}
+    if case.source == "none":
         return {"features": features}
     return {"features": features, "mask": valid}  # padded steps keep non-zero features: only the mask counts
 
@@ -529,7 +580,8 @@ def write_batches(case: Case, model, case_dir: str, out: str, np) -> tuple:
     """Every batch's inputs and Keras outputs, and the guard's batch; returns (batches, must_fail, n_outputs)."""
     batches = []
     n_outputs = 0
-    patterns = case.batches or (ANY_BATCHES if case.mask_mode == "any" else POST_BATCHES)
+    patterns = case.batches or (UNMASKED_BATCHES if case.source == "none" else
+                                ANY_BATCHES if case.mask_mode == "any" else POST_BATCHES)
     for number, (description, rows) in enumerate(patterns):
         inputs = make_batch(case, rows, seed=1000 * case.seed + number, np=np)
         outputs = keras_outputs(model, inputs, case, np)
@@ -541,7 +593,7 @@ def write_batches(case: Case, model, case_dir: str, out: str, np) -> tuple:
         batches.append({"description": description, "mask_rows": list(rows),
                         "inputs": relative(inputs_path, out), "expected": relative(expected_path, out)})
     must_fail = None
-    if case.mask_mode == "post":
+    if case.mask_mode == "post" and case.source != "none":  # no mask, no guard
         description, rows = case.not_post_padded or NOT_POST_PADDED
         path = os.path.join(case_dir, "not_post_padded_inputs.npz")
         write_npz(path, make_batch(case, rows, seed=1000 * case.seed + 99, np=np))
@@ -570,29 +622,33 @@ def write_case(case: Case, flavour: str, args, stack: Stack) -> tuple:
             continue
         try:
             with quiet_stderr(not args.verbose):
-                save_model(model, case, flavour, fmt, path, n_outputs, stack.tf)
+                (case.save or save_model)(model, case, flavour, fmt, path, n_outputs, stack.tf)
         except Exception as error:  # noqa: BLE001  pylint: disable=broad-except
             print(f"  FAILED {name}: cannot save: {type(error).__name__}: {check.first_line(error)}", flush=True)
             entries.append({"name": name, "case": case.name, "flavour": flavour, "save_failed": str(error)})
             continue
         entries.append(writer.new_entry(case, flavour, fmt, relative(path, args.out), input_specs(case), n_outputs,
                                         masked_layer_count(model, stack.keras), batches, must_fail, CATALOGUE))
+        if case.saved_with:
+            entries[-1]["saved_with"] = case.saved_with
     return entries, not_included
 
 
 # ------------------------------------------------------------------ one flavour
 
-def selected_cases(args) -> list:
-    """The cases --cases names (pending ones included), else every case that is not pending."""
-    return [case for case in CASES if case.name in args.cases] if args.cases else \
+def selected_cases(args, flavour: str) -> list:
+    """The cases --cases names (pending ones included), else every case that is not pending; those with
+    a format in ``flavour`` (or with --formats)."""
+    chosen = [case for case in CASES if case.name in args.cases] if args.cases else \
         [case for case in CASES if not case.pending]
+    return [case for case in chosen if args.formats or case.formats.get(flavour)]
 
 
 def generate_flavour(flavour: str, args) -> int:
     """Write (or with --ops-only, re-record) the flavour's entries and update the manifest; 1 on any failure."""
     stack = import_stack(flavour, args.verbose)
     previous = writer.read_manifest(args.out)
-    names = {case.name for case in selected_cases(args)}
+    names = {case.name for case in selected_cases(args, flavour)}
     if args.ops_only:
         entries = [e for e in previous.get("entries", []) if e.get("flavour") == flavour
                    and (not args.cases or e.get("case") in names)]
@@ -605,7 +661,7 @@ def generate_flavour(flavour: str, args) -> int:
             shutil.rmtree(os.path.join(args.out, flavour), ignore_errors=True)
         print(f"{flavour}: writing {len(names)} cases to {os.path.join(args.out, flavour)}", flush=True)
         entries, not_included = [], []
-        for case in selected_cases(args):  # every model and batch first: conversions do not interleave
+        for case in selected_cases(args, flavour):  # every model and batch first: conversions do not interleave
             made, skipped = write_case(case, flavour, args, stack)
             entries += made
             not_included += skipped

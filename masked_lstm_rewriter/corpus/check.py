@@ -6,6 +6,8 @@
 * the native recurrent nodes (``LSTM``, ``GRU``, ``RNN``: how many, which direction) are those
   recorded in the manifest when the corpus was generated, and no ``Loop`` is left but one for each
   layer the entry expects the plugin to refuse;
+* an entry without a mask (``"unmasked": true``) has no mask machinery: no guard node, and no
+  ``sequence_lens`` on its native nodes;
 * the model's input and output names are the manifest's, outputs in order, and its inputs have
   the shapes of the entry's signature (the same fixed sizes, dynamic elsewhere);
 * ``onnx.checker`` (full check) and strict shape inference accept it;
@@ -29,6 +31,8 @@ from .manifest import REGENERATE_OPS, feeds_for, load_npz
 from .ops import RECURRENT_OPS, native_ops, op_counts, walk_nodes
 
 LOG = logging.getLogger(__name__)
+GUARD_NODE_TEXT = "the mask is not post-padded"  # in the name of the guard's node (plan.masks.GUARD_MESSAGE)
+SEQUENCE_LENS = 4  # the input of LSTM, GRU and RNN that takes the lengths
 class CorpusFailure(AssertionError):
     """An entry does not convert or check as its manifest entry says."""
 
@@ -55,7 +59,7 @@ def check_onnx(entry: dict, corpus: str, onnx_path: str, runtime: str = "onnxrun
 
 def structure_problems(entry: dict, model_proto) -> list:
     """Ops, input and output names, and validity; empty when all is as the manifest says."""
-    problems = op_problems(entry, model_proto)
+    problems = op_problems(entry, model_proto) + unmasked_problems(entry, model_proto)
     graph_inputs = [i.name for i in model_proto.graph.input]
     graph_outputs = [o.name for o in model_proto.graph.output]
     want_inputs = [spec["onnx_name"] for spec in entry["inputs"]]
@@ -85,6 +89,19 @@ def op_problems(entry: dict, model_proto) -> list:
             f"the native recurrent nodes differ from the manifest's ({'; '.join(differences)}). The manifest's "
             f"were recorded from a conversion with {expected['recorded_with']}; if the plugin now emits other "
             f"nodes on purpose, record them again: {REGENERATE_OPS}")
+    return problems
+
+
+def unmasked_problems(entry: dict, model_proto) -> list:
+    """An entry without a mask must get no mask machinery: no guard, no lengths on a native node."""
+    if not entry.get("unmasked"):
+        return []
+    nodes = list(walk_nodes(model_proto.graph, segments=True))
+    problems = [f"a guard node ({node.name}) in a model without a mask" for node in nodes
+                if GUARD_NODE_TEXT in node.name]
+    problems += [f"{node.op_type} node {node.name} is given lengths ({node.input[SEQUENCE_LENS]}) in a model "
+                 "without a mask" for node in nodes
+                 if node.op_type in RECURRENT_OPS and len(node.input) > SEQUENCE_LENS and node.input[SEQUENCE_LENS]]
     return problems
 
 

@@ -52,9 +52,12 @@ def convert_library(entry: dict, corpus: str, output: str):
 
 def check_report(entry: dict, report) -> None:
     """The plugin saw every masked layer of the model and rewrote all of them but those the entry
-    expects it to refuse, which it left as a Loop for the reason expected."""
+    expects it to refuse, which it left as a Loop for the reason expected; an entry without a mask
+    has every layer reported as unmasked."""
     if report is None:
         raise CorpusFailure("the conversion did not run the plugin's rewriter (last_report() unchanged)")
+    if entry.get("unmasked") and any(layer.masked for layer in report.layers):
+        raise CorpusFailure(f"the report marks a layer of a model without a mask as masked: {report}")
     expected = list(entry.get("left_as_loop", []))
     unexpected = []
     for layer in report.left_as_loop:

@@ -8,7 +8,9 @@ it with, its inputs (with the shapes it is converted with: its signature), its o
 ops the plugin made of it when the corpus was generated (and, in ``left_as_loop``, a text of the
 reason for each masked layer the plugin must refuse and leave as tf2onnx's Loop), input batches
 with Keras's outputs on them and, for ``"post"`` entries, a batch that the converted model must
-refuse. Paths are relative to the corpus directory. Nothing here imports TensorFlow.
+refuse. An entry with ``"unmasked": true`` has no mask (a layer stock tf2onnx leaves as a Loop even
+so): no guard, so no such batch, and ``masked_layers`` counts the unmasked layers the plugin
+rewrites. Paths are relative to the corpus directory. Nothing here imports TensorFlow.
 """
 
 from __future__ import annotations
@@ -105,9 +107,10 @@ def entry_problems(entry: dict, corpus: str = DATA_DIR) -> list:
     if not os.path.exists(model_path(entry, corpus)):
         problems.append(f"the model {entry['path']} is missing")
     problems.extend(expected_ops_problems(entry))
-    if (entry["must_fail"] is not None) != (entry["mask_mode"] == "post"):
-        problems.append(f"mask_mode {entry['mask_mode']!r} with must_fail {entry['must_fail']!r}: "
-                        "exactly the 'post' entries have a batch the guard must refuse")
+    if (entry["must_fail"] is not None) != (entry["mask_mode"] == "post" and not entry.get("unmasked")):
+        problems.append(f"mask_mode {entry['mask_mode']!r} with must_fail {entry['must_fail']!r}"
+                        f"{' (no mask)' if entry.get('unmasked') else ''}: exactly the 'post' entries with a mask "
+                        "have a batch the guard must refuse")
     batches = [(f"batch {number}", batch["inputs"]) for number, batch in enumerate(entry["batches"])]
     batches += [("the must_fail batch", entry["must_fail"]["inputs"])] if entry["must_fail"] else []
     for label, relative in batches:

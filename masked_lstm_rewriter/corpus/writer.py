@@ -23,7 +23,7 @@ from .quiet import quiet_stderr
 ZIP_TIME = (1980, 1, 1, 0, 0, 0)
 FIXED_DATE_SAVED = "1980-01-01@00:00:00"
 MASK_SOURCES = {"embedding": "Embedding(mask_zero=True)", "masking": "Masking(mask_value={mask_value})",
-                "explicit": "explicit mask= (a bool model input)"}
+                "explicit": "explicit mask= (a bool model input)", "none": "none (no mask: every step is valid)"}
 FORMAT_ORDER = ("saved_model", "keras", "h5")
 
 
@@ -118,7 +118,8 @@ def new_entry(case, flavour: str, fmt: str, path: str, inputs: list, n_outputs: 
               batches: list, must_fail, catalogue: Catalogue) -> dict:
     """A manifest entry for ``case`` (``name``, ``description``, ``source``, ``mask_value``,
     ``mask_mode``, ``target``, ``left_as_loop``) saved as ``fmt``; ``inputs``: (name, dtype, shape)
-    of each input. The ONNX names and the expected ops are filled in by :func:`record_entry`."""
+    of each input. ``unmasked``: the model has no mask (source ``"none"``), so no guard either. The
+    ONNX names and the expected ops are filled in by :func:`record_entry`."""
     return {
         "name": f"{flavour}/{case.name}/{fmt}",
         "case": case.name,
@@ -130,6 +131,7 @@ def new_entry(case, flavour: str, fmt: str, path: str, inputs: list, n_outputs: 
         "description": case.description,
         "mask_source": MASK_SOURCES[case.source].format(mask_value=case.mask_value),
         "mask_mode": case.mask_mode,
+        "unmasked": case.source == "none",
         "target": case.target,
         "left_as_loop": list(case.left_as_loop),
         "opset": catalogue.opset,
@@ -286,7 +288,9 @@ def readme(result: dict, catalogue: Catalogue) -> str:
         "signature it converts with (each input's `shape`), the expected ops (the native `LSTM`, `GRU` and `RNN`",
         "nodes and their directions, recorded from a conversion with the plugin; a `Loop` only for each layer the",
         "plugin must refuse, with a text of its reason in `left_as_loop`), the tolerance, and for `\"post\"`",
-        "entries a batch that must fail with the guard's message (\"not post-padded\").",
+        "entries a batch that must fail with the guard's message (\"not post-padded\"). The entries marked",
+        "\"(no mask)\" (`\"unmasked\": true`) are layers without a mask that stock tf2onnx leaves as a Loop: they",
+        "must become native with no mask machinery (no guard node, no lengths on a native node).",
         "",
         "```bash",
         "python -m masked_lstm_rewriter.corpus     # every entry, both Keras flavours, library and command line",
@@ -326,7 +330,8 @@ def readme(result: dict, catalogue: Catalogue) -> str:
 def _case_row(case: str, rows: list) -> str:
     """The README's table row of one case: its model, mask mode, native nodes and formats per flavour."""
     formats = {f: ", ".join(e["format"] for e in rows if e["flavour"] == f) or "-" for f in manifest.FLAVOURS}
-    return (f"| `{case}` | {rows[0]['description'].replace('|', '/')} | `{rows[0]['mask_mode']}` | "
+    mode = f"`{rows[0]['mask_mode']}`" + (" (no mask)" if rows[0].get("unmasked") else "")
+    return (f"| `{case}` | {rows[0]['description'].replace('|', '/')} | {mode} | "
             f"{ops.describe_native(rows[0]['expected_ops']['native'])}"
             + "".join(f" (Loop: {text})" for text in rows[0].get("left_as_loop", []))
             + f" | {formats['keras3']} | {formats['tf_keras']} |")
