@@ -170,6 +170,27 @@ def test_enable(case, simulated_gpu, tmp_path, front_door):  # pylint: disable=r
     check_native_and_exact(onnx_model, case, simulated_gpu)
 
 
+def test_a_layer_that_requires_cudnn(simulated_gpu):  # pylint: disable=redefined-outer-name
+    """Keras 3's ``use_cudnn=True`` raises rather than run the generic code (so a CPU cannot run it):
+    the conversion runs that code all the same, and the layer keeps its setting."""
+    if FLAVOUR != "keras3":
+        pytest.skip("use_cudnn is a Keras 3 option")
+    features = keras.Input((None, FEATURES), name="features")
+    layer = keras.layers.GRU(GRU_UNITS, return_sequences=True, use_cudnn=False)
+    model = randomize_weights(keras.Model(features, layer(features)))
+    batch = np.random.default_rng(2).normal(size=(3, STEPS, FEATURES)).astype(np.float32)
+    expected = np.asarray(model(batch, training=False))
+    layer.use_cudnn = True
+    with mlr.enable():
+        onnx_model, _ = tf2onnx.convert.from_keras(model, input_signature=SPEC[1:])
+    assert layer.use_cudnn is True
+    assert simulated_gpu and not any("CudnnRNNV3" in ops for ops in simulated_gpu), simulated_gpu
+    assert (op_counts(onnx_model)["GRU"], op_counts(onnx_model)["Loop"]) == (1, 0), op_counts(onnx_model)
+    error = float(np.max(np.abs(runtimes.run_onnxruntime(onnx_model, {"features": batch})[0] - expected)))
+    MAX_ERRORS.append(error)
+    assert error <= ATOL, error
+
+
 def test_environment_switch(case, tmp_path):  # pylint: disable=redefined-outer-name
     """An unmodified ``python -m tf2onnx.convert --keras``, the simulation run first in its process."""
     out = tmp_path / "model.onnx"

@@ -9,9 +9,10 @@ GPU. tf2onnx has no handler for ``CudnnRNNV3``: the model it makes keeps the Ten
 no runtime loads. Which code Keras traces is decided in Python, while the model is traced, so it
 is decided here, not in tf2onnx's graph.
 
-What. :func:`generic_path` makes that module answer "no GPU" while a conversion traces the model;
-Keras then traces the generic loop (the one it traces on a CPU, computing the same function), which
-stock tf2onnx and the rewriter convert. While the plugin is enabled, :func:`install` runs every
+What. :func:`generic_path` makes that module answer "no GPU" while a conversion traces the model
+(and runs a layer built with ``use_cudnn=True``, which would raise instead, as one built with
+``"auto"``); Keras then traces the generic loop (the one it traces on a CPU, computing the same
+function), which stock tf2onnx and the rewriter convert. While the plugin is enabled, :func:`install` runs every
 trace a conversion makes in it: tf2onnx's ``from_keras`` (through ``_get_concrete_function``, which
 the command line's ``--keras`` loader also calls), ``from_function`` (a ``tf.function`` it traces
 itself), and Keras 3's ``model.export(format="onnx")`` (``keras.src.export.onnx.get_concrete_fn``).
@@ -42,12 +43,13 @@ logger = logging.getLogger("masked_lstm_rewriter")
 
 KERAS_RNN = "keras.src.backend.tensorflow.rnn"   # Keras 3's TensorFlow recurrent kernels
 KERAS_EXPORT = "keras.src.export.onnx"           # Keras 3's model.export(format="onnx")
+KERAS_LAYERS = (("keras.src.layers.rnn.lstm", "LSTM"), ("keras.src.layers.rnn.gru", "GRU"))
 GPU_CHECK = "_is_gpu_available"
 
-_depth = 0             # nested generic_path() blocks in force
-_keras_gpu_check = None  # Keras's own _is_gpu_available while it is replaced
-_announced = False     # the INFO record of this conversion was logged
-_wrapped = {}          # (module, name) -> the function install() replaced
+_depth = 0       # nested generic_path() blocks in force
+_replaced = []   # (owner, attribute, Keras's own value) while the outer block is in force
+_announced = False  # the INFO record of this block was logged
+_wrapped = {}    # (module, name) -> the function install() replaced
 
 
 @contextlib.contextmanager
@@ -55,30 +57,68 @@ def generic_path():
     """Keras 3's recurrent layers traced with their generic code inside the block (re-entrant).
 
     Does nothing where Keras 3 is not loaded (a tf_keras process: see the module's docstring)."""
-    global _depth, _keras_gpu_check, _announced  # pylint: disable=global-statement
-    rnn = sys.modules.get(KERAS_RNN)
-    if _depth == 0 and rnn is not None and getattr(rnn, GPU_CHECK, None) is not None:
-        _keras_gpu_check = getattr(rnn, GPU_CHECK)
-        setattr(rnn, GPU_CHECK, _no_gpu_while_tracing)
+    global _depth, _announced  # pylint: disable=global-statement
+    if _depth == 0:
         _announced = False
+        for owner, name, replacement in _replacements():
+            _replaced.append((owner, name, getattr(owner, name)))
+            setattr(owner, name, replacement)
     _depth += 1
     try:
         yield
     finally:
         _depth -= 1
-        if _depth == 0 and _keras_gpu_check is not None:
-            setattr(sys.modules[KERAS_RNN], GPU_CHECK, _keras_gpu_check)
-            _keras_gpu_check = None
+        if _depth == 0:
+            while _replaced:
+                owner, name, original = _replaced.pop()
+                setattr(owner, name, original)
+
+
+def _replacements() -> list:
+    """(owner, attribute, replacement) of what :func:`generic_path` replaces in Keras 3, if it is loaded.
+
+    Its GPU check, and the ``inner_loop`` of ``LSTM`` and ``GRU``: a layer built with
+    ``use_cudnn=True`` raises rather than run its generic code, so that code is given
+    ``use_cudnn="auto"`` for the call (the same function; the ONNX model runs no cuDNN anyway)."""
+    rnn = sys.modules.get(KERAS_RNN)
+    if rnn is None or not hasattr(rnn, GPU_CHECK):
+        return []
+    found = [(rnn, GPU_CHECK, _no_gpu_while_tracing)]
+    for module, name in KERAS_LAYERS:
+        layer = getattr(sys.modules.get(module), name, None)
+        if layer is not None and "inner_loop" in vars(layer):
+            found.append((layer, "inner_loop", _generic_even_if_cudnn_required(vars(layer)["inner_loop"])))
+    return found
+
+
+def _keras_gpu_check():
+    """Keras's own answer: is there a GPU?"""
+    return next((bool(original()) for owner, name, original in _replaced if name == GPU_CHECK), False)
 
 
 def _no_gpu_while_tracing() -> bool:
     """Keras's GPU check during a conversion: "no GPU" (said once at INFO when there is one)."""
     global _announced  # pylint: disable=global-statement
-    if not _announced and _keras_gpu_check is not None and _keras_gpu_check():
+    if not _announced and _keras_gpu_check():
         _announced = True
         logger.info("a GPU is visible: Keras's LSTM and GRU layers are traced with their generic code for the "
                     "conversion, not with cuDNN's CudnnRNNV3 (which tf2onnx cannot convert)")
     return False
+
+
+def _generic_even_if_cudnn_required(inner_loop):
+    """``inner_loop`` of a layer class, run with ``use_cudnn="auto"`` where the layer says True."""
+    @functools.wraps(inner_loop)
+    def generic_inner_loop(self, *args, **kwargs):
+        if getattr(self, "use_cudnn", None) is not True:
+            return inner_loop(self, *args, **kwargs)
+        logger.debug("Keras layer '%s' (use_cudnn=True) traced with its generic code", self.name)
+        self.use_cudnn = "auto"
+        try:
+            return inner_loop(self, *args, **kwargs)
+        finally:
+            self.use_cudnn = True
+    return generic_inner_loop
 
 
 def _traced_generically(function):
