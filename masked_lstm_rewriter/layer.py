@@ -22,9 +22,10 @@ class RecurrentCell:
     recurrent_bias: dict     # gate -> [hidden] for gates with a separate recurrent bias (ONNX Rb)
     activations: tuple       # Activations in the ONNX op's order (LSTM f, g, h; GRU f, g; RNN f)
     attributes: tuple        # the kind's own ONNX attributes, (name, value) pairs (a GRU's linear_before_reset)
-    while_node: object
-    h_input: int             # While input holding the initial h [B, H] (read through the node:
-    c_input: Optional[int]   # rewriting an encoder renames what a decoder starts from); c: LSTM only
+    graph: object            # tf2onnx's graph the cell was read from
+    h_at: Optional[tuple]    # (node, input index) holding the initial h [B, H], read through the node
+    c_at: Optional[tuple]    # (rewriting an encoder renames what a decoder starts from); c: LSTM only;
+                             # None for zeros no tensor holds (TensorFlow folded them into the source)
     zero_initial_state: bool  # initial states are zeros by construction (no initial_state given)
     final_h: str             # While outputs: this cell's final h (and c)
     final_c: Optional[str]
@@ -46,24 +47,30 @@ class RecurrentCell:
     @property
     def carries_cell_state(self) -> bool:
         """Is the final cell state used, so that it must not depend on the runtime's padding?"""
-        return self.final_c is not None and bool(self.while_node.graph.find_output_consumers(self.final_c))
+        return self.final_c is not None and bool(self.graph.find_output_consumers(self.final_c))
 
     @property
-    def initial_h(self) -> str:
-        return self.while_node.input[self.h_input]
+    def initial_h(self) -> Optional[str]:
+        if self.h_at is None:
+            return None
+        node, index = self.h_at
+        return node.input[index]
 
     @property
     def initial_c(self) -> Optional[str]:
-        return None if self.c_input is None else self.while_node.input[self.c_input]
+        if self.c_at is None:
+            return None
+        node, index = self.c_at
+        return node.input[index]
 
 
 @dataclasses.dataclass
 class MaskedRecurrentLayer:
-    """One masked Keras recurrent loop (an LSTM, GRU or SimpleRNN layer, or an RNN layer over stacked
-    cells), read off tf2onnx's graph: all the emitter needs."""
+    """One Keras recurrent layer (an LSTM, GRU or SimpleRNN layer, or an RNN layer over stacked cells),
+    read off tf2onnx's graph from a While loop or a cuDNN op: all the planner and emitter need."""
 
     layer: str
-    while_node: object
+    while_node: object       # the node the layer was read from: a While op, or a CudnnRNNV3 op
     cells: tuple             # RecurrentCell, bottom to top: one native node each, each reading the
                              # sequence of the one below; the top cell's h is the layer's output
     direction: str           # "forward", or "reverse": the loop runs over the time-reversed
@@ -75,7 +82,11 @@ class MaskedRecurrentLayer:
     output_carried: bool
     sequence_outputs: list   # tensors holding the stacked outputs, time-major [T or 1, B, H]
     writes_sequence: bool
-    last_output: str         # While output: last output
+    last_output: Optional[str]  # While output: last output
+    x_time_major: Optional[str] = None  # x, where the source reads it batch-major (a cuDNN op)
+
+    left_as = "a Loop"  # what tf2onnx keeps when the layer is not rewritten
+    remedy = None       # what a user can do instead then, besides what the reason says
 
     @property
     def top(self) -> RecurrentCell:
@@ -96,7 +107,7 @@ class MaskedRecurrentLayer:
         """The time-major input [T, B, I] in the model's time order, read through the node
         that reads it: with static shapes TensorFlow can drop the transposes between two stacked
         layers (T = B = 1), and rewriting the lower one then renames what the upper one reads."""
-        return self.x_reader.input[0]
+        return self.x_time_major or self.x_reader.input[0]
 
     def describe(self) -> str:
         """For the log: "LSTM layer 'enc' (16 units)", "RNN layer 'rnn' (stacked cells LSTM(4), GRU(3))"."""

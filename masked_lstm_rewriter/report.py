@@ -26,9 +26,10 @@ class LayerReport:
     mask_mode: str
     not_for: tuple = ()  # rewritten: runtimes that cannot run it exactly (detail says how to convert for them)
     masked: bool = True  # False: a layer without a mask, which stock tf2onnx leaves a Loop
+    left_as: str = "a Loop"  # not rewritten: what tf2onnx has instead (a cuDNN op, which it cannot convert)
 
     def __str__(self):
-        verdict = "native ONNX" if self.rewritten else "left as a Loop:"
+        verdict = "native ONNX" if self.rewritten else f"left as {self.left_as}:"
         mode = f" (mask_mode={self.mask_mode})" if self.masked else " (no mask)"
         return f"{self.layer}: {verdict} {self.detail}" + (mode if self.rewritten else "")
 
@@ -65,8 +66,9 @@ class _Recorder(threading.local):
 _RECORDER = _Recorder()
 
 
-def record(layer: str, rewritten: bool, detail: str, mask_mode: str, not_for: tuple = (), masked: bool = True) -> None:
-    _RECORDER.pending.append(LayerReport(layer, rewritten, detail, mask_mode, not_for, masked))
+def record(layer: str, rewritten: bool, detail: str, mask_mode: str, not_for: tuple = (), masked: bool = True,
+           left_as: str = "a Loop") -> None:
+    _RECORDER.pending.append(LayerReport(layer, rewritten, detail, mask_mode, not_for, masked, left_as))
 
 
 def finish_conversion() -> ConversionReport:

@@ -49,6 +49,10 @@ class CellKind:
     # the gates an extra input column drives at padded steps to carry the cell state over them,
     # by sign (-1: to 0, +1: to 1); None for a kind without a cell state
     padding_drive: Optional[dict] = None
+    # cuDNN's name for the kind (CudnnRNNV3's rnn_mode) and its order of the gate blocks in the op's
+    # params; None for a kind Keras never runs on cuDNN
+    cudnn_mode: Optional[str] = None
+    cudnn_gates: tuple = ()
 
     @property
     def outputs(self) -> int:

@@ -68,16 +68,16 @@ class NodeOutputs:
     carried: bool = False  # y repeats each row's last output past its length (zeros for an empty row)
 
 
-def emit_layer(graph, layer: MaskedRecurrentLayer, masks: MaskTensors) -> None:
+def emit_layer(graph, layer: MaskedRecurrentLayer, masks: MaskTensors, connect=rewire) -> None:
     """One ONNX node per cell of ``layer``, each reading the steps of the one below, then the Keras
-    outputs (of the top cell) and every cell's final states; finally the loop's consumers are
-    pointed at them."""
+    outputs (of the top cell) and every cell's final states; finally ``connect`` points the
+    source's consumers at them (:func:`.rewire.rewire` for a loop)."""
     x_node, states = _layer_input(graph, layer, masks), []
     for cell in layer.cells:
         out = _emit_recurrent_node(graph, layer, cell, masks, x_node)
         states.append(_keras_states(graph, cell, masks, out.h_last, out.c_last))
         x_node = out.y_node
-    rewire(graph, layer, *_keras_outputs(graph, layer, out, masks), states)
+    connect(graph, layer, *_keras_outputs(graph, layer, out, masks), states)
 
 
 def _layer_input(g, layer: MaskedRecurrentLayer, masks: MaskTensors) -> str:

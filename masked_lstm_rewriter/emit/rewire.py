@@ -14,18 +14,18 @@ def rewire(g, layer: MaskedRecurrentLayer, sequence, in_time_order, last_output,
     for stacked in layer.sequence_outputs:
         if in_time_order is not None and layer.writes_sequence:
             _skip_reversal_back(g, stacked, in_time_order)
-        _replace(g, stacked, sequence)
-    _replace(g, layer.last_output, last_output)
+        replace_tensor(g, stacked, sequence)
+    replace_tensor(g, layer.last_output, last_output)
     for cell, (final_h, final_c) in zip(layer.cells, states):
-        _replace(g, cell.final_h, final_h)
+        replace_tensor(g, cell.final_h, final_h)
         if final_c is not None:  # else nothing reads it (carries_cell_state)
-            _replace(g, cell.final_c, final_c)
+            replace_tensor(g, cell.final_c, final_c)
     for stacked in layer.sequence_outputs:
         g.remove_node(g.get_node_by_output(stacked).name)
     g.remove_node(layer.while_node.name)
 
 
-def _replace(g, old: Optional[str], new: Optional[str]) -> None:
+def replace_tensor(g, old: Optional[str], new: Optional[str]) -> None:
     """Consumers of ``old`` read ``new``, which takes on ``old``'s shape where tf2onnx knew it and not
     ``new``'s: a layer stacked above reads its static sizes (the number of steps its loop runs)."""
     if old is None:
@@ -46,4 +46,4 @@ def _skip_reversal_back(g, stacked, in_time_order):
             if reverse.type == "ReverseV2" and g.is_const(reverse.input[1]) and \
                     g.get_tensor_value(reverse.input[1]) in (1, [1]):
                 batch_major = g.make_node("Transpose", [in_time_order], attr={"perm": [1, 0, 2]}).output[0]
-                _replace(g, reverse.output[0], batch_major)
+                replace_tensor(g, reverse.output[0], batch_major)

@@ -16,9 +16,10 @@ from .node import cell_node, emit_node
 from .rewire import rewire
 
 
-def emit_unmasked_layer(graph, layer: MaskedRecurrentLayer) -> None:
-    """One forward node per cell of ``layer`` (each over the sequence of the one below), then the loop's
-    consumers pointed at the top cell's outputs and every cell's final states."""
+def emit_unmasked_layer(graph, layer: MaskedRecurrentLayer, connect=rewire) -> None:
+    """One forward node per cell of ``layer`` (each over the sequence of the one below), then the
+    source's consumers pointed at the top cell's outputs and every cell's final states (``connect``:
+    :func:`.rewire.rewire` for a loop)."""
     gb = GraphBuilder(graph)
     x = reverse_time(gb, layer.x) if layer.direction == "reverse" else layer.x
     states = []
@@ -27,4 +28,4 @@ def emit_unmasked_layer(graph, layer: MaskedRecurrentLayer) -> None:
         states.append((time_step(gb, x, -1), c_last))
     last_h = states[-1][0]
     sequence = x if layer.writes_sequence else gb.make_unsqueeze({"data": last_h, "axes": [0]})
-    rewire(graph, layer, sequence, None, last_h, states)
+    connect(graph, layer, sequence, None, last_h, states)

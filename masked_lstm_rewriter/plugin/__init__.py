@@ -25,6 +25,7 @@ from ..read.body import BODY_MASKED_ATTR, BODY_MATCH_ATTR, is_masked_recurrent_b
 from ..read.trip import COND_MATCH_ATTR, is_loop_condition, read_condition
 from ..report import finish_conversion
 from . import generic_path, tf2onnx_keras, time_distributed
+from .cudnn import rewrite_cudnn_ops
 from .rewrite import is_main_graph, report_lowered_loops, rewrite_loops
 
 logger = logging.getLogger("masked_lstm_rewriter")
@@ -81,6 +82,7 @@ def make_rewriter(mask_mode: Optional[str] = None, target: Optional[str] = None,
         loops = [op for op in ops if op.type in ("While", "StatelessWhile")]
         if loops:
             rewrite_loops(graph, loops, mask_mode, target, schedule)
+        rewrite_cudnn_ops(graph, ops, mask_mode, target, schedule)
         report_lowered_loops(graph, [op for op in ops if op.type == "Loop"], mask_mode)
         if is_main_graph(graph):
             time_distributed.warn_traced_over_batch(graph, ops)

@@ -7,12 +7,14 @@ Every refusal reaches the log and the report here, and only here (:func:`refuse`
 from __future__ import annotations
 
 import logging
+from typing import Optional
 
 from tf2onnx.tf_loader import find_function
 
 from .. import targets
 from ..emit.layer import emit_layer
 from ..emit.node import opset_refusal
+from ..emit.rewire import rewire
 from ..emit.unmasked import emit_unmasked_layer
 from ..failure import Refusal
 from ..plan.batch import BatchMasks
@@ -35,13 +37,16 @@ def is_main_graph(graph) -> bool:
     return graph.parent_graph is None and not getattr(graph, "_is_subgraph", False)
 
 
-def refuse(layer: str, refusal: Refusal, mask_mode: str, masked: bool = True) -> None:
-    """The layer stays a Loop: say why, in the log (WARNING) and in the report."""
+def refuse(layer: str, refusal: Refusal, mask_mode: str, masked: bool = True, left_as: str = "a Loop",
+           remedy: Optional[str] = None) -> None:
+    """The layer stays as tf2onnx has it (``left_as``): say why (and ``remedy``, what to do instead),
+    in the log (WARNING) and in the report."""
     what = "masked recurrent layer" if masked else "recurrent layer (no mask)"
-    logger.warning("%s '%s' left as a Loop: %s", what, layer, refusal.reason)
+    said = refusal.reason if remedy is None else f"{refusal.reason}; {remedy}"
+    logger.warning("%s '%s' left as %s: %s", what, layer, left_as, said)
     if refusal.where:
         logger.debug("%s '%s': refused at node '%s'", what, layer, refusal.where)
-    record(layer, False, refusal.reason, mask_mode, masked=masked)
+    record(layer, False, said, mask_mode, masked=masked, left_as=left_as)
 
 
 def report_lowered_loops(graph, loops, mask_mode) -> None:
@@ -53,17 +58,30 @@ def report_lowered_loops(graph, loops, mask_mode) -> None:
 
 
 def rewrite_loops(graph, loops, mask_mode: str, target, schedule: bool = False) -> None:
-    """Rewrite every masked recurrent loop among ``loops`` that reads and passes the target's veto."""
+    """Rewrite every recurrent loop among ``loops`` that reads and passes the target's veto."""
     layers = [layer for layer in (_read(graph, loop, mask_mode, target) for loop in loops) if layer is not None]
+    rewrite_layers(graph, layers, mask_mode, target, schedule)
+
+
+def rewrite_layers(graph, layers, mask_mode: str, target, schedule: bool = False, connect=rewire) -> None:
+    """Plan and emit each layer read (``connect``: how the source's consumers are pointed at the results)."""
     planner = MaskPlanner(graph, mask_mode, schedule)
     masks = BatchMasks(graph, [layer for layer in layers if layer.mask is not None])
     for layer in layers:
         if layer.mask is None:
-            _rewrite(graph, layer, GraphSnapshot(graph), lambda layer: _emit_unmasked(graph, layer, target),
+            _rewrite(graph, layer, GraphSnapshot(graph), lambda layer: _emit_unmasked(graph, layer, target, connect),
                      mask_mode, masked=False)
         else:
             _rewrite(graph, layer, GraphSnapshot(graph, planner, masks),
-                     lambda layer: _emit_masked(graph, layer, planner, masks, target), mask_mode)
+                     lambda layer: _emit_masked(graph, layer, planner, masks, target, connect), mask_mode)
+
+
+def vetted(graph, layer, target):
+    """``layer`` (or a Refusal) past the opset's and the target's refusals."""
+    if isinstance(layer, Refusal):
+        return layer
+    refused = opset_refusal(graph) or targets.target_refusal(layer, target)
+    return Refusal(refused, layer.while_node) if refused else layer
 
 
 def _read(graph, loop, mask_mode: str, target):
@@ -78,27 +96,24 @@ def _read(graph, loop, mask_mode: str, target):
         return None
     cond_graph = find_function(loop.get_attr_str("cond"))
     condition = getattr(cond_graph, COND_MATCH_ATTR, None) if cond_graph is not None else None
-    layer = body if isinstance(body, Refusal) else read_loop(graph, loop, body, condition)
-    if not isinstance(layer, Refusal):
-        refused = opset_refusal(graph) or targets.target_refusal(layer, target)
-        layer = Refusal(refused, loop) if refused else layer
+    layer = vetted(graph, body if isinstance(body, Refusal) else read_loop(graph, loop, body, condition), target)
     if isinstance(layer, Refusal):
         refuse(layer_name(loop), layer, mask_mode, masked)
         return None
     return layer
 
 
-def _emit_masked(graph, layer, planner: MaskPlanner, masks: BatchMasks, target) -> list:
+def _emit_masked(graph, layer, planner: MaskPlanner, masks: BatchMasks, target, connect) -> list:
     """Plan the layer's mask and emit the layer; the vetoes of the other runtimes, seeing the plan."""
     tensors = planner.tensors_for(masks.mask_for(layer), layer.mask_post_padded)
     vetoes = targets.not_for(layer, target, scheduled=tensors.segments is not None)
-    emit_layer(graph, layer, tensors)
+    emit_layer(graph, layer, tensors, connect)
     return vetoes
 
 
-def _emit_unmasked(graph, layer, target) -> list:
+def _emit_unmasked(graph, layer, target, connect) -> list:
     vetoes = targets.not_for(layer, target, scheduled=False)
-    emit_unmasked_layer(graph, layer)
+    emit_unmasked_layer(graph, layer, connect)
     return vetoes
 
 
@@ -110,7 +125,7 @@ def _rewrite(graph, layer, snapshot: GraphSnapshot, emit, mask_mode: str, masked
     except Exception as error:  # pylint: disable=broad-except
         snapshot.restore()  # the loop stands exactly as tf2onnx made it
         refuse(layer.layer, Refusal(f"rewrite failed: {type(error).__name__}: {error}", layer.while_node), mask_mode,
-               masked)
+               masked, layer.left_as, layer.remedy)
         return
     what = "masked " if masked else ""
     detail = f"{layer.kinds} direction={layer.direction}"

@@ -112,8 +112,8 @@ def _resolve_cells(graph, while_node, body: BodyMatch) -> tuple:
         cells.append(RecurrentCell(
             kind=cell.kind, hidden_size=recurrent[kind_of(cell.kind).keras_gates[0]].shape[0], kernel=kernel,
             recurrent=recurrent, bias=bias, recurrent_bias=recurrent_bias, activations=cell.cell.activations,
-            attributes=cell.cell.attributes, while_node=while_node,
-            h_input=cell.h_index, c_input=cell.c_index,
+            attributes=cell.cell.attributes,
+            graph=graph, h_at=(while_node, cell.h_index), c_at=None if cell.c_index is None else (while_node, cell.c_index),
             zero_initial_state=all(is_zeros(graph, while_node.input[i]) for i in states),
             final_h=while_node.output[cell.h_index],
             final_c=None if cell.c_index is None else while_node.output[cell.c_index],

@@ -1,0 +1,33 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Emit a layer read from a cuDNN op: its input seen time-major, and its results handed to what read
+the op (see :mod:`..read.cudnn`), then the op and Keras's fix-ups around it removed."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..read.cudnn import CudnnLayer
+from .rewire import replace_tensor
+
+
+def with_time_major_input(graph, layer: CudnnLayer) -> CudnnLayer:
+    """``layer`` reading its batch-major input through a Transpose, as the emitter reads every layer.
+    Made before any layer is emitted, so that rewriting the layer below renames what it reads."""
+    x = graph.make_node("Transpose", [layer.x_source], attr={"perm": [1, 0, 2]}).output[0]
+    return dataclasses.replace(layer, x_time_major=x)
+
+
+def rewire_cudnn(g, layer: CudnnLayer, sequence, in_time_order, last_output, states):  # pylint: disable=unused-argument
+    """Point what read the op's sequence (after go_backwards's reversals) and its squeezed final
+    states at the emitted tensors, then remove the op and those nodes. ``last_output`` is not
+    needed: Keras's cuDNN path returns the final h as the last output."""
+    if layer.sequence_result is not None:
+        replace_tensor(g, layer.sequence_result, g.make_node("Transpose", [sequence], attr={"perm": [1, 0, 2]}).output[0])
+    (final_h, final_c), = states
+    squeezes = []
+    for old, new in ((layer.top.final_h, final_h), (layer.top.final_c, final_c)):
+        if old is not None:
+            replace_tensor(g, old, new)
+            squeezes.append(g.get_node_by_output(old))
+    for node in (*layer.sequence_chain, *squeezes, layer.while_node):
+        g.remove_node(node.name)
