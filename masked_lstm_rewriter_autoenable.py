@@ -6,7 +6,9 @@ the interpreter starts, but only if the variable is set. Nothing heavy happens t
 is standalone (importing the package would import TensorFlow), and it only arranges for
 ``masked_lstm_rewriter.enable(mode)`` to run right after ``tf2onnx.tfonnx`` is first imported,
 that is, before any conversion work, whatever front end (``python -m tf2onnx.convert``, a
-script) does the converting. A value other than ``post`` or ``any`` makes that import fail with
+script) does the converting. When ``tf2onnx.convert`` is what imports ``tfonnx`` (a script's
+``tf2onnx.convert.from_keras``), the plugin is enabled once ``tf2onnx.convert`` is complete, since
+``enable`` wraps functions of it. A value other than ``post`` or ``any`` makes that import fail with
 a message saying so; ``TF2ONNX_MASKED_LSTM_TARGET=openvino`` picks the OpenVINO target.
 """
 
@@ -19,6 +21,7 @@ ENV = "TF2ONNX_MASKED_LSTM"
 TARGET_ENV = "TF2ONNX_MASKED_LSTM_TARGET"  # optional: "openvino" (see masked_lstm_rewriter.make_rewriter)
 MODES = ("post", "any")
 TARGET = "tf2onnx.tfonnx"
+CONVERT = "tf2onnx.convert"  # may import TARGET half-way through: then enable after it
 
 
 def install():
@@ -34,34 +37,60 @@ def active() -> bool:
 
 
 class _EnableAfterImport(importlib.abc.MetaPathFinder):
-    """Finds ``tf2onnx.tfonnx`` through the other finders and wraps its loader."""
+    """Finds ``tf2onnx.tfonnx`` and ``tf2onnx.convert`` through the other finders and wraps their
+    loaders: the plugin is enabled after ``tfonnx`` is loaded, unless ``convert`` is being loaded
+    (then after it)."""
 
     def __init__(self, value):
         self.value = value
+        self.loading_convert = 0
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname != TARGET:
+        if fullname not in (TARGET, CONVERT):
             return None
-        sys.meta_path.remove(self)  # once is enough; also avoids finding ourselves below
-        spec = importlib.util.find_spec(fullname)
+        sys.meta_path.remove(self)  # avoid finding ourselves below
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            sys.meta_path.insert(0, self)
         if spec is None or spec.loader is None:
             return spec
-        spec.loader = _Loader(spec.loader, self.value)
+        spec.loader = _Loader(spec.loader, self, fullname)
         return spec
+
+    def check(self):
+        if self.value not in MODES:
+            raise ValueError(f"{ENV}={self.value!r}: expected one of {', '.join(MODES)} "
+                             "(or unset for stock tf2onnx)")
+
+    def enable(self):
+        """Once: the hook leaves, and the plugin is enabled."""
+        if self not in sys.meta_path:
+            return
+        sys.meta_path.remove(self)
+        import masked_lstm_rewriter  # pylint: disable=import-outside-toplevel
+        masked_lstm_rewriter.enable(self.value, os.environ.get(TARGET_ENV, "").strip() or None)
 
 
 class _Loader(importlib.abc.Loader):
-    def __init__(self, loader, value):
+    def __init__(self, loader, hook, name):
         self.loader = loader
-        self.value = value
+        self.hook = hook
+        self.name = name
+
+    def __getattr__(self, name):  # get_code and the rest, for runpy (python -m tf2onnx.convert)
+        return getattr(self.loader, name)
 
     def create_module(self, spec):
         return self.loader.create_module(spec)
 
     def exec_module(self, module):
-        if self.value not in MODES:
-            raise ValueError(f"{ENV}={self.value!r}: expected one of {', '.join(MODES)} "
-                             "(or unset for stock tf2onnx)")
-        self.loader.exec_module(module)
-        import masked_lstm_rewriter  # pylint: disable=import-outside-toplevel
-        masked_lstm_rewriter.enable(self.value, os.environ.get(TARGET_ENV, "").strip() or None)
+        self.hook.check()
+        convert = self.name == CONVERT
+        self.hook.loading_convert += convert
+        try:
+            self.loader.exec_module(module)
+        finally:
+            self.hook.loading_convert -= convert
+        if not self.hook.loading_convert:
+            self.hook.enable()

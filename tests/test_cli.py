@@ -287,3 +287,32 @@ def test_the_command_lines_choices_are_the_librarys():
     """The command line names the modes and runtimes without importing TensorFlow: the same lists."""
     import masked_lstm_rewriter as mlr  # pylint: disable=import-outside-toplevel
     assert cli.MASK_MODES == mlr.MASK_MODES and cli.RUNTIMES == mlr.TARGETS
+
+
+SCRIPT_IMPORTS = {
+    "tf2onnx.convert attribute": "import tf2onnx",           # tf2onnx.convert imports tfonnx half-way through
+    "from tf2onnx import convert": "from tf2onnx import convert",
+    "tfonnx first": "import tf2onnx.tfonnx; import tf2onnx.convert",
+}
+
+
+@pytest.mark.parametrize("imports", sorted(SCRIPT_IMPORTS))
+def test_environment_switch_in_a_script_converting_with_from_keras(imports):
+    """The switch also serves a script's own ``tf2onnx.convert.from_keras``, however it imports tf2onnx."""
+    script = "\n".join([
+        "import tensorflow as tf",
+        "from kerasutil import keras",
+        SCRIPT_IMPORTS[imports],
+        "import tf2onnx.convert",
+        "tokens = keras.Input((None,), dtype='int32')",
+        "embedded = keras.layers.Embedding(20, 4, mask_zero=True)(tokens)",
+        "model = keras.Model(tokens, keras.layers.LSTM(3)(embedded))",
+        "spec = [tf.TensorSpec((None, None), tf.int32)]",
+        "onnx_model, _ = tf2onnx.convert.from_keras(model, input_signature=spec, opset=15)",
+        "import masked_lstm_rewriter as mlr",
+        "print(sorted({n.op_type for n in onnx_model.graph.node} & {'LSTM', 'Loop'}), mlr.enabled_mode())",
+    ])
+    env = dict(os.environ, TF2ONNX_MASKED_LSTM="post", PYTHONPATH=os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "['LSTM'] post", done.stdout
