@@ -7,9 +7,16 @@ and LSTM(recurrent_activation="hard_sigmoid") stay Loops; tf_keras: GRU(reset_af
 SimpleRNN do).
 """
 
+import collections
+import os
+import subprocess
+import sys
+
 import numpy as np
+import onnx
 import pytest
 import tensorflow as tf
+import tf2onnx
 
 from kerasutil import FLAVOUR, check_conversion, convert, keras, op_counts, randomize_weights
 from models import FEATURES, UNITS
@@ -67,3 +74,51 @@ def test_where_stock_is_native_its_graph_is_kept():
     assert [n.op_type for n in stock.graph.node] == [n.op_type for n in rewritten.graph.node]
     assert mlr.last_report().layers == ()
     assert op_counts(rewritten)["LSTM"] == 1, FLAVOUR
+
+
+def _all_rows_model():
+    """Every row of the table in one model: each layer over the same features, every output of each
+    flattened into one output (front doors name and order several outputs each their own way)."""
+    features = keras.Input((None, FEATURES), name="features")
+    outputs = [make()(features) for make, _ in (LAYERS[name] for name in sorted(LAYERS))]
+    outputs = [o for output in outputs for o in (output if isinstance(output, (list, tuple)) else [output])]
+    model = randomize_weights(keras.Model(features, keras.layers.Concatenate()(
+        [keras.layers.Flatten()(output) for output in outputs])))
+    ops = collections.Counter()
+    for name in sorted(LAYERS):
+        ops.update(LAYERS[name][1])
+    return model, ops
+
+
+def _front_door(door, model, tmp_path):
+    """The ONNX model ``door`` makes of ``model`` (a .keras file for the command lines)."""
+    if door == "convert":
+        return mlr.convert(model).onnx_model
+    if door == "enable":
+        spec = (tf.TensorSpec((None, None, FEATURES), tf.float32, name="features"),)
+        with mlr.enable():
+            return tf2onnx.convert.from_keras(model, input_signature=spec, opset=15)[0]
+    path, out = tmp_path / "model.keras", tmp_path / "model.onnx"
+    model.save(path)
+    env = dict(os.environ)
+    if door == "cli":
+        command = [sys.executable, "-m", "masked_lstm_rewriter", str(path), "-o", str(out)]
+    else:  # the environment switch, under tf2onnx's own command line
+        command = [sys.executable, "-m", "tf2onnx.convert", "--keras", str(path), "--output", str(out)]
+        env["TF2ONNX_MASKED_LSTM"] = "post"
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return onnx.load(str(out))
+
+
+@pytest.mark.parametrize("door", ["convert", "cli", "enable", "environment"])
+def test_every_row_through_each_front_door(door, tmp_path):
+    model, ops = _all_rows_model()
+    onnx_model = _front_door(door, model, tmp_path)
+    counts = op_counts(onnx_model)
+    # tf_keras: stock tf2onnx may pair a forward and a backward GRU over the same input into one node
+    assert not counts["Loop"] and all(0 < counts[op] <= n for op, n in ops.items()), counts
+    batch = np.random.default_rng(3).normal(size=(3, STEPS, FEATURES)).astype(np.float32)
+    # onnxruntime only: OpenVINO compiles no HardSigmoid (each row runs on it alone, above)
+    (got,) = runtimes.run_onnxruntime(onnx_model, {onnx_model.graph.input[0].name: batch})
+    np.testing.assert_allclose(got, np.asarray(model(batch)), atol=1e-5, err_msg=door)
