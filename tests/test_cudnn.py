@@ -8,9 +8,6 @@ only has to exist in the graph; the oracle is Keras's generic path, which an eag
 machine without a GPU takes.
 """
 
-import contextlib
-import importlib
-
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -20,25 +17,12 @@ from kerasutil import FLAVOUR, check_batches, keras, op_counts, post_padded_toke
 from models import FEATURES, UNITS
 
 import masked_lstm_rewriter as mlr
+from masked_lstm_rewriter.corpus.cudnn_trace import traced_as_on_a_gpu
 
 pytestmark = pytest.mark.skipif(FLAVOUR != "keras3", reason="CudnnRNNV3 graphs are Keras 3's (tf_keras selects its "
                                 "cuDNN function at run time)")
 
 STEPS, VOCAB = 6, 30
-
-
-@contextlib.contextmanager
-def traced_as_on_a_gpu():
-    """Keras 3 takes its cuDNN path while this is in force."""
-    rnn = importlib.import_module("keras.src.backend.tensorflow.rnn")
-    build_info = tf.sysconfig.get_build_info
-    saved = rnn._is_gpu_available, build_info
-    rnn._is_gpu_available = lambda: True
-    tf.sysconfig.get_build_info = lambda: {**build_info(), "is_cuda_build": True}
-    try:
-        yield
-    finally:
-        rnn._is_gpu_available, tf.sysconfig.get_build_info = saved
 
 
 @pytest.fixture

@@ -376,6 +376,25 @@ CASES = (
          "tf_keras's is native)", "none",
          lambda k: [_lstm(k, 4, recurrent_activation="hard_sigmoid", return_sequences=True, name="lstm")],
          formats=KERAS3_ONLY, seed=33),
+    # traced through Keras 3's cuDNN kernel (a SavedModel exported on a machine with a GPU): the graph holds
+    # CudnnRNNV3, which tf2onnx cannot convert; the plugin reads it into the same native nodes
+    Case("cudnn_stacked",
+         "traced on a GPU: tokens -> Embedding(mask_zero=True) -> LSTM(4, return_sequences=True) -> "
+         "Bidirectional(GRU(3, return_sequences=True)): three CudnnRNNV3 ops (a forward layer repeats its last "
+         "output at padded steps, a Bidirectional's halves give zeros there, as Keras's generic path does)",
+         "embedding",
+         lambda k: [_lstm(k, 4, return_sequences=True, name="lstm"),
+                    _bidirectional(k, _gru(k, 3, return_sequences=True, name="gru"), merge_mode="concat")],
+         formats=KERAS3_ONLY, seed=34, save=lambda *args: save_traced_on_a_gpu(*args),
+         saved_with="keras.Model.export(path, format='tf_saved_model') traced as on a GPU machine "
+                    "(masked_lstm_rewriter.corpus.cudnn_trace)"),
+    Case("cudnn_unmasked_gru",
+         "traced on a GPU, no mask: features -> GRU(4, go_backwards=True, return_state=True): one CudnnRNNV3 op "
+         "whose lengths are every step", "none",
+         lambda k: [_gru(k, 4, go_backwards=True, return_state=True, name="gru")],
+         formats=KERAS3_ONLY, seed=35, save=lambda *args: save_traced_on_a_gpu(*args),
+         saved_with="keras.Model.export(path, format='tf_saved_model') traced as on a GPU machine "
+                    "(masked_lstm_rewriter.corpus.cudnn_trace)"),
 )
 
 # masks as strings, one per row ("1" = valid step)
@@ -533,6 +552,13 @@ def save_model(model, case: Case, flavour: str, fmt: str, path: str, n_outputs: 
         model.save(path)
     else:
         raise ValueError(f"unknown format {fmt!r}")
+
+
+def save_traced_on_a_gpu(model, case: Case, flavour: str, fmt: str, path: str, n_outputs: int, tf) -> None:
+    """Keras 3's SavedModel as a machine with a GPU exports it: its layers traced as cuDNN ops."""
+    from masked_lstm_rewriter.corpus.cudnn_trace import traced_as_on_a_gpu  # pylint: disable=import-outside-toplevel
+    with traced_as_on_a_gpu():
+        save_model(model, case, flavour, fmt, path, n_outputs, tf)
 
 
 def format_problem(model, flavour: str, fmt: str, n_outputs: int):
