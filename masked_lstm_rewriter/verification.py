@@ -223,6 +223,10 @@ def _runners(runtimes, proto, result: Verification, say) -> dict:
     return runners
 
 
+CUDNN_REFERENCE = ("a model traced on a GPU runs its cuDNN op only on a GPU: verify against the Keras model "
+                   "(.keras or .h5) instead, or run verify on the GPU machine")
+
+
 def _verify_batch(reference: Reference, runners: dict, batch, plan: _Plan, say, where: str) -> list:
     """The checks of one batch: the reference once, then each runtime."""
     say(f"{where} ({batch.label}): reference")
@@ -230,6 +234,8 @@ def _verify_batch(reference: Reference, runners: dict, batch, plan: _Plan, say, 
         expected = reference.call(list(batch.inputs))
     except Exception as error:  # noqa: BLE001  pylint: disable=broad-except
         message = f"the reference model failed on this batch: {first_line(error)}"
+        if "CudnnRNN" in str(error):
+            message += f" ({CUDNN_REFERENCE})"
         return [Check(runtime, batch.label, ERROR, message=message) for runtime in runners]
     checks = []
     for runtime, run in runners.items():

@@ -160,3 +160,14 @@ def test_an_op_not_read_is_refused_with_its_name_and_the_fix(op_type, reason):
     assert not layer.rewritten and reason in layer.detail, layer.detail
     assert op_type in layer.detail and "masked_lstm_rewriter.convert" in layer.detail and \
         "CUDA_VISIBLE_DEVICES" in layer.detail, layer.detail
+
+
+def test_verify_says_why_a_cudnn_saved_model_cannot_be_the_reference(tmp_path):
+    """Its cuDNN op has no CPU kernel: verify fails, and says what to verify against instead."""
+    from masked_lstm_rewriter.corpus import manifest  # pylint: disable=import-outside-toplevel
+    from masked_lstm_rewriter.verification import CUDNN_REFERENCE  # pylint: disable=import-outside-toplevel
+    saved = f"{manifest.DATA_DIR}/keras3/cudnn_unmasked_gru/saved_model"
+    converted = mlr.convert(saved)
+    result = mlr.verify(saved, converted.onnx_model)
+    assert not result.ok
+    assert all(CUDNN_REFERENCE in check.message for check in result.checks), result.format()
