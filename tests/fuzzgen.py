@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Differential fuzzing against Keras: random masked models x random batches with masks of every kind.
+"""Differential fuzzing against Keras: random masked models x random batches with masks of every kind,
+and, for a share of the cases, the same models without a mask (``mask_source="none"``).
 
 A case is a pure description (frozen dataclasses: :class:`ModelCase` of :class:`LayerCase` s,
 and :class:`BatchCase` s); :func:`model_cases` and :func:`batch_cases` are its hypothesis
@@ -12,7 +13,10 @@ with Keras on every batch, at every position (within ATOL; relative above 1, see
 :func:`scaled_difference`; or, for ill-conditioned models, see :class:`Float64Referee`):
 ``"any"`` always, ``"post"`` on post-padded batches; on other batches ``"post"`` must fail with
 the guard's message (on onnxruntime), never return numbers. The case's wiring makes stacks,
-sequences read by more than the layer above, and parallel layers (see ``WIRINGS``). It returns what it
+sequences read by more than the layer above, and parallel layers (see ``WIRINGS``). An unmasked case
+(one in UNMASKED_SHARE, by a stable hash: :func:`unmasked_for`) feeds float features with no mask:
+every layer must end up a native op (stock tf2onnx's own, or the plugin's where stock leaves a Loop)
+with no mask machinery, and both modes must equal Keras on every batch. It returns what it
 saw (a :class:`CaseResult`) rather than raising, so that ``tests/fuzz.py`` can count;
 ``tests/test_fuzz.py`` asserts on it.
 """
@@ -37,6 +41,7 @@ from kerasutil import ATOL, FLAVOUR, convert, keras, keras_outputs, op_counts, r
 from models import FEATURES, token_mask
 
 import masked_lstm_rewriter as mlr
+from masked_lstm_rewriter.corpus.check import uncompiled_nodes, unmasked_problems
 from masked_lstm_rewriter.targets import REFUSED_ACTIVATION_REASONS
 from masked_lstm_rewriter.plan.schedule import MIN_BATCH, SEGMENTS
 
@@ -70,6 +75,10 @@ CELL_STATE_REFUSAL = "cannot hold it over padded steps"
 DIRECTIONS = ("forward", "go_backwards", "bidirectional")
 MERGE_MODES = ("concat", "sum", "mul", "ave", None)
 MASK_SOURCES = ("embedding", "masking", "explicit", "computed")
+# no mask: float features straight into the layers. One case in UNMASKED_SHARE is made unmasked after it
+# is drawn (unmasked_for: a stable hash, so the derandomized sample keeps its size and its other cases)
+UNMASKED = "none"
+UNMASKED_SHARE = 5
 MASK_VALUES = (0.0, -1.0, 2.5)
 # "long-tailed": post-padded, one full row among short and empty ones, at least the schedule's
 # MIN_BATCH rows: the batches that run masked_lstm_rewriter/schedule.py's segments
@@ -122,18 +131,23 @@ class ModelCase:
     layers: tuple = (LayerCase(),)
     return_sequences: bool = True
     return_state: bool = False
-    mask_source: str = "embedding"     # embedding | masking | explicit | computed
+    mask_source: str = "embedding"     # embedding | masking | explicit | computed | none (UNMASKED)
     mask_value: float = 0.0            # for "masking"
     initial_state: bool = False        # states given to the first layer as model inputs
     seed: int = 0
     signature: str = "dynamic"         # a form of tests/signatures.py: what the conversion fixes
     wiring: str = "chain"              # see WIRINGS
 
+    @property
+    def unmasked(self) -> bool:
+        return self.mask_source == UNMASKED
+
     def stays_a_loop(self, index: int) -> bool:
         """Layer ``index`` must stay a Loop: an activation the rewriter refuses, or (the last
-        layer, with its states returned) an LSTM cell state no padding column can hold."""
+        layer of a masked model, with its states returned) an LSTM cell state no padding column can hold."""
         layer = self.layers[index]
-        cell_state_used = index == len(self.layers) - 1 and self.return_state and layer.kind == "LSTM"
+        cell_state_used = index == len(self.layers) - 1 and self.return_state and layer.kind == "LSTM" \
+            and not self.unmasked
         return layer.refused or (cell_state_used and layer.recurrent_activation not in SATURATING_ACTIVATIONS)
 
     @property
@@ -141,6 +155,12 @@ class ModelCase:
         """The layers that must stay Loops (the parallel copy of the first layer returns no states)."""
         copy = [self.layers[0]] if self.wiring == "parallel" and self.layers[0].refused else []
         return [layer for i, layer in enumerate(self.layers) if self.stays_a_loop(i)] + copy
+
+    @property
+    def softplus_loop(self) -> bool:
+        """A layer the rewriter refuses (softplus) stays tf2onnx's Loop, whose Softplus OpenVINO computes
+        in float32 as log(1 + exp(x)): 0 (even -1.9e-6) below about x = -15, where Keras's is exp(x)."""
+        return any(layer.refused for layer in self.loop_layers)
 
     @property
     def all_layers(self) -> list:
@@ -174,7 +194,9 @@ def layer_cases(draw, last=True, kinds=SAMPLED_KINDS):
 
 
 @st.composite
-def model_cases(draw, kinds=SAMPLED_KINDS):
+def model_cases(draw, kinds=SAMPLED_KINDS, unmasked=None):
+    """Model cases; ``unmasked``: None for the share :func:`unmasked_for` picks, True for every case, False
+    for none."""
     depth = draw(st.integers(1, 3))
     layers = tuple(draw(layer_cases(last=i == depth - 1, kinds=kinds)) for i in range(depth))
     source = draw(st.sampled_from(MASK_SOURCES))
@@ -186,6 +208,8 @@ def model_cases(draw, kinds=SAMPLED_KINDS):
         mask_value=draw(st.sampled_from(MASK_VALUES)) if source == "masking" else 0.0,
         initial_state=draw(st.booleans()),
         seed=draw(st.integers(0, 2**16)))
+    if unmasked_for(case) if unmasked is None else unmasked:
+        case = dataclasses.replace(case, mask_source=UNMASKED, mask_value=0.0)
     case = dataclasses.replace(case, wiring=wiring_for(case))
     return dataclasses.replace(case, signature=signature_for(case))
 
@@ -195,6 +219,12 @@ def wiring_for(case: ModelCase) -> str:
     derandomized sample keeps its cases, and each gets a wiring); a single layer has no "skip"."""
     choices = WIRINGS if len(case.layers) > 1 else tuple(w for w in WIRINGS if w != "skip")
     return _hashed_choice(repr(dataclasses.replace(case, wiring="chain")) + "/wiring", choices)
+
+
+def unmasked_for(case: ModelCase) -> bool:
+    """Does ``case`` lose its mask? One case in UNMASKED_SHARE, by a stable hash of the case as drawn:
+    the other cases, and so their wirings and signatures, stay as they were."""
+    return _hashed_choice(repr(case) + "/unmasked", (True,) + (False,) * (UNMASKED_SHARE - 1))
 
 
 def _hashed_choice(key: str, choices):
@@ -286,7 +316,7 @@ def build_model(case: ModelCase, weights_from=None):
         if case.mask_source == "masking":
             x = keras.layers.Masking(mask_value=case.mask_value)(features)
             mask = _any_not_equal(features, case.mask_value) if case.initial_state else None
-        else:
+        elif not case.unmasked:  # explicit: a mask input
             mask, mask_spec = _input("mask", (None,), "bool")
             inputs.append(mask)
             spec.append(mask_spec)
@@ -429,8 +459,8 @@ def is_post_padded(mask: np.ndarray) -> bool:
 
 
 def batch_inputs(case: ModelCase, batch: BatchCase):
-    """(inputs in the signature's order, the mask they carry)."""
-    mask = batch_mask(batch)
+    """(inputs in the signature's order, the mask they carry: every step, without a mask)."""
+    mask = np.ones((batch.rows, batch.steps), bool) if case.unmasked else batch_mask(batch)
     rng = np.random.default_rng(batch.seed + 1)
     shape = (batch.rows, batch.steps)
     if case.mask_source in ("embedding", "computed"):
@@ -439,6 +469,8 @@ def batch_inputs(case: ModelCase, batch: BatchCase):
         features = rng.normal(size=shape + (FEATURES,)).astype(np.float32)
         if case.mask_source == "masking":
             inputs = [np.where(mask[..., None], features, np.float32(case.mask_value)).astype(np.float32)]
+        elif case.unmasked:
+            inputs = [features]
         else:  # the padded steps keep their random features: only the mask may hide them
             inputs = [features, mask]
     units = case.layers[0].units
@@ -457,6 +489,7 @@ class CaseResult:
     ill_conditioned: list = dataclasses.field(default_factory=list)  # passed by the referee:
     #   (mode, |diff| vs Keras, Keras float32 vs float64, ONNX vs float64)
     non_finite: int = 0         # comparisons skipped: Keras's own output overflowed (inf or nan)
+    openvino_softplus: int = 0  # OpenVINO off where onnxruntime matched, in a model with a softplus Loop (_compare)
     stock_overflow: int = 0     # ... or, every layer refused (stock tf2onnx), its Loop's did (see _compare)
     mismatches: list = dataclasses.field(default_factory=list)   # (mode, batch, |diff| or reason)
     non_post: int = 0           # batches (batch-1 signatures: rows) whose mask is not post-padded
@@ -465,10 +498,11 @@ class CaseResult:
     worst: float = 0.0          # largest scaled_difference from Keras seen (referee or not)
     openvino: bool = False      # compared on OpenVINO too
     loops: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # reason -> layers
+    unmasked_problems: list = dataclasses.field(default_factory=list)  # an unmasked model's mask machinery
 
     @property
     def ok(self) -> bool:
-        return not self.mismatches and not self.guard_missed and not self.loops
+        return not self.mismatches and not self.guard_missed and not self.loops and not self.unmasked_problems
 
 
 def scaled_difference(expected, got) -> float:
@@ -510,23 +544,34 @@ def convert_and_report(model, spec, mode, case: ModelCase, result: CaseResult):
             result.loops[f"{mode}: {layer.detail}"] += 1
     loops = sum(layer.onnx_layers for layer in case.loop_layers)
     expected = sum(layer.onnx_layers for layer in case.all_layers) - loops
-    if len(report.rewritten) != expected or op_counts(onnx_model)["Loop"] != loops:
+    # unmasked: stock tf2onnx makes some layers native itself (not in the report), the plugin the others
+    rewritten = len(report.rewritten) <= expected if case.unmasked else len(report.rewritten) == expected
+    if not rewritten or op_counts(onnx_model)["Loop"] != loops:
         result.loops[f"{mode}: {len(report.rewritten)} of {expected} layers rewritten, "
                      f"{op_counts(onnx_model)['Loop']} Loop(s) (expected {loops})"] += 1
+    if case.unmasked:
+        result.unmasked_problems += [f"{mode}: {problem}" for problem in unmasked_problems({"unmasked": True},
+                                                                                            onnx_model)]
+        result.unmasked_problems += [f"{mode}: {layer} reported as masked" for layer in report.layers if layer.masked]
     for_openvino = not any("openvino" in layer.not_for for layer in report.layers)
     return onnx_model, for_openvino
 
 
-def openvino_conversion(model, spec, mode, onnx_model, for_openvino):
+def openvino_conversion(model, spec, mode, onnx_model, for_openvino, case: ModelCase):
     """(model, kept a Loop): the conversion a user deploying on OpenVINO makes (``target="openvino"``,
     no schedule; ``onnx_model`` where that is the same), and whether it kept a layer as stock
-    tf2onnx's Loop for the target. (None, False) when the suite leaves OpenVINO out."""
+    tf2onnx's Loop for the target. (None, False) when the suite leaves OpenVINO out, or when an
+    unmasked model keeps stock tf2onnx's own native op with an activation OpenVINO does not compile
+    (tf_keras's hard_sigmoid LSTM: no conversion makes that model for OpenVINO)."""
     if "openvino" not in runtimes.runtimes():
         return None, False
-    if for_openvino:
-        return onnx_model, False
-    converted = convert(model, spec, rewriter=mlr.make_rewriter(mode, target="openvino"))
-    return converted, bool(mlr.last_report().left_as_loop)
+    converted, kept = onnx_model, False
+    if not for_openvino:
+        converted = convert(model, spec, rewriter=mlr.make_rewriter(mode, target="openvino"))
+        kept = bool(mlr.last_report().left_as_loop)
+    if case.unmasked and uncompiled_nodes(converted, "openvino"):
+        return None, False
+    return converted, kept
 
 
 def openvino_session(onnx_model):
@@ -564,21 +609,27 @@ class Feed:
     alone: Optional[Callable[[], list]] = None  # a row: Keras run on the row alone
     overflowed_inside: bool = False          # a layer's Keras output is not finite (see keras_overflows_inside)
 
-def _compare(result, mode, feed: Feed, got, referee, stock=False):
+def _compare(result, mode, feed: Feed, got, referee, stock=False, softplus=False) -> bool:
     """One comparison: within ATOL, or (ill-conditioned models) as close to exact as Keras itself.
+    Returns whether it passed (or was not compared).
 
     ``stock``: every layer was refused, so the model is stock tf2onnx's Loops, which write
     Keras's masked selects as arithmetic: a candidate state that overflows at a step Keras
     discards turns into NaN there (as in :func:`keras_overflows_inside`, but inside the layer).
-    That is tf2onnx's, not the plugin's: counted apart, not compared."""
+    That is tf2onnx's, not the plugin's: counted apart, not compared.
+
+    ``softplus``: an OpenVINO run of a model with a softplus layer left as tf2onnx's Loop, whose
+    onnxruntime run matched Keras on the same feed: OpenVINO's Softplus loses all precision below
+    about -15 (:attr:`ModelCase.softplus_loop`), which a model whose states grow large (linear or
+    softplus activations) turns into errors far above ATOL. That is OpenVINO's: counted apart."""
     result.comparisons += 1
     if not all_finite(feed.expected) or feed.overflowed_inside:
         # overflowed in Keras: the order of float32 operations decides where
         result.non_finite += 1
-        return
+        return True
     if stock and not all_finite(got):
         result.stock_overflow += 1
-        return
+        return True
     expected, also = feed.expected, ()
     diff = scaled_difference(expected, got)
     if diff > ATOL and feed.alone is not None:
@@ -587,14 +638,18 @@ def _compare(result, mode, feed: Feed, got, referee, stock=False):
     if diff <= ATOL:
         result.worst = max(result.worst, diff)
         result.passed += 1
-        return
+        return True
     ok, keras_error, onnx_error = referee.accepts(feed.inputs, expected, got, also)
-    result.worst = max(result.worst, diff)
     if ok:
+        result.worst = max(result.worst, diff)
         result.passed += 1
         result.ill_conditioned.append((mode, diff, keras_error, onnx_error))
+    elif softplus:
+        result.openvino_softplus += 1
     else:
+        result.worst = max(result.worst, diff)
         result.mismatches.append((mode, feed.batch, diff))
+    return ok
 
 
 def check_case(case: ModelCase, batches) -> CaseResult:
@@ -610,7 +665,7 @@ def check_case(case: ModelCase, batches) -> CaseResult:
     for mode in MODES:
         onnx_model, for_openvino = convert_and_report(model, spec, mode, case, result)
         sessions[mode] = session(onnx_model)
-        openvino_model, target_loops = openvino_conversion(model, spec, mode, onnx_model, for_openvino)
+        openvino_model, target_loops = openvino_conversion(model, spec, mode, onnx_model, for_openvino, case)
         if openvino_model is not None:
             sessions[f"{mode} on openvino"] = openvino_session(openvino_model)
             result.openvino = True
@@ -653,10 +708,12 @@ def _check_feed(result, sessions, spec, feed: Feed, referee, guarded, stock_loop
     """"any" on the feed; "post" too where its mask is post-padded, else "post" must fail with the guard
     (on onnxruntime: OpenVINO's synchronous single-thread inference drops errors, see docs/openvino.md)."""
     exact_modes = ["any"] + (["post"] if is_post_padded(feed.mask) or not guarded else [])
-    for name in [f"{mode}{runtime}" for mode in exact_modes for runtime in ("", " on openvino")]:
+    for mode in exact_modes:
+        matched = _compare(result, mode, feed, _run(sessions[mode], spec, feed.inputs), referee, stock=not guarded)
+        name = f"{mode} on openvino"
         if name in sessions:
             _compare(result, name, feed, _run(sessions[name], spec, feed.inputs), referee,
-                     stock=not guarded or name in stock_loops)
+                     stock=not guarded or name in stock_loops, softplus=matched and referee.case.softplus_loop)
     if "post" in exact_modes:
         return
     result.non_post += 1
@@ -678,4 +735,5 @@ def describe(case: ModelCase, batches, result: CaseResult) -> str:
     lines += [f"  mismatch ({mode}) on {batch!r}: max |diff| {diff:.3g}" for mode, batch, diff in result.mismatches]
     lines += [f"  guard missed on {batch!r}: {what}" for batch, what in result.guard_missed]
     lines += [f"  left as Loop: {reason} (x{count})" for reason, count in result.loops.items()]
+    lines += [f"  without a mask: {problem}" for problem in result.unmasked_problems]
     return "\n".join(lines)

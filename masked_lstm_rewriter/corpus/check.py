@@ -209,17 +209,26 @@ def known_refusal(entry: dict, runtime: str, onnx_path: str):
     model, from its entry in :mod:`..targets`: a native node with an activation it does not compile
     (a model converted without that runtime as its target)."""
     import onnx  # pylint: disable=import-outside-toplevel
+    for node, missing in uncompiled_nodes(onnx.load(onnx_path), runtime)[:1]:
+        entry_of = targets.runtime(runtime)
+        return entry_of.activation_error, (f"{entry_of.title}'s native {node.op_type} op compiles no "
+                                           f"{', '.join(missing)} activation")
+    return None
+
+
+def uncompiled_nodes(model_proto, runtime: str) -> list:
+    """``[(node, activations)]``: the native recurrent nodes with activations ``runtime``'s native op
+    does not compile (per :mod:`..targets`; none for a runtime it has no entry for)."""
     if runtime not in targets.TARGETS:
-        return None
-    for node in walk_nodes(onnx.load(onnx_path).graph):
+        return []
+    found = []
+    for node in walk_nodes(model_proto.graph):
         if node.op_type in RECURRENT_OPS:
             names = next((list(a.strings) for a in node.attribute if a.name == "activations"), [])
             missing = targets.uncompiled_activations(runtime, [n.decode() for n in names])
             if missing:
-                entry_of = targets.runtime(runtime)
-                return entry_of.activation_error, (f"{entry_of.title}'s native {node.op_type} op compiles no "
-                                                   f"{', '.join(missing)} activation")
-    return None
+                found.append((node, missing))
+    return found
 
 
 def first_line(error) -> str:
