@@ -3,7 +3,7 @@
 """Draw the plots of tools/benchmark.py from its ratios.csv (matplotlib, Agg backend).
 
 One PNG per model: two rows (the plugin's speed-up over stock tf2onnx's Loop; the plugin's latency
-over the unmasked native LSTM's) by one column per fill ratio, latency ratio against batch size,
+over the unmasked native op's) by one column per fill ratio, latency ratio against batch size,
 one colour per sequence length T, solid lines for 1 intra-op thread and dashed for all threads.
 The points are ratios of medians; the bars span the interquartile range of the per-round ratios
 (interleaved rounds, so each ratio pairs two runs made back to back). The y range follows the
@@ -77,7 +77,7 @@ def plot(csv_path: str, out_dir: str, fills=(1.0, 0.5), subtitle: str = "") -> l
         if not model_fills:
             continue
         metrics = (("loop_over_post", "speed-up of the plugin over the Loop\n(Loop latency / plugin latency)", 1.0),
-                   ("post_over_unmasked", "plugin latency / unmasked native LSTM\n(below 1: faster than unmasked)",
+                   ("post_over_unmasked", "plugin latency / unmasked native op\n(below 1: faster than unmasked)",
                     1.0))
         fig, axes = plt.subplots(len(metrics), len(model_fills), figsize=(5.2 * len(model_fills), 7.6),
                                  squeeze=False, sharex=True)
