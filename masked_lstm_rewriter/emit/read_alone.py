@@ -13,6 +13,8 @@ from __future__ import annotations
 from ..cells import KINDS
 from ..graph import producer
 
+_NATIVE = frozenset(kind.op for kind in KINDS)  # the native recurrent ops (LSTM, GRU, RNN)
+
 
 def read_alone(g, x: str) -> str:
     """``x`` as the node should read it: through ``Max(x, x)`` nodes of its own where OpenVINO would
@@ -32,8 +34,7 @@ def read_alone(g, x: str) -> str:
     if _may_read_a_shared_swap(g, x):
         x = g.make_node("Max", [x, x]).output[0]
     known = {}
-    native = {kind.op for kind in KINDS}
-    read = {_computation(g, node.input[0], known) for node in g.get_nodes() if node.type in native}
+    read = {_computation(g, node.input[0], known) for node in g.get_nodes() if node.type in _NATIVE}
     computation = _computation(g, x, known)
     while computation in read:
         x = g.make_node("Max", [x, x]).output[0]
@@ -94,15 +95,22 @@ def _swap_derived_here(g, tensor: str, known: dict, depth: int) -> tuple:
     readers = _data_readers(g, tensor)
     swaps = [reader for reader in readers if _swaps_first_axes(g, reader)]
     shared = len(readers) - len(swaps) + bool(swaps) > 1  # equal swaps merge (a Bidirectional's two halves)
-    if node is None:
+    if node is None or node.type in _NATIVE:  # no optimizer moves a swap through a recurrent op
         return False, shared
     if _swaps_first_axes(g, node):
         return True, shared
-    inputs = [name for name in node.input if not g.is_const(name)]
+    inputs = [name for name in node.input if _computed(g, name)]
     if not inputs:
         return False, shared
     below = [_swap_derived(g, name, known, depth + 1) for name in inputs]
     return all(d for d, _ in below), shared or any(s for _, s in below)
+
+
+def _computed(g, tensor: str) -> bool:
+    """Is ``tensor`` an input that is computed: not an omitted optional input (``""``, as a native
+    node's unused initial states, bias or lengths are), nor a constant?"""
+    node = producer(g, tensor) if tensor else None
+    return tensor != "" and (node is None or not node.is_const())
 
 
 def _data_readers(g, tensor: str) -> list:
