@@ -159,7 +159,11 @@ class BatchMasks:
     (:func:`same_batch`), else broadcast to it (Keras broadcasts a [1, T] mask), once per mask and
     input batch (the layers of a stack share one). The broadcast reads the batch size off the
     root of the input's batch axis, upstream of every layer sharing it (the first layer emitted
-    may sit on top of another one)."""
+    may sit on top of another one).
+
+    ``layers``: every layer being rewritten, masked or not. The walk to a root steps over each
+    one's outputs (they have its input's batch), so that no root is a tensor that rewriting one
+    of them removes (an unmasked layer under a masked one: its stacked outputs)."""
 
     def __init__(self, graph, layers):
         self.graph = graph
@@ -168,24 +172,27 @@ class BatchMasks:
             outputs.update({t: (1, layer.x) for t in layer.sequence_outputs})
             outputs.update({t: (0, layer.x) for t in [layer.last_output] + [
                 state for cell in layer.cells for state in (cell.final_h, cell.final_c)] if t})
-        self._keys = {id(layer): self._key(layer, outputs) for layer in layers}
+        self._keys = {id(layer): self._key(layer, outputs) for layer in layers if layer.mask is not None}
         self._cache = {}
 
     def _key(self, layer, outputs):
-        """None: no broadcast; else what the broadcast is cached by (the mask, the input's batch)."""
+        """None: no broadcast; else what the broadcast is cached by (the mask, the root of the input's
+        batch), or (the mask, the layer's id) where no root was found: then the layer's own input, read
+        when it is emitted (rewriting the layer below renames it)."""
         try:
             if same_batch(self.graph, layer.mask, layer.x, outputs):
                 return None
             return layer.mask, batch_root(self.graph, layer.x, 1, outputs)
         except Exception:  # pylint: disable=broad-except  (a graph shape not foreseen: broadcast, always right)
-            return layer.mask, (layer.x, 1)
+            return layer.mask, id(layer)
 
     def mask_for(self, layer) -> str:
         key = self._keys[id(layer)]
         if key is None:
             return layer.mask
         if key not in self._cache:
-            mask, (like, axis) = key
+            mask, root = key
+            like, axis = (layer.x, 1) if isinstance(root, int) else root
             self._cache[key] = broadcast_mask(self.graph, mask, like, axis)
         return self._cache[key]
 

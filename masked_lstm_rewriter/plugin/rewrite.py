@@ -66,7 +66,7 @@ def rewrite_loops(graph, loops, mask_mode: str, target, schedule: bool = False) 
 def rewrite_layers(graph, layers, mask_mode: str, target, schedule: bool = False, connect=rewire) -> None:
     """Plan and emit each layer read (``connect``: how the source's consumers are pointed at the results)."""
     planner = MaskPlanner(graph, mask_mode, schedule)
-    masks = BatchMasks(graph, [layer for layer in layers if layer.mask is not None])
+    masks = BatchMasks(graph, layers)
     for layer in layers:
         if layer.mask is None:
             _rewrite(graph, layer, GraphSnapshot(graph), lambda layer: _emit_unmasked(graph, layer, target, connect),
