@@ -171,6 +171,12 @@ class MaskPlanner:
         zero = _const(g, "zero_i64", np.array(0, np.int64))
         time = GraphBuilder(g).make_unsqueeze({"data": op("Range", zero, steps, one), "axes": [1]})  # [T, 1]
         rows = op("Range", zero, batch, one)                                 # [B]
+        # the sizes tf2onnx cannot infer through Range: with them, a static batch of 1 stays known in the
+        # layer's outputs, whose Keras transposes tf2onnx's optimizer then turns into Reshapes (left as
+        # Transposes, a Concatenate with the embedding made that optimizer add Reshapes without end)
+        dims = _dims(g, mask_tm)
+        g.set_shape(time, [dims[0], 1])
+        g.set_shape(rows, [dims[1]])
 
         destination = op("Where", op("Cast", valid, to=TensorProto.BOOL), op("Sub", upto, one),
                          op("Add", total, op("Sub", time, upto)))
@@ -180,10 +186,14 @@ class MaskPlanner:
                              attr={"axis": 0}).output[0]
 
         def flat(index):
-            return op("Add", op("Mul", index, batch), rows)
+            flat_index = op("Add", op("Mul", index, batch), rows)
+            g.set_shape(flat_index, dims)
+            return flat_index
 
         def keep(condition):
-            return GraphBuilder(g).make_unsqueeze({"data": condition, "axes": [2]})
+            kept = GraphBuilder(g).make_unsqueeze({"data": condition, "axes": [2]})
+            g.set_shape(kept, dims + [1])
+            return kept
 
         is_valid = keep(op("Cast", valid, to=TensorProto.BOOL))
         forward_index = flat(op("Max", op("Sub", upto, one), zero))
@@ -198,6 +208,14 @@ class MaskPlanner:
 
 def _const(graph, name, value):
     return graph.make_const(utils.make_name(name), value).output[0]
+
+
+def _dims(graph, tensor: str) -> list:
+    """The two dimensions of a [T, B] tensor as tf2onnx knows them (-1 where it does not)."""
+    shape = graph.get_shape(tensor)
+    if shape is None or len(shape) != 2:
+        return [-1, -1]
+    return [-1 if dim is None or dim < 0 else dim for dim in shape]
 
 
 def _scalar(graph, shape: str, index: int) -> str:
