@@ -24,6 +24,7 @@ from ..read.loop import layer_name, read_loop
 from ..read.trip import COND_MATCH_ATTR
 from ..report import record
 from .snapshot import GraphSnapshot
+from .unforeseen import failed_rewrite
 
 logger = logging.getLogger("masked_lstm_rewriter")
 
@@ -124,7 +125,7 @@ def _rewrite(graph, layer, snapshot: GraphSnapshot, emit, mask_mode: str, masked
         vetoes = emit(layer)
     except Exception as error:  # pylint: disable=broad-except
         snapshot.restore()  # the loop stands exactly as tf2onnx made it
-        refuse(layer.layer, Refusal(f"rewrite failed: {type(error).__name__}: {error}", layer.while_node), mask_mode,
+        refuse(layer.layer, failed_rewrite(error, layer.while_node), mask_mode,
                masked, layer.left_as, layer.remedy)
         return
     what = "masked " if masked else ""
