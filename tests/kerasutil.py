@@ -150,6 +150,18 @@ def check_batches(model, spec, batches, rewriter="default", ops=None, opset=15):
     return converted
 
 
+def check_whole_model(model, spec, batches, mode, native):
+    """:func:`check_batches` under ``enable(mask_mode=mode)`` (as the CLI converts: Keras 3 traces
+    ``TimeDistributed`` right only there), then: no Loop, ``native`` recurrent nodes in all, and every
+    layer reported rewritten."""
+    with mlr.enable(mask_mode=mode):
+        onnx_model = check_batches(model, spec, batches, rewriter=mlr.make_rewriter(mode))
+    counts = op_counts(onnx_model)
+    assert "Loop" not in counts and sum(counts.get(op, 0) for op in ("LSTM", "GRU", "RNN")) == native, counts
+    report = mlr.last_report()
+    assert report.rewritten and not report.left_as_loop, str(report)
+
+
 def _check_form(model, form, form_spec, batches, rewriter, ops, opset):
     """One conversion with ``form_spec``, checked on every runtime and batch; returns it."""
     onnx_model = convert(model, form_spec, rewriter=rewriter, opset=opset)

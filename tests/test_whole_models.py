@@ -11,10 +11,8 @@ output, in both mask modes, under the sampled signature forms and on every runti
 import pytest
 import tensorflow as tf
 
-from kerasutil import check_conversion, keras, op_counts, post_padded_tokens, randomize_weights, token_spec
+from kerasutil import check_whole_model, keras, post_padded_tokens, randomize_weights, token_spec
 from models import padded_features
-
-import masked_lstm_rewriter as mlr
 
 layers = keras.layers
 LENGTHS = [9, 4, 0, 6, 1]  # a full row, an empty one, lengths in between
@@ -112,9 +110,4 @@ def test_whole_model(name, mode):
     keras.utils.set_random_seed(0)
     model = randomize_weights(build())
     spec, inputs = data()
-    with mlr.enable(mask_mode=mode):
-        onnx_model = check_conversion(model, spec, inputs, rewriter=mlr.make_rewriter(mode))
-    counts = op_counts(onnx_model)
-    assert "Loop" not in counts and sum(counts.get(op, 0) for op in ("LSTM", "GRU", "RNN")) == native, counts
-    report = mlr.last_report()
-    assert report.rewritten and not report.left_as_loop, str(report)
+    check_whole_model(model, spec, [inputs], mode, native)
