@@ -104,3 +104,12 @@ def test_a_backward_layer_whose_output_is_not_reversed_back_is_refused():
     finally:
         tf.reverse = real_reverse
     assert reasons(converted) and "not reversed in time after its rows" in reasons(converted)[0]
+
+
+def test_below_opset_13_the_op_is_refused_with_the_opset_and_the_fix():
+    spec = Loop()
+    fn, signature, _ = cudnn_function(spec)
+    converted = convert(fn, signature, "post", opset=12, returned=spec.returned)
+    assert converted.ops().count("CudnnRNNV3") == 1
+    (reason,) = reasons(converted)
+    assert reason.startswith("opset 12") and "masked_lstm_rewriter.convert" in reason, reason
