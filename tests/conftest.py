@@ -7,6 +7,7 @@ process, since the choice cannot change once TensorFlow is loaded.
 """
 
 import os
+import signal
 
 import pytest
 
@@ -24,6 +25,28 @@ def plugin_off():
     mlr.disable()
     yield
     mlr.disable()
+
+
+# seconds: a whole-model test converts in a few; past this (plus a minute for its checks) it fails
+CONVERSION_BUDGET = int(os.environ.get("MLR_CONVERSION_BUDGET", "120"))
+
+
+class OverBudget(BaseException):
+    """A test ran over its budget (a BaseException: tf2onnx's optimizer swallows Exceptions)."""
+
+
+@pytest.fixture
+def conversion_budget():
+    """The test fails, rather than hangs, past ``CONVERSION_BUDGET`` + 60 s: a conversion that never
+    ends (tf2onnx's optimizer has looped forever on a graph it kept growing) must not stall the suite."""
+    def over(*_):
+        raise OverBudget(f"over {CONVERSION_BUDGET + 60} s: a conversion did not end")
+
+    previous = signal.signal(signal.SIGALRM, over)
+    signal.alarm(CONVERSION_BUDGET + 60)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
 
 
 def pytest_report_header(config):

@@ -38,7 +38,7 @@ from hypothesis import strategies as st
 import runtimes
 import signatures
 from kerasutil import ATOL, FLAVOUR, convert, keras, keras_outputs, op_counts, randomize_weights, session
-from models import FEATURES, token_mask
+from models import FEATURES, AddOverTime, token_mask
 
 import masked_lstm_rewriter as mlr
 from masked_lstm_rewriter.corpus.check import uncompiled_nodes, unmasked_problems
@@ -88,8 +88,16 @@ MODES = ("any", "post")
 # how the layers are wired, as whole models do: "chain" (each layer reads the one below); "skip" (the
 # first layer's sequence is also a model output: it has readers besides the layer above, as with a
 # Concatenate, a residual Add or an attention); "parallel" (a second layer like the first reads the
-# same input, its sequence another model output)
-WIRINGS = ("chain", "chain", "skip", "parallel")
+# same input, its sequence another model output); "summary" (a copy of the first layer returning its
+# last output reads the first layer's sequence, and that output is added at every step of what the
+# layer above reads: a residual summary); "concat" (the first layer's input and every middle layer's
+# sequence, concatenated and averaged over the valid steps, are another model output: a text
+# generator's pooling); "mask above" (an explicit mask reaches every layer but the first, which runs
+# unmasked). The last three are the wirings of public models the rewriter once crashed or hung on. A
+# repeat weighs a wiring more: "mask above" fits only a stack with an explicit mask (a quarter of the cases)
+WIRINGS = ("chain", "chain", "skip", "parallel", "summary", "concat", "mask above", "mask above")
+STACK_WIRINGS = ("skip", "summary", "concat", "mask above")  # need a layer above the first
+EXPLICIT_MASKS = ("explicit", "computed")  # mask sources passed as mask= to each layer
 VOCAB = 20
 MAX_ROWS, MAX_STEPS = 16, 20
 # The length-aware schedule (make_rewriter(target="onnxruntime", schedule=True): the fuzzer runs
@@ -142,19 +150,41 @@ class ModelCase:
     def unmasked(self) -> bool:
         return self.mask_source == UNMASKED
 
+    def masked(self, index: int) -> bool:
+        """Does layer ``index`` of the stack get a mask? (The first layer's copies get the first's.)"""
+        return not self.unmasked and not (index == 0 and self.wiring == "mask above")
+
+    @property
+    def partly_unmasked(self) -> bool:
+        """Some layer runs without a mask: stock tf2onnx may make it native itself (not in the report)."""
+        return not all(self.masked(i) for i in range(len(self.layers)))
+
     def stays_a_loop(self, index: int) -> bool:
         """Layer ``index`` must stay a Loop: an activation the rewriter refuses, or (the last
         layer of a masked model, with its states returned) an LSTM cell state no padding column can hold."""
         layer = self.layers[index]
         cell_state_used = index == len(self.layers) - 1 and self.return_state and layer.kind == "LSTM" \
-            and not self.unmasked
+            and self.masked(index)
         return layer.refused or (cell_state_used and layer.recurrent_activation not in SATURATING_ACTIVATIONS)
 
     @property
+    def first_layer_copies(self) -> int:
+        """Layers like the first that the wiring adds (they return no states)."""
+        return 1 if self.wiring in ("parallel", "summary") else 0
+
+    @property
     def loop_layers(self) -> list:
-        """The layers that must stay Loops (the parallel copy of the first layer returns no states)."""
-        copy = [self.layers[0]] if self.wiring == "parallel" and self.layers[0].refused else []
-        return [layer for i, layer in enumerate(self.layers) if self.stays_a_loop(i)] + copy
+        """The layers that must stay Loops (the copies of the first layer return no states)."""
+        copies = [self.layers[0]] * self.first_layer_copies if self.layers[0].refused else []
+        return [layer for i, layer in enumerate(self.layers) if self.stays_a_loop(i)] + copies
+
+    @property
+    def guarded(self) -> bool:
+        """Does the "post" conversion hold a guard? Only a masked layer the rewriter makes native has one
+        (with every masked layer refused, "post" is stock tf2onnx's Loops: exact for any mask)."""
+        masked = [i for i in range(len(self.layers)) if self.masked(i)]
+        return any(not self.stays_a_loop(i) for i in masked) or \
+            bool(self.first_layer_copies and 0 in masked and not self.layers[0].refused)
 
     @property
     def softplus_loop(self) -> bool:
@@ -164,8 +194,8 @@ class ModelCase:
 
     @property
     def all_layers(self) -> list:
-        """Every recurrent layer of the model: the stack, and the first layer's parallel copy."""
-        return list(self.layers) + ([self.layers[0]] if self.wiring == "parallel" else [])
+        """Every recurrent layer of the model: the stack, and the first layer's copies."""
+        return list(self.layers) + [self.layers[0]] * self.first_layer_copies
 
 
 @dataclasses.dataclass(frozen=True)
@@ -216,9 +246,18 @@ def model_cases(draw, kinds=SAMPLED_KINDS, unmasked=None):
 
 def wiring_for(case: ModelCase) -> str:
     """The wiring of ``case``, by a stable hash of the rest of it (as :func:`signature_for`: the
-    derandomized sample keeps its cases, and each gets a wiring); a single layer has no "skip"."""
-    choices = WIRINGS if len(case.layers) > 1 else tuple(w for w in WIRINGS if w != "skip")
-    return _hashed_choice(repr(dataclasses.replace(case, wiring="chain")) + "/wiring", choices)
+    derandomized sample keeps its cases, and each gets a wiring) among those it can have: a single
+    layer has none of STACK_WIRINGS, and "mask above" needs a mask passed to each layer."""
+    return _hashed_choice(repr(dataclasses.replace(case, wiring="chain")) + "/wiring", wirings_for(case))
+
+
+def wirings_for(case: ModelCase) -> tuple:
+    """The wirings ``case`` can have (WIRINGS' repeats kept: they weigh the choice)."""
+    def possible(wiring):
+        if wiring in STACK_WIRINGS and len(case.layers) < 2:
+            return False
+        return wiring != "mask above" or case.mask_source in EXPLICIT_MASKS
+    return tuple(w for w in WIRINGS if possible(w))
 
 
 def unmasked_for(case: ModelCase) -> bool:
@@ -324,22 +363,31 @@ def build_model(case: ModelCase, weights_from=None):
               for i in range(initial_state_count(case))]
     inputs += [s for s, _ in states]
     spec += [s for _, s in states]
-    explicit_everywhere = case.mask_source in ("explicit", "computed")
+    explicit_everywhere = case.mask_source in EXPLICIT_MASKS
     extra = []  # the other model outputs the wiring adds
+
+    def mask_of(i):
+        given = mask is not None and (i == 0 or explicit_everywhere) and case.masked(i)
+        return {"mask": mask} if given else {}
     if case.wiring == "parallel":
-        copy = _keras_layer(case.layers[0], True, False)(x, **({"mask": mask} if mask is not None else {}))
+        copy = _keras_layer(case.layers[0], True, False)(x, **mask_of(0))
         extra += list(copy) if isinstance(copy, (list, tuple)) else [copy]
+    pooled = [x]  # "concat": the first layer's input and the middle layers' sequences
     for i, layer in enumerate(case.layers):
         last = i == len(case.layers) - 1
         keras_layer = _keras_layer(layer, case.return_sequences if last else True, case.return_state and last)
-        kwargs = {}
-        if mask is not None and (i == 0 or explicit_everywhere):
-            kwargs["mask"] = mask
+        kwargs = mask_of(i)
         if i == 0 and states:
             kwargs["initial_state"] = [s for s, _ in states]
         x = keras_layer(x, **kwargs)
         if i == 0 and not last and case.wiring == "skip":
             extra.append(x)
+        if i == 0 and not last and case.wiring == "summary":
+            x = AddOverTime()([x, _keras_layer(case.layers[0], False, False)(x, **mask_of(0))])
+        if not last:
+            pooled.append(x)
+    if case.wiring == "concat":
+        extra.append(keras.layers.GlobalAveragePooling1D()(keras.layers.Concatenate()(pooled)))
     model = keras.Model(inputs, ([x] if not isinstance(x, (list, tuple)) else list(x)) + extra if extra else x)
     if weights_from is None:
         randomize_weights(model, seed=case.seed)
@@ -544,8 +592,8 @@ def convert_and_report(model, spec, mode, case: ModelCase, result: CaseResult):
             result.loops[f"{mode}: {layer.detail}"] += 1
     loops = sum(layer.onnx_layers for layer in case.loop_layers)
     expected = sum(layer.onnx_layers for layer in case.all_layers) - loops
-    # unmasked: stock tf2onnx makes some layers native itself (not in the report), the plugin the others
-    rewritten = len(report.rewritten) <= expected if case.unmasked else len(report.rewritten) == expected
+    # unmasked layers: stock tf2onnx makes some native itself (not in the report), the plugin the others
+    rewritten = len(report.rewritten) <= expected if case.partly_unmasked else len(report.rewritten) == expected
     if not rewritten or op_counts(onnx_model)["Loop"] != loops:
         result.loops[f"{mode}: {len(report.rewritten)} of {expected} layers rewritten, "
                      f"{op_counts(onnx_model)['Loop']} Loop(s) (expected {loops})"] += 1
@@ -671,8 +719,8 @@ def check_case(case: ModelCase, batches) -> CaseResult:
             result.openvino = True
             if target_loops:  # stock tf2onnx's Loop, kept for the target: its select may overflow (_compare)
                 stock_loops.add(f"{mode} on openvino")
-    # with every layer refused, "post" is stock tf2onnx's Loops: no guard, exact for any mask
-    guarded = len(case.loop_layers) < len(case.all_layers)
+    # with every layer refused, the model is stock tf2onnx's Loops (see _compare)
+    stock = len(case.loop_layers) == len(case.all_layers)
     layer_outputs = _layer_outputs_model(model)
     for batch in batches:
         whole_inputs, whole_mask = batch_inputs(case, batch)
@@ -685,7 +733,7 @@ def check_case(case: ModelCase, batches) -> CaseResult:
                 inputs = [x[rows] for x in whole_inputs]
                 feed = Feed(batch, inputs, whole_mask[rows], [e[rows] for e in whole_expected],
                             functools.partial(keras_outputs, model, inputs), overflowed_inside=overflowed)
-            _check_feed(result, sessions, spec, feed, referee, guarded, stock_loops)
+            _check_feed(result, sessions, spec, feed, referee, case.guarded, stock, stock_loops)
     return result
 
 
@@ -704,16 +752,16 @@ def keras_overflows_inside(layer_outputs, inputs) -> bool:
     return not all_finite(keras_outputs(layer_outputs, inputs))
 
 
-def _check_feed(result, sessions, spec, feed: Feed, referee, guarded, stock_loops=frozenset()):
+def _check_feed(result, sessions, spec, feed: Feed, referee, guarded, stock, stock_loops=frozenset()):
     """"any" on the feed; "post" too where its mask is post-padded, else "post" must fail with the guard
     (on onnxruntime: OpenVINO's synchronous single-thread inference drops errors, see docs/openvino.md)."""
     exact_modes = ["any"] + (["post"] if is_post_padded(feed.mask) or not guarded else [])
     for mode in exact_modes:
-        matched = _compare(result, mode, feed, _run(sessions[mode], spec, feed.inputs), referee, stock=not guarded)
+        matched = _compare(result, mode, feed, _run(sessions[mode], spec, feed.inputs), referee, stock=stock)
         name = f"{mode} on openvino"
         if name in sessions:
             _compare(result, name, feed, _run(sessions[name], spec, feed.inputs), referee,
-                     stock=not guarded or name in stock_loops, softplus=matched and referee.case.softplus_loop)
+                     stock=stock or name in stock_loops, softplus=matched and referee.case.softplus_loop)
     if "post" in exact_modes:
         return
     result.non_post += 1

@@ -91,3 +91,18 @@ def _apply(layers, x):
     for layer in layers:
         x = layer(x)
     return x
+
+
+class AddOverTime(keras.layers.Layer):
+    """``sequence + vector`` at every step (a residual summary: a layer's last output added to each
+    step of the sequence the layer above reads), passing the sequence's mask on."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.supports_masking = True
+
+    def call(self, inputs, mask=None):  # pylint: disable=unused-argument
+        return inputs[0] + tf.expand_dims(inputs[1], 1)
+
+    def compute_mask(self, inputs, mask=None):  # pylint: disable=unused-argument
+        return mask[0] if isinstance(mask, (list, tuple)) else mask

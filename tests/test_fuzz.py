@@ -73,6 +73,29 @@ def test_unmasked_models_match_keras_in_both_modes(case):
     assert_case_ok(case, UNMASKED_BATCHES)
 
 
+# The wirings of public models the rewriter once crashed or hung on, with the options that made it do so
+# (CI always runs them; the sample draws these wirings with any option): a residual summary, the top
+# layer's rewrite crashed in "post"; a text generator's pooling with the batch fixed to 1, whose "any"
+# conversion never ended; an explicit mask over an unmasked layer, the whole conversion failed
+REAL_WIRING_CASES = (
+    ModelCase(layers=(LayerCase("LSTM", 4), LayerCase("LSTM", 3)), mask_source="masking", seed=5, wiring="summary"),
+    ModelCase(layers=(LayerCase("LSTM", 4), LayerCase("LSTM", 3)), return_sequences=False, seed=6,
+              signature="batch 1", wiring="concat"),
+    ModelCase(layers=(LayerCase("SimpleRNN", 4), LayerCase("LSTM", 3)), mask_source="explicit", seed=7,
+              wiring="mask above"),
+)
+REAL_WIRING_BATCHES = (BatchCase(5, 12, "post", 11), BatchCase(4, 9, "mixed", 12), BatchCase(9, 14, "long-tailed", 13),
+                       BatchCase(3, 10, "holes", 14))
+
+
+@pytest.mark.usefixtures("conversion_budget")
+@pytest.mark.parametrize("case", REAL_WIRING_CASES, ids=[case.wiring for case in REAL_WIRING_CASES])
+def test_wirings_of_public_models_match_keras_in_both_modes(case):
+    """Every layer native, both modes equal to Keras (and "post"'s guard firing) on every batch, and
+    the conversions end (a hang fails past the conversion budget)."""
+    assert_case_ok(case, REAL_WIRING_BATCHES)
+
+
 def test_openvino_softplus_is_counted_apart():
     """Found by ``tests/fuzz.py --unmasked``: a refused softplus layer stays tf2onnx's Loop, exact on
     onnxruntime, but 0.23 off on OpenVINO, whose Softplus is 0 below about -15 (see the next test);
@@ -199,9 +222,56 @@ def test_the_ci_sample_has_unmasked_models_and_the_fixed_ones_every_option():
 
 
 def test_the_ci_sample_has_every_wiring():
-    """Stacks, a lower sequence read elsewhere too, and parallel layers are all in the CI sample."""
+    """Stacks, a lower sequence read elsewhere too, parallel layers, a residual summary, a pooled
+    concatenation and a mask above an unmasked layer are all in the CI sample."""
     wirings = collections.Counter(case.wiring for case in ci_sample())
     assert set(wirings) == set(fuzzgen.WIRINGS), wirings
+
+
+@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@given(case=fuzzgen.model_cases())
+def test_each_case_has_a_wiring_it_can_build(case):
+    """A wiring that reads a layer above the first has one; "mask above" has a mask passed to each layer;
+    only its first layer runs unmasked."""
+    assert case.wiring in fuzzgen.wirings_for(case)
+    if case.wiring in fuzzgen.STACK_WIRINGS:
+        assert len(case.layers) > 1
+    if case.wiring == "mask above":
+        assert case.mask_source in fuzzgen.EXPLICIT_MASKS
+        assert not case.masked(0) and all(case.masked(i) for i in range(1, len(case.layers)))
+    else:
+        assert case.partly_unmasked == case.unmasked
+
+
+def test_a_mask_above_an_unmasked_layer_keeps_the_guard_only_for_a_rewritten_masked_layer():
+    """"post" has a guard (so must refuse a pre-padded batch) only where a masked layer is rewritten:
+    not where the only masked layer is refused and the unmasked one below it is native."""
+    softplus = LayerCase("LSTM", 3, activation="softplus")
+    above = ModelCase(layers=(LayerCase("GRU", 3), softplus), mask_source="explicit", wiring="mask above")
+    assert not above.guarded and above.loop_layers == [softplus]
+    assert ModelCase(layers=(softplus, LayerCase("GRU", 3)), mask_source="explicit", wiring="mask above").guarded
+    assert not ModelCase(layers=(LayerCase("GRU", 3),), mask_source=UNMASKED).guarded
+    summary = ModelCase(layers=(LayerCase("GRU", 3), softplus), wiring="summary")
+    assert summary.guarded and len(summary.all_layers) == 3 and summary.loop_layers == [softplus]
+
+
+@pytest.mark.parametrize("case", REAL_WIRING_CASES, ids=[case.wiring for case in REAL_WIRING_CASES])
+def test_the_wirings_build_the_public_models_shapes(case):
+    """What each wiring adds to the Keras model: a summary copy added over time, a pooled concatenation
+    as an extra output, no mask for the first layer (no conversion: fast)."""
+    model, _ = fuzzgen.build_model(case)
+    recurrent = [layer for layer in model.layers if isinstance(layer, (kerasutil.keras.layers.RNN,))]
+    names = [type(layer).__name__ for layer in model.layers]
+    if case.wiring == "summary":
+        assert len(recurrent) == 3 and "AddOverTime" in names
+    if case.wiring == "concat":
+        assert {"Concatenate", "GlobalAveragePooling1D"} <= set(names) and len(model.outputs) == 2
+    if case.wiring == "mask above":  # the first layer's outputs ignore the mask, the second's do not
+        features, mask = fuzzgen.batch_inputs(case, REAL_WIRING_BATCHES[3])[0]
+        everything = np.ones_like(mask)
+        first, second = (kerasutil.keras.Model(model.inputs, layer.output) for layer in recurrent)
+        np.testing.assert_array_equal(*(kerasutil.keras_outputs(first, [features, m])[0] for m in (mask, everything)))
+        assert not np.allclose(*(kerasutil.keras_outputs(second, [features, m])[0] for m in (mask, everything)))
 
 
 @pytest.mark.parametrize("form", signatures.FORMS)

@@ -21,7 +21,6 @@ both mask modes where the batch allows it, on onnxruntime and OpenVINO (kerasuti
 """
 
 import os
-import signal
 import subprocess
 import sys
 
@@ -31,8 +30,10 @@ import tensorflow as tf
 
 # convert: the budget test's subprocess converts with it
 from kerasutil import FLAVOUR, check_whole_model, convert, keras, post_padded_tokens, randomize_weights  # noqa: F401
+from conftest import CONVERSION_BUDGET
+from models import AddOverTime
 
-pytestmark = pytest.mark.usefixtures("plugin_off")
+pytestmark = pytest.mark.usefixtures("plugin_off", "conversion_budget")
 
 layers = keras.layers
 FEATURES = 9          # spectral bins (257 in the public model)
@@ -40,38 +41,6 @@ UNITS = 6             # LSTM(512) there
 STEPS = 30            # a long time axis
 LENGTHS = [30, 12, 0, 1, 25]  # a full row, an empty one, lengths in between
 VOCAB = 40
-CONVERSION_BUDGET = int(os.environ.get("MLR_CONVERSION_BUDGET", "120"))  # seconds: these convert in a few
-
-
-class OverBudget(BaseException):
-    """A test ran over ``CONVERSION_BUDGET`` (a BaseException: tf2onnx's optimizer swallows Exceptions)."""
-
-
-@pytest.fixture(autouse=True)
-def budget():
-    """Each test fails, rather than hangs, past ``CONVERSION_BUDGET`` (a conversion that never ended)."""
-    def over(*_):
-        raise OverBudget(f"over {CONVERSION_BUDGET} s: a conversion did not end")
-
-    previous = signal.signal(signal.SIGALRM, over)
-    signal.alarm(CONVERSION_BUDGET + 60)  # the budget test times its subprocess itself
-    yield
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, previous)
-
-
-class AddOverTime(layers.Layer):
-    """``sequence + vector`` at every step (a residual summary), passing the sequence's mask on."""
-
-    def __init__(self, **kwargs):
-        super().__init__(**kwargs)
-        self.supports_masking = True
-
-    def call(self, inputs, mask=None):  # pylint: disable=unused-argument
-        return inputs[0] + tf.expand_dims(inputs[1], 1)
-
-    def compute_mask(self, inputs, mask=None):  # pylint: disable=unused-argument
-        return mask[0] if isinstance(mask, (list, tuple)) else mask
 
 
 class AttentionPool(layers.Layer):
