@@ -107,7 +107,9 @@ def shape_element(graph, tensor, index, depth=8):
     if node.type == "GatherV2" and const_value(graph, node.input[2]) == 0:
         indices = const_value(graph, node.input[1])
         indices = indices if isinstance(indices, list) else [indices]
-        return None if indices[index] is None else shape_element(graph, node.input[0], indices[index], depth - 1)
+        if index >= len(indices) or indices[index] is None:
+            return None
+        return shape_element(graph, node.input[0], indices[index], depth - 1)
     if node.type == "Pack" and node.get_attr_value("axis", 0) == 0 and index < len(node.input):
         return shape_dim_of(graph, node.input[index])
     return None

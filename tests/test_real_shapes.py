@@ -13,8 +13,9 @@
   (tf2onnx's transpose optimizer added Reshapes without end; tf_keras with a dynamic or a fixed
   prompt length, Keras 3 with a fixed one); it must end within a generous budget.
 
-And one more found meanwhile: a masked layer over an unmasked one, its mask a model input, failed the
-whole conversion. Each test fails, rather than hangs, past the budget.
+And two more found meanwhile: a masked layer over an unmasked one, its mask a model input, failed the
+whole conversion; a Dense layer between a Masking and an LSTM, with a static time axis, left the LSTM
+a Loop. Each test fails, rather than hangs, past the budget.
 
 Every recurrent layer must come out native, and every output equal Keras's at every position, in
 both mask modes where the batch allows it, on onnxruntime and OpenVINO (kerasutil.check_batches).
@@ -175,6 +176,29 @@ def test_masked_layer_over_an_unmasked_one(mode):
         mask[1, :5] = False  # pre-padded
     frames = np.random.default_rng(1).normal(size=mask.shape + (FEATURES,)).astype(np.float32)
     check_whole_model(model, spec, [[frames, mask]], mode, native=2)
+
+
+# --- a Dense layer between the mask and the LSTM, with a static time axis ----------------------------
+
+def dense_over_masking(batch=None, seed=0):
+    """frames of a fixed length -> Masking -> Dense -> LSTM. Keras 3 writes the loop's bound as the
+    static number of steps, and the Dense layer's tensordot hides that length from tf2onnx's shapes when
+    the batch is dynamic: the layer was left a Loop ("the loop may stop before its last time step")."""
+    keras.utils.set_random_seed(seed)
+    frames = keras.Input((STEPS, FEATURES), batch_size=batch, name="frames")
+    x = layers.Dense(5)(layers.Masking(0.0)(frames))
+    model = randomize_weights(keras.Model(frames, layers.LSTM(UNITS, return_sequences=True)(x)), seed)
+    return model, (tf.TensorSpec((batch, STEPS, FEATURES), tf.float32, name="frames"),)
+
+
+@pytest.mark.parametrize("mode", ["post", "any"])
+@pytest.mark.parametrize("batch", [None, 1])
+def test_dense_between_the_mask_and_the_layer_with_a_static_time_axis(batch, mode):
+    model, spec = dense_over_masking(batch)
+    data = _frames("masking")
+    if mode == "any":
+        data[1, :4] = 0.0  # pre-padded
+    check_whole_model(model, spec, _rows(data) if batch == 1 else [[data]], mode, native=1)
 
 
 # --- the text generator, converted with a batch of 1 -------------------------------------------------

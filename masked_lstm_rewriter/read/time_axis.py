@@ -15,7 +15,7 @@ from typing import Optional
 
 from tf2onnx.tf_loader import find_function
 
-from ..graph import const_value, is_zero_scalar, producer, rank_of
+from ..graph import const_value, is_zero_scalar, producer, rank_of, shape_element
 from .body import BODY_MATCH_ATTR, BodyMatch
 
 
@@ -31,7 +31,8 @@ class TimeAxis:
 def time_axis_of(graph, time_major: list) -> TimeAxis:
     """Every ``(tensor, axis)`` provably as long as the time axis of the ``time_major`` tensors (all
     the same length, on axis 0), found going back through the ops that keep that axis: casts,
-    transposes, reversals, concatenations along another axis, an Embedding lookup; and the static
+    transposes, reversals, concatenations along another axis, an Embedding lookup, a Dense layer's
+    tensordot and bias; and the static
     number of steps, from those tensors' shapes or the length of a recurrent layer's stacked outputs."""
     dims, pending = set(), [(t, 0) for t in time_major]
     while pending:
@@ -47,8 +48,11 @@ def time_axis_of(graph, time_major: list) -> TimeAxis:
 
 def _same_axis_inputs(graph, node, axis: int) -> list:
     """The ``(input, axis)`` pairs whose axis is as long as axis ``axis`` of ``node``'s output."""
-    if node.type in ("Identity", "Cast", "ReverseV2"):
+    if node.type in ("Identity", "Cast", "ReverseV2", "BiasAdd"):
         return [(node.input[0], axis)]
+    if node.type == "Reshape":  # a Dense layer over a sequence: tensordot's shape(x)[:-1] + [units]
+        source = shape_element(graph, node.input[1], axis) if axis < (rank_of(graph, node.output[0]) or 0) else None
+        return [source] if source is not None else []
     if node.type == "Transpose":
         perm = const_value(graph, node.input[1])
         return [(node.input[0], perm[axis])] if isinstance(perm, list) and axis < len(perm) else []
