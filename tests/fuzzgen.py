@@ -38,7 +38,7 @@ from hypothesis import strategies as st
 import runtimes
 import signatures
 from kerasutil import ATOL, FLAVOUR, convert, keras, keras_outputs, op_counts, randomize_weights, session
-from models import FEATURES, AddOverTime, token_mask
+from models import FEATURES, AddOverTime, MeanOverTime, token_mask
 
 import masked_lstm_rewriter as mlr
 from masked_lstm_rewriter.corpus.check import uncompiled_nodes, unmasked_problems
@@ -90,9 +90,9 @@ MODES = ("any", "post")
 # Concatenate, a residual Add or an attention); "parallel" (a second layer like the first reads the
 # same input, its sequence another model output); "summary" (a copy of the first layer returning its
 # last output reads the first layer's sequence, and that output is added at every step of what the
-# layer above reads: a residual summary); "concat" (the first layer's input and every middle layer's
-# sequence, concatenated and averaged over the valid steps, are another model output: a text
-# generator's pooling); "mask above" (an explicit mask reaches every layer but the first, which runs
+# layer above reads: a residual summary); "concat" (the first layer's input and every layer's sequence,
+# concatenated and averaged over every step, padded ones too: a text generator's pooling, which
+# replaces the last sequence as a model output); "mask above" (an explicit mask reaches every layer but the first, which runs
 # unmasked). The last three are the wirings of public models the rewriter once crashed or hung on. A
 # repeat weighs a wiring more: "mask above" fits only a stack with an explicit mask (a quarter of the cases)
 WIRINGS = ("chain", "chain", "skip", "parallel", "summary", "concat", "mask above", "mask above")
@@ -372,7 +372,7 @@ def build_model(case: ModelCase, weights_from=None):
     if case.wiring == "parallel":
         copy = _keras_layer(case.layers[0], True, False)(x, **mask_of(0))
         extra += list(copy) if isinstance(copy, (list, tuple)) else [copy]
-    pooled = [x]  # "concat": the first layer's input and the middle layers' sequences
+    pooled = [x]  # "concat": the first layer's input and every layer's sequence
     for i, layer in enumerate(case.layers):
         last = i == len(case.layers) - 1
         keras_layer = _keras_layer(layer, case.return_sequences if last else True, case.return_state and last)
@@ -384,10 +384,11 @@ def build_model(case: ModelCase, weights_from=None):
             extra.append(x)
         if i == 0 and not last and case.wiring == "summary":
             x = AddOverTime()([x, _keras_layer(case.layers[0], False, False)(x, **mask_of(0))])
-        if not last:
+        if not last or (case.return_sequences and not case.return_state and not isinstance(x, (list, tuple))):
             pooled.append(x)
-    if case.wiring == "concat":
-        extra.append(keras.layers.GlobalAveragePooling1D()(keras.layers.Concatenate()(pooled)))
+    if case.wiring == "concat":  # the pooling is the last sequence's only reader, as in a text generator
+        pooling = MeanOverTime()(keras.layers.Concatenate()(pooled))
+        x, extra = (pooling, extra) if pooled[-1] is x else (x, extra + [pooling])
     model = keras.Model(inputs, ([x] if not isinstance(x, (list, tuple)) else list(x)) + extra if extra else x)
     if weights_from is None:
         randomize_weights(model, seed=case.seed)

@@ -106,3 +106,18 @@ class AddOverTime(keras.layers.Layer):
 
     def compute_mask(self, inputs, mask=None):  # pylint: disable=unused-argument
         return mask[0] if isinstance(mask, (list, tuple)) else mask
+
+
+class MeanOverTime(keras.layers.Layer):
+    """The mean over every step, padded ones included (a pooling that ignores the mask, as a plain
+    softmax attention does): the outputs at padded steps count, and no mask goes on."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.supports_masking = True
+
+    def call(self, inputs, mask=None):  # pylint: disable=unused-argument
+        return tf.reduce_mean(inputs, axis=1)
+
+    def compute_mask(self, inputs, mask=None):  # pylint: disable=unused-argument
+        return None
