@@ -92,9 +92,10 @@ MODES = ("any", "post")
 # last output reads the first layer's sequence, and that output is added at every step of what the
 # layer above reads: a residual summary); "concat" (the first layer's input and every layer's sequence,
 # concatenated and averaged over every step, padded ones too: a text generator's pooling, which
-# replaces the last sequence as a model output); "mask above" (an explicit mask reaches every layer but the first, which runs
-# unmasked). The last three are the wirings of public models the rewriter once crashed or hung on. A
-# repeat weighs a wiring more: "mask above" fits only a stack with an explicit mask (a quarter of the cases)
+# replaces the last sequence as a model output); "mask above" (an explicit mask reaches every layer
+# but the first, which runs unmasked). The last three are the wirings of public models the rewriter
+# once crashed or hung on. A repeat weighs a wiring more: "mask above" fits only a stack with an
+# explicit mask (a quarter of the cases)
 WIRINGS = ("chain", "chain", "skip", "parallel", "summary", "concat", "mask above", "mask above")
 STACK_WIRINGS = ("skip", "summary", "concat", "mask above")  # need a layer above the first
 EXPLICIT_MASKS = ("explicit", "computed")  # mask sources passed as mask= to each layer
