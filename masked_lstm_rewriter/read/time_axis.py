@@ -32,8 +32,8 @@ def time_axis_of(graph, time_major: list) -> TimeAxis:
     """Every ``(tensor, axis)`` provably as long as the time axis of the ``time_major`` tensors (all
     the same length, on axis 0), found going back through the ops that keep that axis: casts,
     transposes, reversals, concatenations along another axis, an Embedding lookup, a Dense layer's
-    tensordot and bias; and the static
-    number of steps, from those tensors' shapes or the length of a recurrent layer's stacked outputs."""
+    tensordot and bias; and the static number of steps, from those tensors' shapes or the length of
+    a recurrent layer's stacked outputs."""
     dims, pending = set(), [(t, 0) for t in time_major]
     while pending:
         tensor, axis = pending.pop()
