@@ -540,7 +540,7 @@ class CaseResult:
     #   (mode, |diff| vs Keras, Keras float32 vs float64, ONNX vs float64)
     non_finite: int = 0         # comparisons skipped: Keras's own output overflowed (inf or nan)
     openvino_softplus: int = 0  # OpenVINO off where onnxruntime matched, in a model with a softplus Loop (_compare)
-    stock_overflow: int = 0     # ... or, every layer refused (stock tf2onnx), its Loop's did (see _compare)
+    stock_overflow: int = 0     # ... or stock tf2onnx's model did too, or every layer was refused (see _compare)
     mismatches: list = dataclasses.field(default_factory=list)   # (mode, batch, |diff| or reason)
     non_post: int = 0           # batches (batch-1 signatures: rows) whose mask is not post-padded
     guard_fired: int = 0        # ... on which "post" failed with the guard's message
@@ -659,7 +659,7 @@ class Feed:
     alone: Optional[Callable[[], list]] = None  # a row: Keras run on the row alone
     overflowed_inside: bool = False          # a layer's Keras output is not finite (see keras_overflows_inside)
 
-def _compare(result, mode, feed: Feed, got, referee, stock=False, softplus=False) -> bool:
+def _compare(result, mode, feed: Feed, got, referee, stock=False, softplus=False, stock_run=None) -> bool:
     """One comparison: within ATOL, or (ill-conditioned models) as close to exact as Keras itself.
     Returns whether it passed (or was not compared).
 
@@ -671,7 +671,12 @@ def _compare(result, mode, feed: Feed, got, referee, stock=False, softplus=False
     ``softplus``: an OpenVINO run of a model with a softplus layer left as tf2onnx's Loop, whose
     onnxruntime run matched Keras on the same feed: OpenVINO's Softplus loses all precision below
     about -15 (:attr:`ModelCase.softplus_loop`), which a model whose states grow large (linear or
-    softplus activations) turns into errors far above ATOL. That is OpenVINO's: counted apart."""
+    softplus activations) turns into errors far above ATOL. That is OpenVINO's: counted apart.
+
+    ``stock_run``: stock tf2onnx's outputs for the feed on the same runtime. Where the model's outputs
+    are not finite and Keras's are, positions at which stock tf2onnx's model is not finite either
+    (a model whose values near float32's limit: 1e36 found) are taken out of the comparison, counted
+    apart; every other position is compared."""
     result.comparisons += 1
     if not all_finite(feed.expected) or feed.overflowed_inside:
         # overflowed in Keras: the order of float32 operations decides where
@@ -680,6 +685,9 @@ def _compare(result, mode, feed: Feed, got, referee, stock=False, softplus=False
     if stock and not all_finite(got):
         result.stock_overflow += 1
         return True
+    if not all_finite(got) and stock_run is not None:
+        got = _without_stock_overflow(got, stock_run(), feed.expected)
+        result.stock_overflow += all_finite(got)
     expected, also = feed.expected, ()
     diff = scaled_difference(expected, got)
     if diff > ATOL and feed.alone is not None:
@@ -700,6 +708,16 @@ def _compare(result, mode, feed: Feed, got, referee, stock=False, softplus=False
         result.worst = max(result.worst, diff)
         result.mismatches.append((mode, feed.batch, diff))
     return ok
+
+
+def _without_stock_overflow(got, stock, expected) -> list:
+    """``got`` with Keras's values where it and stock tf2onnx's outputs are not finite alike (at the
+    same positions); ``got`` unchanged where they differ."""
+    if len(got) != len(stock) or any(g.shape != s.shape for g, s in zip(got, stock)):
+        return got
+    if any(not np.array_equal(~np.isfinite(g), ~np.isfinite(s)) for g, s in zip(got, stock)):
+        return got
+    return [np.where(np.isfinite(g), g, e) for g, e in zip(got, expected)]
 
 
 def check_case(case: ModelCase, batches) -> CaseResult:
@@ -723,6 +741,12 @@ def check_case(case: ModelCase, batches) -> CaseResult:
                 stock_loops.add(f"{mode} on openvino")
     # with every layer refused, the model is stock tf2onnx's Loops (see _compare)
     stock = len(case.loop_layers) == len(case.all_layers)
+
+    @functools.lru_cache(maxsize=None)
+    def stock_session(on_openvino: bool):
+        """Stock tf2onnx's conversion, made only if a feed needs it (_compare's stock_run)."""
+        stock_model = convert(model, spec, rewriter=None)
+        return openvino_session(stock_model) if on_openvino else session(stock_model)
     layer_outputs = _layer_outputs_model(model)
     for batch in batches:
         whole_inputs, whole_mask = batch_inputs(case, batch)
@@ -735,7 +759,7 @@ def check_case(case: ModelCase, batches) -> CaseResult:
                 inputs = [x[rows] for x in whole_inputs]
                 feed = Feed(batch, inputs, whole_mask[rows], [e[rows] for e in whole_expected],
                             functools.partial(keras_outputs, model, inputs), overflowed_inside=overflowed)
-            _check_feed(result, sessions, spec, feed, referee, case.guarded, stock, stock_loops)
+            _check_feed(result, sessions, spec, feed, referee, case.guarded, stock, stock_loops, stock_session)
     return result
 
 
@@ -754,16 +778,23 @@ def keras_overflows_inside(layer_outputs, inputs) -> bool:
     return not all_finite(keras_outputs(layer_outputs, inputs))
 
 
-def _check_feed(result, sessions, spec, feed: Feed, referee, guarded, stock, stock_loops=frozenset()):
+def _check_feed(result, sessions, spec, feed: Feed, referee, guarded, stock, stock_loops=frozenset(),
+                stock_session=None):
     """"any" on the feed; "post" too where its mask is post-padded, else "post" must fail with the guard
-    (on onnxruntime: OpenVINO's synchronous single-thread inference drops errors, see docs/openvino.md)."""
+    (on onnxruntime: OpenVINO's synchronous single-thread inference drops errors, see docs/openvino.md).
+    ``stock_session(on_openvino)``: stock tf2onnx's model, for _compare's ``stock_run``."""
+    def stock_run(on_openvino):
+        return None if stock_session is None else lambda: _run(stock_session(on_openvino), spec, feed.inputs)
+
     exact_modes = ["any"] + (["post"] if is_post_padded(feed.mask) or not guarded else [])
     for mode in exact_modes:
-        matched = _compare(result, mode, feed, _run(sessions[mode], spec, feed.inputs), referee, stock=stock)
+        matched = _compare(result, mode, feed, _run(sessions[mode], spec, feed.inputs), referee, stock=stock,
+                           stock_run=stock_run(False))
         name = f"{mode} on openvino"
         if name in sessions:
             _compare(result, name, feed, _run(sessions[name], spec, feed.inputs), referee,
-                     stock=stock or name in stock_loops, softplus=matched and referee.case.softplus_loop)
+                     stock=stock or name in stock_loops, softplus=matched and referee.case.softplus_loop,
+                     stock_run=stock_run(True))
     if "post" in exact_modes:
         return
     result.non_post += 1

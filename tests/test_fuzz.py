@@ -299,6 +299,15 @@ def test_scaled_difference_is_absolute_below_one_and_relative_above():
     assert fuzzgen.scaled_difference(expected, [np.array([np.nan, 100.0], np.float32)]) == float("inf")
 
 
+def test_only_positions_stock_tf2onnx_also_overflows_at_are_taken_out():
+    expected = [np.array([1.0, 2.0, 3.0], np.float32)]
+    got = [np.array([1.0, np.inf, np.nan], np.float32)]
+    same = [np.array([5.0, np.nan, np.inf], np.float32)]
+    np.testing.assert_array_equal(fuzzgen._without_stock_overflow(got, same, expected)[0], [1.0, 2.0, 3.0])
+    for other in ([np.array([5.0, np.nan, 3.0], np.float32)], [np.zeros(3, np.float32)], same + same):
+        assert fuzzgen._without_stock_overflow(got, other, expected) is got
+
+
 def test_the_fuzz_sample_is_large_enough():
     """The brief's floor: at least 200 model/batch cases per flavour in CI."""
     assert FUZZ_MODELS * FUZZ_BATCHES >= 200 or "MLR_FUZZ_EXAMPLES" in os.environ

@@ -5,6 +5,8 @@ Each is the case as the fuzzer printed it, plus, where it showed a bug, the smal
 shows it, kept after the fix.
 """
 
+import dataclasses
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -244,3 +246,17 @@ def test_a_loop_kept_for_openvino_that_overflows_is_not_compared():
     batches = (BatchCase(rows=15, steps=15, kind="mixed", seed=34),)
     result = fuzzgen.check_case(case, batches)
     assert result.ok, fuzzgen.describe(case, batches, result)
+
+
+def test_an_overflow_stock_tf2onnx_has_too_is_counted_apart():
+    """Found by ``tests/fuzz.py`` (tf_keras): three LSTMs with linear activations and relu gates, whose
+    outputs reach 1.2e36 on one row. onnxruntime's float32 overflows there, with the plugin and with
+    stock tf2onnx's Loops alike (the same positions), where Keras stays finite: those positions are
+    counted apart, and every other position is still compared."""
+    layer = LayerCase(kind="LSTM", units=6, activation="linear", recurrent_activation="relu", use_bias=False)
+    case = ModelCase(layers=(layer, dataclasses.replace(layer, reset_after=True), layer), return_sequences=False,
+                     return_state=True, mask_source="computed", initial_state=True, seed=5526, wiring="parallel")
+    batches = (BatchCase(rows=12, steps=15, kind="post", seed=15), BatchCase(rows=6, steps=15, kind="post", seed=12))
+    result = fuzzgen.check_case(case, batches)
+    assert result.ok, fuzzgen.describe(case, batches, result)
+    assert result.stock_overflow and result.passed, result
