@@ -18,7 +18,7 @@ the command line before it chooses its Keras flavour.
 import importlib
 
 _EXPORTS = {
-    "convert": "conversion", "Converted": "conversion", "verify": "verification", "Verification": "verification",
+    "convert": "conversion", "Converted": "conversion", "rewrite_onnx": "onnx_file", "verify": "verification", "Verification": "verification",
     "make_rewriter": "plugin", "rewrite_masked_lstm": "plugin", "enable": "plugin", "disable": "plugin",
     "enabled_mode": "plugin", "last_report": "report", "ConversionReport": "report", "LayerReport": "report",
     "GUARD_MESSAGE": "plan.masks", "MASK_MODES": "plan.masks", "TARGETS": "targets",

@@ -5,8 +5,8 @@
     onnx_model, report = mlr.convert(model, "model.onnx")
 
 It converts with tf2onnx under :func:`.plugin.enable`, so the Keras 3 fixes apply too (the
-Keras front-door fixes of :mod:`.plugin.tf2onnx_keras`, the ``TimeDistributed`` tracing of
-:mod:`.plugin.time_distributed`), infers the input signature (:mod:`.keras_source`) and writes the file
+Keras front-door fixes of :mod:`.patches.tf2onnx_keras`, the ``TimeDistributed`` tracing of
+:mod:`.patches.time_distributed`), infers the input signature (:mod:`.keras_source`) and writes the file
 all at once (:mod:`.output_file`).
 """
 

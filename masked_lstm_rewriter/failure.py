@@ -3,7 +3,7 @@
 
 Readers and checks raise a :class:`Refusal`; each stage boundary (:func:`.read.body.read_body`,
 :func:`.read.loop.read_loop`, the condition reader) returns it as a value, and the plugin turns it
-into the logged reason and the report's entry in one place (:mod:`.plugin.rewrite`).
+into the logged reason and the report's entry in one place (:mod:`.pipeline`).
 """
 
 from __future__ import annotations

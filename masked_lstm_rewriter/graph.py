@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Optional
 
 import numpy as np
+from onnx import numpy_helper
 from tf2onnx import utils
 
 
@@ -26,14 +27,46 @@ def skip_identity(graph, tensor: str) -> str:
     return tensor
 
 
+def is_onnx_loop_body(graph) -> bool:
+    """Is ``graph`` the body of an ONNX ``Loop`` (inputs: iteration, condition, loop variables;
+    outputs: condition, loop variables, scan outputs), not a TensorFlow While body (the loop
+    variables in, the same variables out)?"""
+    parent = graph.parent_graph
+    if parent is None:
+        return False
+    return any(branches.get("body") is graph and getattr(parent.get_node_by_name(name), "type", None) == "Loop"
+               for name, branches in parent.contained_graphs.items())
+
+
+def next_value(graph, index: int) -> Optional[str]:
+    """The tensor a loop body gives loop variable ``index`` (an input's index) for the next step, or None."""
+    position = index - 1 if is_onnx_loop_body(graph) else index
+    return graph.outputs[position] if 0 <= position < len(graph.outputs) else None
+
+
 def passes_through(graph, index: int) -> bool:
-    """Is loop variable ``index`` of a While body loop-invariant (the body returns its input unchanged)?"""
-    return index < len(graph.outputs) and skip_identity(graph, graph.outputs[index]) == graph.input_names[index]
+    """Is loop variable ``index`` of a loop body loop-invariant (the body returns its input unchanged)?"""
+    new = next_value(graph, index)
+    return new is not None and skip_identity(graph, new) == graph.input_names[index]
+
+
+def outer_const(graph, tensor: str):
+    """The constant node of an enclosing graph that ``tensor`` names (a loop body reads the weights of
+    the graph around it by name), else None."""
+    if producer(graph, tensor) is not None or tensor in graph.input_names:
+        return None
+    outer = graph.parent_graph
+    while outer is not None:
+        node = producer(outer, skip_identity(outer, tensor))
+        if node is not None:
+            return node if node.is_const() else None
+        outer = outer.parent_graph
+    return None
 
 
 def scalar_value(graph, tensor: str) -> Optional[float]:
-    """The value of a scalar (or one-element) constant, else None."""
-    node = producer(graph, skip_identity(graph, tensor))
+    """The value of a scalar (or one-element) constant (of ``graph`` or a graph around it), else None."""
+    node = producer(graph, skip_identity(graph, tensor)) or outer_const(graph, tensor)
     if node is None or not node.is_const():
         return None
     value = node.get_tensor_value(as_list=False)
@@ -51,7 +84,8 @@ def is_zero_scalar(graph, tensor: str) -> bool:
 
 
 def is_zeros(graph, tensor: str) -> bool:
-    """A tensor that is zeros by construction (ZerosLike, Fill(…, 0), or a zero constant)."""
+    """A tensor that is zeros by construction: ZerosLike, Fill(…, 0), a zero constant, or as ONNX
+    spells them, ConstantOfShape of zero and Expand of a zero constant."""
     node = producer(graph, tensor)
     if node is None:
         return False
@@ -59,6 +93,11 @@ def is_zeros(graph, tensor: str) -> bool:
         return True
     if node.type == "Fill":
         return is_zero_scalar(graph, node.input[1])
+    if node.type == "Expand":
+        return is_zero_scalar(graph, node.input[0])
+    if node.type == "ConstantOfShape":
+        value = node.get_attr_value("value", None)
+        return value is None or not np.any(numpy_helper.to_array(value))
     return node.is_const() and not np.any(node.get_tensor_value(as_list=False))
 
 
@@ -81,6 +120,15 @@ def mul_operands(graph, tensor: str) -> Optional[list]:
     return list(node.input)
 
 
+def transpose_perm(graph, node) -> Optional[list]:
+    """A Transpose's permutation: TensorFlow's second input, or ONNX's ``perm`` attribute."""
+    if len(node.input) > 1:
+        perm = const_value(graph, node.input[1])
+        return perm if isinstance(perm, list) else None
+    perm = node.get_attr_value("perm", None)
+    return list(perm) if perm is not None else None
+
+
 def rank_of(graph, tensor: str) -> Optional[int]:
     shape = graph.get_shape(tensor)
     return None if shape is None else len(shape)
@@ -93,10 +141,14 @@ def shape_element(graph, tensor, index, depth=8):
     node = producer(graph, tensor)
     if node is None or depth == 0:
         return None
-    if node.type == "Shape":
+    if node.type == "Shape" and not node.get_attr_value("start", 0):
         return node.input[0], index
-    if node.type == "ConcatV2" and const_value(graph, node.input[-1]) in (0, -1):
-        for part in node.input[:-1]:
+    if node.type == "Cast":
+        return shape_element(graph, node.input[0], index, depth - 1)
+    concatenated = {"ConcatV2": (const_value(graph, node.input[-1]), node.input[:-1]),
+                    "Concat": (node.get_attr_value("axis", None), node.input)}.get(node.type)
+    if concatenated is not None and concatenated[0] in (0, -1):
+        for part in concatenated[1]:
             shape = graph.get_shape(part)
             if shape is None or len(shape) != 1 or shape[0] is None or shape[0] < 0:
                 return None
@@ -104,7 +156,8 @@ def shape_element(graph, tensor, index, depth=8):
                 return shape_element(graph, part, index, depth - 1)
             index -= shape[0]
         return None
-    if node.type == "GatherV2" and const_value(graph, node.input[2]) == 0:
+    if (node.type == "GatherV2" and const_value(graph, node.input[2]) == 0) or \
+            (node.type == "Gather" and node.get_attr_value("axis", 0) == 0):
         indices = const_value(graph, node.input[1])
         indices = indices if isinstance(indices, list) else [indices]
         if index >= len(indices) or indices[index] is None:
@@ -116,8 +169,14 @@ def shape_element(graph, tensor, index, depth=8):
 
 
 def shape_dim_of(graph, scalar):
-    """(t, k) when the scalar ``scalar`` is ``shape(t)[k]`` (a StridedSlice that picks one element)."""
+    """(t, k) when the scalar ``scalar`` is ``shape(t)[k]``: a StridedSlice that picks one element,
+    or as ONNX spells it, a Squeeze of a one-element Slice, or a Gather of one index."""
     node = producer(graph, scalar)
+    if node is not None and node.type == "Gather" and node.get_attr_value("axis", 0) == 0:
+        index = const_value(graph, node.input[1])
+        return shape_element(graph, node.input[0], index) if isinstance(index, int) else None
+    if node is not None and node.type == "Squeeze":
+        return _one_element_slice(graph, producer(graph, node.input[0]))
     if node is None or node.type != "StridedSlice" or node.get_attr_value("shrink_axis_mask", 0) != 1:
         return None
     begin, end, strides = (const_value(graph, t) for t in node.input[1:4])
@@ -125,6 +184,18 @@ def shape_dim_of(graph, scalar):
         return None
     return shape_element(graph, node.input[0], begin[0], 1)
 
+
+
+def _one_element_slice(graph, node):
+    """(t, k) when ``node`` is ONNX's ``Slice(shape(t), [k], [k + 1])`` (on axis 0, step 1)."""
+    if node is None or node.type != "Slice":
+        return None
+    starts, ends = (const_value(graph, t) for t in node.input[1:3])
+    axes = const_value(graph, node.input[3]) if len(node.input) > 3 and node.input[3] else [0]
+    steps = const_value(graph, node.input[4]) if len(node.input) > 4 and node.input[4] else [1]
+    if not isinstance(starts, list) or len(starts) != 1 or ends != [starts[0] + 1] or axes != [0] or steps != [1]:
+        return None
+    return shape_element(graph, node.input[0], starts[0])
 
 
 # building: used by the planner and the emitter alike

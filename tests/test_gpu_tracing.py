@@ -33,7 +33,7 @@ from kerasutil import FLAVOUR, LENGTHS, MAX_ERRORS, STEPS, keras, op_counts, pos
 import masked_lstm_rewriter as mlr
 import runtimes
 from masked_lstm_rewriter import cli
-from masked_lstm_rewriter.plugin import generic_path
+from masked_lstm_rewriter.patches import generic_path
 
 pytestmark = pytest.mark.usefixtures("plugin_off")
 

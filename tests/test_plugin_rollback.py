@@ -19,7 +19,8 @@ import masked_lstm_rewriter as mlr
 import masked_lstm_rewriter.plugin as plugin
 from masked_lstm_rewriter.emit import layer as emit
 from masked_lstm_rewriter.plan import masks
-from masked_lstm_rewriter.plugin import rewrite, snapshot
+from masked_lstm_rewriter import pipeline as rewrite
+from masked_lstm_rewriter.pipeline import snapshot
 from masked_lstm_rewriter.read import loop as loop_reader
 
 INJECTED = "injected failure"
@@ -172,17 +173,19 @@ def test_matcher_exception_on_one_layer_does_not_stop_the_others(caplog, monkeyp
 def test_snapshot_restores_the_graph_exactly(monkeypatch):
     """GraphSnapshot on its own: edits of every kind, then restore, give back the same graph."""
     seen = {}
-    original_rewrite = plugin.rewrite_loops
+    original_rewrite = plugin.rewrite_graph
 
-    def rewrite(graph, loops, mask_mode, target, *options):
+    def rewrite(graph, ops, sources, mask_mode, target, *options):
+        if not any(op.type in ("While", "StatelessWhile") for op in ops):
+            return original_rewrite(graph, ops, sources, mask_mode, target, *options)
         saved = snapshot.GraphSnapshot(graph)
         before = _state(graph)
-        original_rewrite(graph, loops, mask_mode, target, *options)   # a full successful rewrite
+        original_rewrite(graph, ops, sources, mask_mode, target, *options)   # a full successful rewrite
         seen["changed"] = _state(graph) != before
         saved.restore()
         seen["restored"] = _state(graph) == before
 
-    monkeypatch.setattr(plugin, "rewrite_loops", rewrite)
+    monkeypatch.setattr(plugin, "rewrite_graph", rewrite)
     model, spec, inputs = two_layer_model()
     onnx_model = convert(model, spec)
     assert seen == {"changed": True, "restored": True}

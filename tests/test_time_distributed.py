@@ -5,7 +5,7 @@ The models users ship: an NER tagger (``Embedding(mask_zero) -> Bidirectional(LS
 TimeDistributed(Dense)``) and character encoders (``TimeDistributed(LSTM)`` and
 ``TimeDistributed(Bidirectional(LSTM))`` over [batch, words, chars] ids), in both mask modes.
 With a dynamic time axis Keras 3 maps ``TimeDistributed`` over the batch size (the traced graph
-is broken in TensorFlow too, see ``masked_lstm_rewriter/plugin/time_distributed.py``); with the plugin
+is broken in TensorFlow too, see ``masked_lstm_rewriter/patches/time_distributed.py``); with the plugin
 enabled it is traced as one call over [batch * time, ...], and the masked layers inside are
 rewritten like any other. Conversions here go through ``enable()``: ``custom_rewriter=`` runs
 only after Keras has traced the model, too late to fix it (it warns instead, tested below).

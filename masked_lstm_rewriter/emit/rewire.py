@@ -20,9 +20,9 @@ def rewire(g, layer: MaskedRecurrentLayer, sequence, in_time_order, last_output,
         replace_tensor(g, cell.final_h, final_h)
         if final_c is not None:  # else nothing reads it (carries_cell_state)
             replace_tensor(g, cell.final_c, final_c)
-    for stacked in layer.sequence_outputs:
-        g.remove_node(g.get_node_by_output(stacked).name)
-    g.remove_node(layer.while_node.name)
+    removed = {g.get_node_by_output(stacked).name for stacked in layer.sequence_outputs} | {layer.while_node.name}
+    for name in removed:  # an ONNX Loop returns its sequence itself
+        g.remove_node(name)
 
 
 def replace_tensor(g, old: Optional[str], new: Optional[str]) -> None:

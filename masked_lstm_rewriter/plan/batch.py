@@ -21,15 +21,16 @@ from __future__ import annotations
 import numpy as np
 from tf2onnx import utils
 
-from ..graph import const_value, producer, rank_of, shape_element
+from ..graph import const_value, producer, rank_of, shape_element, transpose_perm
 
 
-_SAME_SHAPE = {"Identity", "Cast", "LogicalNot", "Neg", "Abs", "Sigmoid", "Tanh", "Relu", "Relu6", "Elu", "Selu",
+_SAME_SHAPE = {"Identity", "Cast", "LogicalNot", "Not", "Neg", "Abs", "Sigmoid", "Tanh", "Relu", "Relu6", "Elu", "Selu",
                "Softsign", "Softplus", "Exp", "Log", "Sqrt", "Square", "ReverseV2", "StopGradient", "BiasAdd"}
 
 
 _ELEMENTWISE = {"Add", "AddV2", "Sub", "Mul", "RealDiv", "Maximum", "Minimum", "Equal", "NotEqual", "Greater",
-                "GreaterEqual", "Less", "LessEqual", "LogicalAnd", "LogicalOr", "SelectV2"}
+                "GreaterEqual", "Less", "LessEqual", "LogicalAnd", "LogicalOr", "SelectV2",
+                "Div", "Max", "Min", "GreaterOrEqual", "LessOrEqual", "And", "Or", "Where"}
 
 
 _REDUCTIONS = {"Any", "All", "Sum", "Max", "Min", "Mean", "Prod"}
@@ -68,11 +69,13 @@ def _step_back(graph, node, tensor, axis, outputs):
         return node.input[0], axis
     if kind in _ELEMENTWISE:
         return _same_root(graph, node.input, tensor, axis, outputs)
-    if kind == "ConcatV2":  # a Bidirectional's merge_mode="concat", along the features
-        rank, along = rank_of(graph, tensor), const_value(graph, node.input[-1])
+    if kind in ("ConcatV2", "Concat"):  # a Bidirectional's merge_mode="concat", along the features
+        along, parts = ((const_value(graph, node.input[-1]), node.input[:-1]) if kind == "ConcatV2"
+                        else (node.get_attr_value("axis", None), node.input))
+        rank = rank_of(graph, tensor)
         if rank is None or not isinstance(along, int) or along % rank == axis:
             return None
-        return _same_root(graph, node.input[:-1], tensor, axis, outputs)
+        return _same_root(graph, parts, tensor, axis, outputs)
     if kind in ("MatMul", "BatchMatMulV2") and graph.is_const(node.input[1]) and rank_of(graph, node.input[1]) == 2 \
             and not any(node.get_attr_value(a, 0) for a in ("transpose_a", "adj_x")):
         rank = rank_of(graph, tensor)  # x @ W (a Dense layer): the leading axes are x's
@@ -81,18 +84,19 @@ def _step_back(graph, node, tensor, axis, outputs):
         return _reduction(graph, node, axis)
     if kind == "Squeeze":
         return _squeeze(graph, node, axis)
-    if kind == "ExpandDims":
-        inserted = _axis(const_value(graph, node.input[1]), rank_of(graph, tensor))
+    if kind in ("ExpandDims", "Unsqueeze"):
+        added = const_value(graph, node.input[1]) if len(node.input) > 1 else node.get_attr_value("axes", None)
+        inserted = _axis(added, rank_of(graph, tensor))
         return None if inserted is None or inserted == axis else (node.input[0], axis - (inserted < axis))
     if kind == "Transpose":
-        perm = const_value(graph, node.input[1])
+        perm = transpose_perm(graph, node)
         return None if perm is None else (node.input[0], int(perm[axis]))
     if kind == "Reshape":  # to a shape whose element ``axis`` is read off another tensor (tf.tensordot)
         return shape_element(graph, node.input[1], axis)
-    if kind == "GatherV2":  # an embedding lookup: params[indices], the indices' axes first
+    if kind in ("GatherV2", "Gather"):  # an embedding lookup: params[indices], the indices' axes first
         rank = rank_of(graph, node.input[1])
-        if const_value(graph, node.input[2]) in (0, [0]) and node.get_attr_value("batch_dims", 0) == 0 \
-                and rank is not None and axis < rank:
+        along = const_value(graph, node.input[2]) if kind == "GatherV2" else node.get_attr_value("axis", 0)
+        if along in (0, [0]) and node.get_attr_value("batch_dims", 0) == 0 and rank is not None and axis < rank:
             return node.input[1], axis
     return None
 
@@ -133,7 +137,9 @@ def _reduction(graph, node, axis):
 
 def _squeeze(graph, node, axis):
     rank = rank_of(graph, node.input[0])
-    dims = node.get_attr_value("squeeze_dims", []) or node.get_attr_value("axis", [])
+    dims = node.get_attr_value("squeeze_dims", []) or node.get_attr_value("axis", []) or \
+        node.get_attr_value("axes", []) or (const_value(graph, node.input[1]) if len(node.input) > 1 else [])
+    dims = dims if isinstance(dims, list) else [dims]
     if rank is None or not dims:
         return None  # squeezing every axis of size 1 may remove the batch axis itself
     kept = [a for a in range(rank) if a not in {d % rank for d in dims}]

@@ -1,13 +1,14 @@
 # SPDX-License-Identifier: Apache-2.0
 """Plugin: how users switch the rewrite on.
 
-* :func:`make_rewriter` builds a tf2onnx custom rewriter (``custom_rewriter=[...]``), which reads,
-  plans and emits each masked loop of a graph (:mod:`.rewrite`).
+* :func:`make_rewriter` builds a tf2onnx custom rewriter (``custom_rewriter=[...]``), which takes
+  the layers of every source (:mod:`..sources`) of each graph through the pipeline (:mod:`..pipeline`).
 * :func:`enable` / :func:`disable` add it to every tf2onnx conversion in the process, by
   wrapping ``tf2onnx.tfonnx.process_parsed_graph`` (the one place every front end, from
   ``from_keras`` to the command line, passes its custom rewriters through), and install the
-  fixes Keras 3 models need to convert at all (:mod:`.time_distributed`, :mod:`.tf2onnx_keras`),
-  and have every conversion trace Keras's generic recurrent code, not cuDNN's (:mod:`.generic_path`).
+  patches Keras 3 models need to convert at all (:mod:`..patches.time_distributed`,
+  :mod:`..patches.tf2onnx_keras`), and have every conversion trace Keras's generic recurrent code,
+  not cuDNN's (:mod:`..patches.generic_path`).
 """
 
 from __future__ import annotations
@@ -20,13 +21,12 @@ from typing import Optional
 from tf2onnx import tfonnx
 
 from .. import targets
+from ..patches import generic_path, tf2onnx_keras, time_distributed
+from ..pipeline import rewrite_graph
 from ..plan.masks import MASK_MODES
-from ..read.body import BODY_MASKED_ATTR, BODY_MATCH_ATTR, is_masked_recurrent_body, is_unmasked_recurrent_body, read_body
-from ..read.trip import COND_MATCH_ATTR, is_loop_condition, read_condition
 from ..report import finish_conversion
-from . import generic_path, tf2onnx_keras, time_distributed
-from .cudnn import rewrite_cudnn_ops
-from .rewrite import is_main_graph, report_lowered_loops, rewrite_loops
+from ..sources import SOURCES
+from ..sources.tf_while import is_main_graph
 
 logger = logging.getLogger("masked_lstm_rewriter")
 
@@ -54,6 +54,15 @@ def resolve_mask_mode(mask_mode: Optional[str], target: Optional[str]) -> str:
     return mask_mode
 
 
+def resolve_options(mask_mode: Optional[str], target: Optional[str], schedule: bool) -> str:
+    """The mask mode to use (:func:`resolve_mask_mode`), after checking that ``schedule`` goes with ``target``."""
+    mask_mode = resolve_mask_mode(mask_mode, target)
+    if schedule and target != targets.SCHEDULE_TARGET:
+        raise ValueError(f"schedule=True needs target={targets.SCHEDULE_TARGET!r} (not {target!r}): the schedule is "
+                         f"exact on onnxruntime only ({'; '.join(targets.NOT_FOR.values())})")
+    return mask_mode
+
+
 def make_rewriter(mask_mode: Optional[str] = None, target: Optional[str] = None, schedule: bool = False):
     """A tf2onnx custom rewriter ``(graph, ops) -> ops`` for masked Keras LSTM, GRU and SimpleRNN loops.
 
@@ -67,23 +76,12 @@ def make_rewriter(mask_mode: Optional[str] = None, target: Optional[str] = None,
     ``target="onnxruntime"``: OpenVINO 2026.4 computes some layers inside its ``If`` wrongly, with
     no error (``targets.NOT_FOR``), so a scheduled model is made for onnxruntime on request only,
     and each scheduled layer's report names OpenVINO in ``not_for``."""
-    mask_mode = resolve_mask_mode(mask_mode, target)
-    if schedule and target != targets.SCHEDULE_TARGET:
-        raise ValueError(f"schedule=True needs target={targets.SCHEDULE_TARGET!r} (not {target!r}): the schedule is "
-                         f"exact on onnxruntime only ({'; '.join(targets.NOT_FOR.values())})")
+    mask_mode = resolve_options(mask_mode, target, schedule)
 
     def rewrite_masked_lstm(graph, ops):
-        masked = is_masked_recurrent_body(graph)
-        if masked or is_unmasked_recurrent_body(graph):
-            setattr(graph, BODY_MATCH_ATTR, read_body(graph))
-            setattr(graph, BODY_MASKED_ATTR, masked)
-        elif not is_main_graph(graph) and is_loop_condition(graph):
-            setattr(graph, COND_MATCH_ATTR, read_condition(graph))
-        loops = [op for op in ops if op.type in ("While", "StatelessWhile")]
-        if loops:
-            rewrite_loops(graph, loops, mask_mode, target, schedule)
-        rewrite_cudnn_ops(graph, ops, mask_mode, target, schedule)
-        report_lowered_loops(graph, [op for op in ops if op.type == "Loop"], mask_mode)
+        for source in SOURCES:
+            source.observe(graph)
+        rewrite_graph(graph, ops, SOURCES, mask_mode, target, schedule)
         if is_main_graph(graph):
             time_distributed.warn_traced_over_batch(graph, ops)
             finish_conversion()

@@ -57,6 +57,9 @@ def read_activation(graph, tensor: str) -> tuple[Activation, str]:
         return Activation("Affine", 1.0, 0.0), tensor
     if node.type in _SINGLE_OP_ACTIVATIONS:
         return _SINGLE_OP_ACTIVATIONS[node.type], node.input[0]
+    if node.type == "HardSigmoid":  # ONNX's own op, as a file may hold it
+        return Activation("HardSigmoid", alpha=float(node.get_attr_value("alpha", 0.2)),
+                          beta=float(node.get_attr_value("beta", 0.5))), node.input[0]
     hard = _read_hard_sigmoid_keras3(graph, node) or _read_hard_sigmoid_tf_keras(graph, node)
     if hard is not None:
         return hard
@@ -72,7 +75,7 @@ def _read_hard_sigmoid_keras3(graph, node):
         return None
     scale, inner = found
     relu6 = producer(graph, inner)
-    if relu6 is None or relu6.type != "Relu6":
+    if relu6 is None or not (relu6.type == "Relu6" or _is_clip(graph, relu6, 0.0, 6.0)):
         return None
     add = producer(graph, relu6.input[0])
     found = _scalar_operand(graph, add, lambda _: True) if add is not None and add.type in ("Add", "AddV2") \
@@ -83,16 +86,29 @@ def _read_hard_sigmoid_keras3(graph, node):
     return Activation("HardSigmoid", alpha=scale, beta=shift * scale), x
 
 
+def _is_clip(graph, node, low: float, high: float) -> bool:
+    """Is ``node`` ONNX's ``Clip(x, low, high)`` (bounds as inputs, opset 11+, or attributes)?"""
+    if node.type != "Clip":
+        return False
+    bounds = [scalar_value(graph, t) if t else None for t in list(node.input[1:3]) + [""] * (3 - len(node.input))]
+    bounds = [b if b is not None else node.get_attr_value(name, None) for b, name in zip(bounds, ("min", "max"))]
+    return bounds == [low, high]
+
+
 def _read_hard_sigmoid_tf_keras(graph, node):
-    """tf_keras: ``clip_by_value(alpha * x + beta, 0, 1)`` = Maximum(Minimum(., 1), 0)."""
-    if node.type != "Maximum":
-        return None
-    found = _scalar_operand(graph, node, lambda v: v == 0.0)
-    minimum = producer(graph, found[1]) if found else None
-    if minimum is None or minimum.type != "Minimum":
-        return None
-    found = _scalar_operand(graph, minimum, lambda v: v == 1.0)
-    add = producer(graph, found[1]) if found else None
+    """tf_keras: ``clip_by_value(alpha * x + beta, 0, 1)`` = Maximum(Minimum(., 1), 0) (ONNX: Max, Min,
+    or one Clip)."""
+    if _is_clip(graph, node, 0.0, 1.0):
+        add = producer(graph, node.input[0])
+    else:
+        if node.type not in ("Maximum", "Max"):
+            return None
+        found = _scalar_operand(graph, node, lambda v: v == 0.0)
+        minimum = producer(graph, found[1]) if found else None
+        if minimum is None or minimum.type not in ("Minimum", "Min"):
+            return None
+        found = _scalar_operand(graph, minimum, lambda v: v == 1.0)
+        add = producer(graph, found[1]) if found else None
     if add is None or add.type not in ("Add", "AddV2"):
         return None
     found = _scalar_operand(graph, add, lambda _: True)

@@ -18,7 +18,7 @@ from tf2onnx.graph_matcher import GraphMatcher, OpTypePattern
 from .. import targets
 from ..cells import CellAlgebra, read_cell
 from ..failure import Refusal
-from ..graph import is_increment, is_zero_scalar, passes_through, producer, skip_identity
+from ..graph import is_increment, is_zero_scalar, next_value, passes_through, producer, skip_identity
 
 
 BODY_MATCH_ATTR = "_masked_lstm_rewriter_body"
@@ -121,9 +121,8 @@ def _mask_selects(graph):
 
 def _loop_output_producer(graph, index: int):
     """The node computing loop variable ``index``'s next value (None when there is no such output)."""
-    if index >= len(graph.outputs):
-        return None
-    return producer(graph, skip_identity(graph, graph.outputs[index]))
+    new = next_value(graph, index)
+    return None if new is None else producer(graph, skip_identity(graph, new))
 
 
 def _input_index(graph, tensor: str) -> Optional[int]:
@@ -166,7 +165,7 @@ def _read_step(graph) -> BodyMatch:
     if dtype != TensorProto.FLOAT:
         raise Refusal("the step input is not a single float32 list read (dtype other than float32?)")
     x_item = x_items[0]
-    stack = _state_stack(graph, carried, h_new, x_item.output[0])
+    stack = state_stack(graph, carried, h_new, x_item.output[0])
     indices = [_input_index(graph, t) for t in (time, x_item.input[0], write.input[0])]
     mask_list_index = None if step.mask_list is None else _input_index(graph, step.mask_list)
     if None in indices or (step.mask_list is not None and mask_list_index is None):
@@ -183,7 +182,7 @@ def _read_step(graph) -> BodyMatch:
     if _loop_output_producer(graph, output_list_index) is not write:
         raise Refusal("the output list carried to the next step is not the one the step wrote")
 
-    cells = _read_cells(graph, x_item.output[0], stack, carried)
+    cells = read_cells(graph, x_item.output[0], stack, carried)
     variables = range(len(graph.input_names))
     return BodyMatch(time_index=time_index, x_list_index=x_list_index, mask_list_index=mask_list_index,
                      cells=cells, output_index=step.output_index,
@@ -222,7 +221,7 @@ def _unmasked_step(graph, write) -> _Step:
         if new is None or name == time or name in lists or passes_through(graph, index) or \
                 is_increment(new, name):
             continue
-        carried[index] = skip_identity(graph, graph.outputs[index])
+        carried[index] = skip_identity(graph, next_value(graph, index))
     outputs = [i for i, new in carried.items() if new == h_new]
     if len(outputs) != 1:
         raise Refusal("the step output is not a loop variable selected from a loop input", write)
@@ -262,7 +261,7 @@ STACK_REASON = ("the loop's states do not form a stack of cells (keras.layers.RN
                 "each reading the output of the one below")
 
 
-def _state_stack(graph, carried: dict, h_top: str, x_item: str) -> list:
+def state_stack(graph, carried: dict, h_top: str, x_item: str) -> list:
     """The cells' states, bottom to top, as ``[(h_index, c_index or None), ...]``.
 
     ``carried``: masked loop variable -> the value a valid step gives it; ``h_top``: the step's
@@ -316,7 +315,7 @@ def _nearest_state(carried: dict, ancestors: dict, candidates: set, index: int) 
     return nearest[0] if len(nearest) == 1 else None
 
 
-def _read_cells(graph, x_item: str, stack: list, carried: dict) -> tuple:
+def read_cells(graph, x_item: str, stack: list, carried: dict) -> tuple:
     """Each cell's algebra, bottom to top: the first reads ``x_item``, the others the new h of
     the cell below. A stacked cell that does not read says which one it is."""
     cells, step_input = [], x_item

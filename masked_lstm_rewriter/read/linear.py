@@ -25,7 +25,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from ..failure import Refusal
-from ..graph import passes_through, producer, scalar_value, skip_identity
+from ..graph import outer_const, passes_through, producer, scalar_value, skip_identity
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,7 +135,7 @@ class LinearForm:
 SUM_OPS = ("Add", "AddV2", "BiasAdd", "MatMul", "Gemm")
 
 
-READ_OPS = SUM_OPS + ("Identity", "Squeeze", "Split", "SplitV", "StridedSlice")
+READ_OPS = SUM_OPS + ("Identity", "Squeeze", "Split", "SplitV", "StridedSlice", "Slice")
 # a failed read's text: never shown, the gate reader words the reason from the node it stopped at
 NOT_READ = "not a linear form the reader knows"
 
@@ -152,6 +152,11 @@ class Product:
     b: str
     trans_b: bool = False
     node: object = dataclasses.field(default=None, compare=False)  # the MatMul or Gemm
+
+
+def _is_onnx_split(node) -> bool:
+    """ONNX's ``Split`` (the tensor first, its axis an attribute), not TensorFlow's (the axis first)."""
+    return node.get_attr("num_split") is None
 
 
 class LinearReader:
@@ -179,13 +184,37 @@ class LinearReader:
             return self._read_sum(node)
         if node.type == "Squeeze":
             return self._read_batch_squeeze(node)
-        if node.type == "Split":
+        if node.type == "Split" and not _is_onnx_split(node):
             return self._read_split_output(node, tensor)
-        if node.type in ("SplitV", "StridedSlice"):
+        if node.type in ("SplitV", "StridedSlice", "Split", "Slice"):
             whole = self.read(node.input[0])
-            columns = self._splitv_columns(node, tensor) if node.type == "SplitV" else self._column_slice(node)
-            return self._stop(node) if columns is None else whole.then(("slice", -1) + columns)
+            step = self._columns(node, tensor)
+            return self._stop(node) if step is None else whole.then(step)
         return self._stop(node)
+
+    def _columns(self, node, tensor: str) -> Optional[tuple]:
+        """The step (``("slice", -1, begin, end)`` or ``("split", -1, parts, index)``) that keeps the
+        last-axis columns ``tensor`` holds, for the ops that keep some: TensorFlow's ``SplitV`` and
+        ``StridedSlice``, ONNX's ``Split`` and ``Slice``; None for any other slicing."""
+        if node.type == "Split":
+            step = self._onnx_split(node, tensor)
+            return step if step is not None and self._is_last_axis(node.input[0], step[1]) else None
+        columns = {"SplitV": self._splitv_columns, "StridedSlice": lambda n, _: self._column_slice(n),
+                   "Slice": lambda n, _: self._onnx_slice_columns(n)}[node.type](node, tensor)
+        return None if columns is None else ("slice", -1) + columns
+
+    def _onnx_split(self, node, tensor: str) -> Optional[tuple]:
+        """The step that gives output ``tensor`` of an ONNX ``Split``: equal parts, or the sizes of its
+        second input (opset 13) or ``split`` attribute."""
+        axis, index = node.get_attr_value("axis", 0), list(node.output).index(tensor)
+        sizes = (self._const_list(node.input[1]) if len(node.input) > 1 and node.input[1]
+                 else node.get_attr_value("split", None))
+        if not sizes:
+            return "split", axis, len(node.output), index
+        if len(sizes) != len(node.output) or any(size < 0 for size in sizes):
+            return None
+        begin = sum(sizes[:index])
+        return "slice", axis, begin, begin + sizes[index]
 
     def try_read(self, tensor: str) -> Optional[LinearForm]:
         """The linear form of ``tensor``, or None when it is not one (a probe, not a failure)."""
@@ -287,7 +316,8 @@ class LinearReader:
     def _read_batch_squeeze(self, node) -> LinearForm:
         """With a static batch of 1, TensorFlow squeezes a [1, N] term (all its unit axes, or
         axis 0) and the sum broadcasts it back: row by row, the same form."""
-        axes = node.get_attr_value("squeeze_dims", []) or node.get_attr_value("axis", [])
+        axes = node.get_attr_value("squeeze_dims", []) or node.get_attr_value("axis", []) or \
+            node.get_attr_value("axes", []) or (self._const_list(node.input[1]) if len(node.input) > 1 else [])
         shape = self.graph.get_shape(node.input[0])
         if shape is None or len(shape) != 2 or shape[0] != 1 or list(axes) not in ([], [0], [-2]):
             return self._stop(node)
@@ -307,6 +337,39 @@ class LinearReader:
             return None
         begin = sum(sizes[:index])
         return begin, (None if sizes[index] < 0 else begin + sizes[index])
+
+    def _onnx_slice_columns(self, node) -> Optional[tuple]:
+        """(begin, end) of ``data[..., a:b]``, an ONNX ``Slice`` (opset 10+) of the last axis with step 1;
+        every other axis it names taken whole (tf2onnx writes ``t[:, a:b]`` so)."""
+        starts, ends = (self._const_list(t) for t in node.input[1:3])
+        axes = self._const_list(node.input[3]) if len(node.input) > 3 and node.input[3] else None
+        steps = self._const_list(node.input[4]) if len(node.input) > 4 and node.input[4] else None
+        if starts is None or ends is None or len(starts) != len(ends):
+            return None
+        axes = list(range(len(starts))) if axes is None else axes
+        steps = [1] * len(starts) if steps is None else steps
+        if len(axes) != len(starts) or steps != [1] * len(starts):
+            return None
+        columns = [(start, end) for start, end, axis in zip(starts, ends, axes)
+                   if self._is_last_axis(node.input[0], axis)]
+        whole = all(start == 0 and end >= 2 ** 31 - 1 for start, end, axis in zip(starts, ends, axes)
+                    if not self._is_last_axis(node.input[0], axis))
+        if len(columns) != 1 or not whole or columns[0][0] < 0:
+            return None
+        begin, end = columns[0]
+        return begin, (None if end >= 2 ** 31 - 1 else end)
+
+    def _const_list(self, tensor: str) -> Optional[list]:
+        node = producer(self.graph, skip_identity(self.graph, tensor))
+        if node is None or not node.is_const():
+            return None
+        value = node.get_tensor_value(as_list=True)
+        return value if isinstance(value, list) else [value]
+
+    def _is_last_axis(self, tensor: str, axis: int) -> bool:
+        """Is ``axis`` the last one of ``tensor`` (rank 2, or unknown and given as -1)?"""
+        rank = len(self.graph.get_shape(tensor) or []) or None
+        return axis == -1 or (axis == 1 and rank in (None, 2)) or (rank is not None and axis == rank - 1)
 
     def _read_split_output(self, node, tensor: str) -> LinearForm:
         axis = scalar_value(self.graph, node.input[0])
@@ -346,11 +409,15 @@ class LinearReader:
         if tensor in self._input_index:
             index = self._input_index[tensor]
             return ConstRef(input_index=index) if passes_through(self.graph, index) else None
-        node = producer(self.graph, tensor)
+        node = producer(self.graph, tensor) or outer_const(self.graph, tensor)
         if node is None:
             return None
         if node.is_const():
             return ConstRef(value=node.get_tensor_value(as_list=False))
+        if node.type in ("Split", "Slice") and (node.type == "Slice" or _is_onnx_split(node)):
+            whole = self.const_ref(node.input[0])
+            step = self._onnx_split(node, tensor) if node.type == "Split" else self._columns(node, tensor)
+            return None if whole is None or step is None else whole.then(step)
         if node.type == "Split":
             whole = self.const_ref(node.input[1])
             axis = scalar_value(self.graph, node.input[0])
@@ -366,7 +433,8 @@ class LinearReader:
             return None if whole is None else whole.then(("split", axis, parts, index)).then(("squeeze", axis, 0, 0))
         if node.type == "Squeeze":
             whole = self.const_ref(node.input[0])
-            axes = node.get_attr_value("squeeze_dims", []) or node.get_attr_value("axis", [])
+            axes = node.get_attr_value("squeeze_dims", []) or node.get_attr_value("axis", []) or \
+                node.get_attr_value("axes", []) or (self._const_list(node.input[1]) if len(node.input) > 1 else [])
             return None if whole is None or len(axes) != 1 else whole.then(("squeeze", axes[0], 0, 0))
         return None
 

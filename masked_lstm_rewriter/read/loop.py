@@ -66,7 +66,7 @@ def _read_layer(graph, while_node, body: BodyMatch, condition) -> MaskedRecurren
     if body.masked and not is_zeros(graph, while_node.input[body.masked_output_index]):
         raise Refusal("the output at masked steps does not start as zeros")
 
-    cells = _resolve_cells(graph, while_node, body)
+    cells = resolve_cells(graph, while_node, body.cells, lambda index: while_node.output[index])
 
     used = _consumed_outputs(graph, while_node)
     roles = {body.output_list_index, body.output_index, *body.state_indices}
@@ -102,11 +102,15 @@ def _read_mask(graph, while_node, body: BodyMatch, x: str, x_reversed: bool) -> 
     return mask, mask_reversed
 
 
-def _resolve_cells(graph, while_node, body: BodyMatch) -> tuple:
+def resolve_cells(graph, loop, matches, final_of) -> tuple:
     """Each cell's :class:`RecurrentCell`, bottom to top, or why not: its weights are resolved, and
-    a stacked cell must read as many inputs as the cell below has units."""
-    cells = []
-    for cell in body.cells:
+    a stacked cell must read as many inputs as the cell below has units.
+
+    ``loop``: the While or Loop op, whose input i feeds loop variable i; ``matches``: the cells read
+    off its body (:class:`~.body.CellMatch`); ``final_of(i)``: the op's output holding variable i's
+    final value."""
+    cells, while_node = [], loop
+    for cell in matches:
         kernel, recurrent, bias, recurrent_bias = resolve_weights(graph, while_node, cell.kind, cell.cell.gates)
         states = [i for i in (cell.h_index, cell.c_index) if i is not None]
         cells.append(RecurrentCell(
@@ -115,8 +119,8 @@ def _resolve_cells(graph, while_node, body: BodyMatch) -> tuple:
             attributes=cell.cell.attributes,
             graph=graph, h_at=(while_node, cell.h_index), c_at=None if cell.c_index is None else (while_node, cell.c_index),
             zero_initial_state=all(is_zeros(graph, while_node.input[i]) for i in states),
-            final_h=while_node.output[cell.h_index],
-            final_c=None if cell.c_index is None else while_node.output[cell.c_index],
+            final_h=final_of(cell.h_index),
+            final_c=None if cell.c_index is None else final_of(cell.c_index),
             constants=resolve_constants(graph, while_node, cell.cell.constants)))
         if len(cells) > 1 and cells[-1].input_size != cells[-2].hidden_size:
             raise Refusal("a stacked cell's kernel does not take the units of the cell below as its input")

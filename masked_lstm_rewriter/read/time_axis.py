@@ -15,7 +15,7 @@ from typing import Optional
 
 from tf2onnx.tf_loader import find_function
 
-from ..graph import const_value, is_zero_scalar, producer, rank_of, shape_element
+from ..graph import const_value, is_zero_scalar, producer, rank_of, shape_element, transpose_perm
 from .body import BODY_MATCH_ATTR, BodyMatch
 
 
@@ -54,14 +54,17 @@ def _same_axis_inputs(graph, node, axis: int) -> list:
         source = shape_element(graph, node.input[1], axis) if axis < (rank_of(graph, node.output[0]) or 0) else None
         return [source] if source is not None else []
     if node.type == "Transpose":
-        perm = const_value(graph, node.input[1])
-        return [(node.input[0], perm[axis])] if isinstance(perm, list) and axis < len(perm) else []
-    if node.type == "ConcatV2":
-        along, rank = const_value(graph, node.input[-1]), rank_of(graph, node.output[0])
+        perm = transpose_perm(graph, node)
+        return [(node.input[0], perm[axis])] if perm is not None and axis < len(perm) else []
+    if node.type in ("ConcatV2", "Concat"):
+        along, parts = ((const_value(graph, node.input[-1]), node.input[:-1]) if node.type == "ConcatV2"
+                        else (node.get_attr_value("axis", None), node.input))
+        rank = rank_of(graph, node.output[0])
         if not isinstance(along, int) or not rank or along % rank == axis:
             return []
-        return [(t, axis) for t in node.input[:-1]]
-    if node.type == "GatherV2" and graph.is_const(node.input[0]) and is_zero_scalar(graph, node.input[2]):
+        return [(t, axis) for t in parts]
+    if node.type in ("GatherV2", "Gather") and graph.is_const(node.input[0]) and ((node.type == "GatherV2" and is_zero_scalar(graph, node.input[2])) or
+                                          (node.type == "Gather" and node.get_attr_value("axis", 0) == 0)):
         return [(node.input[1], axis)] if axis < (rank_of(graph, node.input[1]) or 0) else []  # embedding lookup: [B, T] -> [B, T, E]
     if node.type == "SelectV2" and _is_id_wraparound(graph, node):
         return [(node.input[2], axis)]

@@ -1,15 +1,16 @@
 # SPDX-License-Identifier: Apache-2.0
-"""One graph's masked loops, each taken through the stages: read, veto, plan, emit; or refused.
+"""The pipeline: every source's layers in a graph, each taken through the stages: read, veto, plan,
+emit, connect; or refused.
 
-Every refusal reaches the log and the report here, and only here (:func:`refuse`).
+Every refusal reaches the log and the report here, and only here (:func:`refuse`). A layer whose
+rewrite fails half-way is rolled back (:mod:`.snapshot`) and refused with what failed where
+(:mod:`.unforeseen`).
 """
 
 from __future__ import annotations
 
 import logging
 from typing import Optional
-
-from tf2onnx.tf_loader import find_function
 
 from .. import targets
 from ..emit.layer import emit_layer
@@ -19,23 +20,11 @@ from ..emit.unmasked import emit_unmasked_layer
 from ..failure import Refusal
 from ..plan.batch import BatchMasks
 from ..plan.masks import MaskPlanner
-from ..read.body import BODY_MASKED_ATTR, BODY_MATCH_ATTR, is_masked_recurrent_body
-from ..read.loop import layer_name, read_loop
-from ..read.trip import COND_MATCH_ATTR
 from ..report import record
 from .snapshot import GraphSnapshot
 from .unforeseen import failed_rewrite
 
 logger = logging.getLogger("masked_lstm_rewriter")
-
-LOWERED_REASON = ("the graph has TF1-style control flow (e.g. a GraphDef frozen with lowered control flow), "
-                  "which tf2onnx turned into a Loop before this rewriter runs; freeze with "
-                  "lower_control_flow=False or convert the SavedModel or Keras model")
-
-
-def is_main_graph(graph) -> bool:
-    """tf2onnx passes loop bodies (function subgraphs) first and the main graph last."""
-    return graph.parent_graph is None and not getattr(graph, "_is_subgraph", False)
 
 
 def refuse(layer: str, refusal: Refusal, mask_mode: str, masked: bool = True, left_as: str = "a Loop",
@@ -50,18 +39,22 @@ def refuse(layer: str, refusal: Refusal, mask_mode: str, masked: bool = True, le
     record(layer, False, said, mask_mode, masked=masked, left_as=left_as)
 
 
-def report_lowered_loops(graph, loops, mask_mode) -> None:
-    """Masked loops that reached us already as ONNX Loops cannot be rewritten: say so."""
-    for loop in loops:
-        body = loop.get_body_graphs().get("body")
-        if body is not None and is_masked_recurrent_body(body):
-            refuse(layer_name(loop), Refusal(LOWERED_REASON, loop), mask_mode)
-
-
-def rewrite_loops(graph, loops, mask_mode: str, target, schedule: bool = False) -> None:
-    """Rewrite every recurrent loop among ``loops`` that reads and passes the target's veto."""
-    layers = [layer for layer in (_read(graph, loop, mask_mode, target) for loop in loops) if layer is not None]
-    rewrite_layers(graph, layers, mask_mode, target, schedule)
+def rewrite_graph(graph, ops, sources, mask_mode: str, target, schedule: bool = False) -> None:
+    """Rewrite every layer the ``sources`` find among ``ops`` that reads and passes the target's veto;
+    say why of every other one they find."""
+    for source in sources:
+        layers = []
+        for node in source.candidates(graph, ops):
+            found = source.read(graph, node)
+            if found is None:
+                continue  # not a recurrent layer: none of our business
+            layer = vetted(graph, found.layer, target)
+            if isinstance(layer, Refusal):
+                refuse(found.name, layer, mask_mode, found.masked, source.left_as, source.remedy)
+            else:
+                layers.append(layer)
+        if layers:
+            rewrite_layers(graph, source.prepare(graph, layers), mask_mode, target, schedule, source.connect)
 
 
 def rewrite_layers(graph, layers, mask_mode: str, target, schedule: bool = False, connect=rewire) -> None:
@@ -83,25 +76,6 @@ def vetted(graph, layer, target):
         return layer
     refused = opset_refusal(graph) or targets.target_refusal(layer, target)
     return Refusal(refused, layer.while_node) if refused else layer
-
-
-def _read(graph, loop, mask_mode: str, target):
-    """The layer a While op holds, or None: not a masked recurrent loop, or refused (then said so)."""
-    body_graph = find_function(loop.get_attr_str("body"))
-    body = getattr(body_graph, BODY_MATCH_ATTR, None) if body_graph is not None else None
-    if body is None:
-        return None  # not a recurrent loop: none of our business
-    masked = getattr(body_graph, BODY_MASKED_ATTR, True)
-    if isinstance(body, Refusal) and not masked:  # a loop of some other kind, most likely: stock's business
-        logger.debug("loop '%s' left as tf2onnx made it: %s", layer_name(loop), body.reason)
-        return None
-    cond_graph = find_function(loop.get_attr_str("cond"))
-    condition = getattr(cond_graph, COND_MATCH_ATTR, None) if cond_graph is not None else None
-    layer = vetted(graph, body if isinstance(body, Refusal) else read_loop(graph, loop, body, condition), target)
-    if isinstance(layer, Refusal):
-        refuse(layer_name(loop), layer, mask_mode, masked)
-        return None
-    return layer
 
 
 def _emit_masked(graph, layer, planner: MaskPlanner, masks: BatchMasks, target, connect) -> list:

@@ -1,0 +1,63 @@
+# SPDX-License-Identifier: Apache-2.0
+"""One call for an ONNX file whose recurrent layers are ``Loop``\\ s (written by stock tf2onnx, or by
+Keras 3's ``export(format="onnx")`` on the JAX backend): each becomes the native op.
+
+    import masked_lstm_rewriter as mlr
+    onnx_model, report = mlr.rewrite_onnx("model.onnx", "native.onnx")
+
+The model is read into tf2onnx's graph (:mod:`.load`), its Loops go through the pipeline
+(:mod:`..pipeline`, the ONNX Loop source of :mod:`..sources`), and what the pipeline changed is
+applied to the original model, every other node left as it was (:mod:`.splice`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Optional
+
+from .. import output_file
+from ..conversion import Converted
+from ..pipeline import rewrite_graph
+from ..plugin import resolve_options
+from ..report import ConversionReport, finish_conversion, start_conversion
+from ..sources import ONNX_FILE_SOURCES
+from .load import ModelError, load, save, to_graph
+from .splice import splice
+
+logger = logging.getLogger("masked_lstm_rewriter")
+__all__ = ["rewrite_onnx", "ModelError"]
+
+
+def rewrite_onnx(model, output_path=None, *, mask_mode: Optional[str] = None, runtime: Optional[str] = None,
+                 schedule: bool = False) -> Converted:
+    """Rewrite the recurrent ``Loop``\\ s of an ONNX model into native ``LSTM``, ``GRU`` and ``RNN`` ops.
+
+    ``model``: an ``onnx.ModelProto`` or the path of an ``.onnx`` file (its external data is read
+    from beside it). ``output_path``: where to write the result (only if the rewrite succeeded; a
+    model past 2 GB is written with its tensors in ``<name>.data`` beside it). ``mask_mode``,
+    ``runtime`` and ``schedule`` as in :func:`..convert`. Returns the model and the report of every
+    recurrent layer found: rewritten, or left as the Loop it was (with the reason). Every node
+    that is not part of a rewritten Loop, the graph's inputs and outputs and the model's metadata
+    stay as they were; the given ``ModelProto`` is not changed.
+    """
+    if output_path is not None:
+        output_file.check_writable(output_path)
+    mask_mode = resolve_options(mask_mode, runtime, schedule)
+    original = load(model)
+    start_conversion()
+    graph = to_graph(original)
+    rewrite_graph(graph, list(graph.get_nodes()), ONNX_FILE_SOURCES, mask_mode, runtime, schedule)
+    report = finish_conversion()
+    rewritten = splice(original, graph) if report.rewritten else _copy(original)
+    if output_path is not None:
+        with output_file.atomic_path(output_path) as partial:
+            save(rewritten, partial, os.fspath(output_path))
+        logger.info("ONNX model written to %s", os.fspath(output_path))
+    return Converted(rewritten, report or ConversionReport())
+
+
+def _copy(model):
+    copied = type(model)()
+    copied.CopyFrom(model)
+    return copied

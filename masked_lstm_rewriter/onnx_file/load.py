@@ -1,0 +1,111 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Read an ONNX model (a path or a ``ModelProto``, its tensors inline or in external files, over
+2 GB included) into tf2onnx's graph, which the pipeline works on; write the rewritten one back."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import onnx
+from onnx import shape_inference
+from tf2onnx import utils
+from tf2onnx.graph import GraphUtil
+
+logger = logging.getLogger("masked_lstm_rewriter")
+
+PROTOBUF_LIMIT = 2 ** 31 - 1   # bytes: a larger model is saved with its tensors in a file beside it
+_LARGE = 1 << 20               # bytes: initializers left out of shape inference (their shapes are enough)
+
+
+class ModelError(ValueError):
+    """The model cannot be read: a one-line reason naming what the user gave."""
+
+
+def load(model) -> onnx.ModelProto:
+    """``model`` as a ``ModelProto`` with its tensors loaded (a path: its external data too)."""
+    if isinstance(model, onnx.ModelProto):
+        return model
+    if not isinstance(model, (str, os.PathLike)):
+        raise TypeError(f"expected an onnx.ModelProto or the path of an .onnx file, not {type(model).__name__}")
+    path = os.fspath(model)
+    if not os.path.isfile(path):
+        raise ModelError(f"{path}: no such file")
+    try:
+        return onnx.load(path)
+    except Exception as error:  # pylint: disable=broad-except  (protobuf's DecodeError, a missing data file...)
+        raise ModelError(f"{path}: not an ONNX model ({type(error).__name__}: {error})") from None
+
+
+def opset_of(model: onnx.ModelProto) -> int:
+    versions = [o.version for o in model.opset_import if o.domain in ("", "ai.onnx")]
+    if not versions:
+        raise ModelError("the model imports no version of the default ONNX domain")
+    return versions[0]
+
+
+def to_graph(model: onnx.ModelProto):
+    """tf2onnx's graph of ``model``, with the shapes and types ONNX's shape inference gives."""
+    inferred = _with_inferred_shapes(model)
+    for node in inferred.graph.node:
+        for attribute in node.attribute:
+            for subgraph in [attribute.g] if attribute.HasField("g") else list(attribute.graphs):
+                _outputs_computed_inside(subgraph)
+    utils.initialize_name_counter(inferred)
+    extra = [o for o in model.opset_import if o.domain not in ("", "ai.onnx")]
+    return GraphUtil.create_graph_from_onnx_graph(inferred.graph, opset_of(model), extra)
+
+
+def _outputs_computed_inside(graph) -> None:
+    """Give each output of a loop body or branch that is not computed in it (an input passed through,
+    a tensor of the graph around it) an ``Identity`` of its own: tf2onnx's graph takes no other."""
+    produced = {o for node in graph.node for o in node.output}
+    for output in graph.output:
+        if output.name not in produced:
+            inner = f"{output.name}__passed"
+            graph.node.append(onnx.helper.make_node("Identity", [output.name], [inner]))
+            output.name = inner
+    for node in graph.node:
+        for attribute in node.attribute:
+            for subgraph in [attribute.g] if attribute.HasField("g") else list(attribute.graphs):
+                _outputs_computed_inside(subgraph)
+
+
+def _with_inferred_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``model`` with inferred shapes, run on a copy without its large tensors' data (shape
+    inference serializes the model, which protobuf cannot do past 2 GB), then given it back."""
+    stripped = onnx.ModelProto()
+    stripped.CopyFrom(model)
+    large = {}
+    for tensor in stripped.graph.initializer:
+        if tensor.ByteSize() > _LARGE:
+            large[tensor.name] = tensor.raw_data or None
+            tensor.ClearField("raw_data")
+    try:
+        inferred = shape_inference.infer_shapes(stripped)
+    except Exception as error:  # pylint: disable=broad-except  (shapes are an aid, not a need)
+        logger.info("ONNX shape inference failed (%s); reading the model without it", error)
+        inferred = stripped
+    if large:
+        originals = {t.name: t for t in model.graph.initializer if t.name in large}
+        for tensor in inferred.graph.initializer:
+            if tensor.name in originals:
+                tensor.CopyFrom(originals[tensor.name])
+    return inferred
+
+
+def save(model: onnx.ModelProto, path: str, final_path: str) -> None:
+    """Write ``model`` to ``path`` (to become ``final_path``); past protobuf's 2 GB, its tensors go to
+    ``<final name>.data`` beside it (``model`` then refers to that file for them)."""
+    if _needs_external_data(model):
+        onnx.save_model(model, path, save_as_external_data=True, all_tensors_to_one_file=True,
+                        location=os.path.basename(final_path) + ".data")
+    else:
+        onnx.save_model(model, path)
+
+
+def _needs_external_data(model: onnx.ModelProto) -> bool:
+    """Is ``model`` past what protobuf can write in one file? (``ByteSize()`` itself fails past 2 GB, so
+    the initializers are measured first.)"""
+    tensors = sum(t.ByteSize() for t in model.graph.initializer)
+    return tensors >= PROTOBUF_LIMIT or model.ByteSize() >= PROTOBUF_LIMIT

@@ -1,0 +1,442 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Read a recurrent layer off an ONNX ``Loop``: a file written by tf2onnx or by Keras's JAX export.
+
+The loop's body is one step of the layer:
+
+* it reads step t of a time-major sequence held outside the loop, ``Gather(x, t)``, t the
+  iteration number or a counter that starts at 0 and advances by one; a masked layer reads its
+  ``[T, B, 1]`` boolean mask the same way;
+* it computes each cell's new states with the algebra the cell kinds read (:mod:`..cells`);
+* a masked layer keeps each state where the mask is off: ``Where(m, new, old)``, or tf2onnx's
+  spelling of TensorFlow's select, ``Cast(m) * new + Cast(Not(m)) * old``;
+* it returns the step's output as a scan output, and may carry it as a loop variable too;
+* it runs exactly T steps (:func:`_check_trip_count`).
+
+That is read into the same :class:`~..layer.MaskedRecurrentLayer` a While loop gives, or the
+:class:`~..failure.Refusal` saying what was not understood and where. A loop whose body reads no
+sequence step by step is none of the rewriter's business (None).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional, Union
+
+from onnx import TensorProto
+
+from ..failure import Refusal
+from ..graph import (const_value, is_increment, is_zero_scalar, is_zeros, mul_operands, next_value,
+                     passes_through, producer, skip_identity)
+from ..layer import MaskedRecurrentLayer
+from .body import read_cells, state_stack
+from .loop import resolve_cells
+from .time_axis import TimeAxis, time_axis_of
+from .trip import is_step_count
+
+TRIP_COUNT_REASON = ("the loop may stop before its last time step (its trip count or stop condition is not "
+                     "provably the number of steps of its input)")
+
+
+@dataclasses.dataclass
+class LoopLayer(MaskedRecurrentLayer):
+    """A layer read from an ONNX Loop: besides the common description, where its mask is found."""
+
+    mask_time_major: bool = False  # ``mask`` is the [T, B, 1] (or [T, B]) mask the body reads, not yet a
+                                   # [B, T] one: the source makes that before planning
+
+
+@dataclasses.dataclass(frozen=True)
+class _StepReads:
+    """What one step reads of the sequences outside the loop."""
+
+    x: object                # the Gather node reading the step's input
+    mask: Optional[object]   # the Gather node reading the step's mask, or None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Select:
+    """``Where(mask, new, old)``, however it was spelled."""
+
+    mask: str
+    new: str
+    old: str
+
+
+def loop_layer_name(loop) -> str:
+    """The Keras layer path in the Loop's name ("functional_1/lstm_1/while_loop" -> "lstm_1")."""
+    parts = [p for p in loop.name.split("/") if p not in ("while", "while_loop", "PartitionedCall",
+                                                          "StatefulPartitionedCall")]
+    return "/".join(parts[1:]) if len(parts) > 1 else (parts[0] if parts else loop.name)
+
+
+def read_onnx_loop(graph, loop) -> Optional[Union[LoopLayer, Refusal]]:
+    """The layer ``loop`` computes, the reason it cannot be rewritten, or None when it reads no
+    sequence step by step (not a recurrent layer)."""
+    body = loop.get_body_graphs().get("body")
+    if body is None:
+        return None
+    try:
+        reads = _step_reads(graph, loop, body)
+        if reads is None:
+            return None
+        return _read_layer(graph, loop, body, reads)
+    except Refusal as refusal:
+        return refusal if refusal.node is not None else Refusal(refusal.reason, loop)
+    except Exception as error:  # pylint: disable=broad-except  (a graph shape not foreseen)
+        return Refusal(f"unexpected loop ({type(error).__name__}: {error})", loop)
+
+
+def _step_reads(graph, loop, body) -> Optional[_StepReads]:
+    """The step's reads of outside sequences, or None when the body is no recurrent step."""
+    reads = [n for n in body.get_nodes() if n.type == "Gather" and n.get_attr_value("axis", 0) == 0
+             and _is_step_index(graph, loop, body, n.input[1]) and _is_outside(body, n.input[0])]
+    if not any(n.type in ("MatMul", "Gemm") for n in body.get_nodes()):
+        return None
+    floats = [n for n in reads if _dtype(graph, body, n.input[0]) != TensorProto.BOOL]
+    masks = [n for n in reads if _dtype(graph, body, n.input[0]) == TensorProto.BOOL]
+    if not floats:
+        return None
+    if len(floats) > 1 or len(masks) > 1:
+        raise Refusal(f"the step reads {len(floats)} sequences and {len(masks)} masks (a recurrent layer reads "
+                      "one of each at most)", floats[-1])
+    return _StepReads(floats[0], masks[0] if masks else None)
+
+
+def _dtype(graph, body, tensor: str):
+    return body.get_dtype(tensor) or graph.get_dtype(tensor)
+
+
+def _is_outside(body, tensor: str) -> bool:
+    """Is ``tensor`` the same at every step: from the graph around the loop, or a loop-invariant variable?"""
+    if tensor in body.input_names:
+        return passes_through(body, body.input_names.index(tensor))
+    return producer(body, tensor) is None
+
+
+def _is_step_index(graph, loop, body, tensor: str) -> bool:
+    """Is ``tensor`` the step's number t: the iteration number, or a counter that starts at 0 and
+    advances by one (through casts)?"""
+    tensor = _through_casts(body, tensor)
+    if tensor == body.input_names[0]:
+        return True
+    return tensor in body.input_names and _is_counter(graph, loop, body, body.input_names.index(tensor))
+
+
+def _is_counter(graph, loop, body, index: int) -> bool:
+    """Does loop variable ``index`` start at 0 and advance by one each step?"""
+    new = next_value(body, index)
+    return new is not None and index >= 2 and is_increment(producer(body, skip_identity(body, new)),
+                                                          body.input_names[index]) \
+        and is_zero_scalar(graph, loop.input[index])
+
+
+def _through_casts(graph, tensor: str) -> str:
+    node = producer(graph, tensor)
+    while node is not None and node.type in ("Identity", "Cast"):
+        tensor = node.input[0]
+        node = producer(graph, tensor)
+    return tensor
+
+
+def _read_layer(graph, loop, body, reads: _StepReads) -> LoopLayer:
+    """:func:`read_onnx_loop` for a loop that reads a sequence step by step; raises a Refusal."""
+    x_tm = reads.x.input[0]
+    if _dtype(graph, body, x_tm) != TensorProto.FLOAT:
+        raise Refusal("the input is not float32", reads.x)
+    x_item = reads.x.output[0]
+    mask_item = None if reads.mask is None else reads.mask.output[0]
+    variables = range(2, len(body.input_names))
+    counters = {i for i in variables if _is_counter(graph, loop, body, i)}
+    invariants = {i for i in variables if passes_through(body, i)}
+    carried = _carried(body, [i for i in variables if i not in counters | invariants], mask_item)
+    sequence, out_select, h_top = _read_output(graph, loop, body, carried, mask_item)
+    output_index = _output_variable(graph, loop, body, carried, h_top, out_select)
+    states = {i: new for i, new in carried.items() if i != output_index or _is_state(carried, i)}
+    stack = state_stack(body, states, h_top, x_item)
+    cells = resolve_cells(graph, loop, read_cells(body, x_item, stack, states), lambda i: loop.output[i - 2])
+    output_carried = _output_carried(graph, loop, body, carried, out_select, cells[-1], sequence)
+    sequence_output = _check_outputs_used(graph, loop, body, set(states) | {output_index} - {None}, sequence)
+    _check_trip_count(graph, loop, body, counters, invariants, time_axis_of(graph, [x_tm]))
+    mask, mask_time_major = (None, False) if reads.mask is None else _batch_major_mask(graph, reads.mask.input[0])
+    return LoopLayer(
+        layer=loop_layer_name(loop), while_node=loop, cells=cells, direction="forward", x_reader=reads.x,
+        x_source=_batch_major_source(graph, x_tm), mask=mask, mask_post_padded=False, output_carried=output_carried,
+        sequence_outputs=[] if sequence_output is None else [sequence_output], writes_sequence=sequence is not None,
+        last_output=None if output_index is None else loop.output[output_index - 2], mask_time_major=mask_time_major)
+
+
+def _carried(body, variables: list, mask_item) -> dict:
+    """Loop variable -> its new value at a valid step, for the variables the step computes: a masked
+    layer must keep each at masked steps (``Where(mask, new, old)``)."""
+    carried = {}
+    for i in variables:
+        new = skip_identity(body, next_value(body, i))
+        if mask_item is None:
+            carried[i] = new
+            continue
+        select = _read_select(body, new, mask_item)
+        if select is None or skip_identity(body, select.old) != body.input_names[i]:
+            raise Refusal(f"loop variable {body.input_names[i]} is not kept at masked steps (Where(mask, new, old))",
+                          producer(body, new))
+        carried[i] = select.new
+    return carried
+
+
+def _output_carried(graph, loop, body, carried: dict, out_select, top, sequence) -> bool:
+    """Does a masked step output the last output (else zeros, Keras's ``zero_output_for_mask``)?"""
+    if out_select is None:
+        return True
+    names, old = body.input_names, skip_identity(body, out_select.old)
+    if old in names and names.index(old) in carried:
+        if _is_state(carried, names.index(old)) and not top.zero_initial_state:
+            raise Refusal("the output at masked steps repeats the state, which starts from a given initial "
+                          "state (Keras repeats the last output, zeros before the first step)", loop)
+        return True
+    if _is_zeros_in_body(graph, loop, body, old):
+        return False
+    raise Refusal("the output at masked steps is computed in an unrecognised way", producer(body, sequence))
+
+
+def _check_outputs_used(graph, loop, body, variables: set, sequence) -> Optional[str]:
+    """The Loop output holding the layer's sequence (None without one), after checking that no other
+    output than it and the final values of ``variables`` is used outside the loop."""
+    scans = len(body.input_names) - 2
+    roles = {i - 2 for i in variables}
+    position = None if sequence is None else scans + list(body.outputs[scans + 1:]).index(sequence)
+    used = {i for i, out in enumerate(loop.output) if graph.find_output_consumers(out)}
+    unexpected = sorted(used - roles - {position})
+    if unexpected:
+        raise Refusal(f"loop outputs {unexpected} are used outside the layer", loop)
+    return None if position is None else loop.output[position]
+
+
+def _read_output(graph, loop, body, carried: dict, mask_item) -> tuple:
+    """(the scan output holding the step's output, or None; its select, or None; the top cell's new h)."""
+    scans = len(body.input_names) - 2
+    used = [tensor for k, tensor in enumerate(body.outputs[scans + 1:])
+            if graph.find_output_consumers(loop.output[scans + k])]
+    if len(used) > 1:
+        raise Refusal(f"the loop returns {len(used)} sequences (a recurrent layer returns one)", loop)
+    if used:
+        sequence = used[0]
+        if mask_item is None:
+            return sequence, None, skip_identity(body, sequence)
+        select = _read_select(body, skip_identity(body, sequence), mask_item)
+        if select is None:
+            raise Refusal("the step's output is not selected by the mask", producer(body, sequence))
+        return sequence, select, select.new
+    groups = {}
+    for index, new in carried.items():
+        groups.setdefault(new, []).append(index)
+    repeated = [new for new, indices in groups.items() if len(indices) > 1]
+    if len(repeated) != 1:
+        raise Refusal("could not tell the layer's output among the loop variables", loop)
+    return None, None, repeated[0]
+
+
+def _output_variable(graph, loop, body, carried: dict, h_top: str, out_select) -> Optional[int]:
+    """The loop variable carrying the step's output (its final value is the layer's last output):
+    the one the output's select keeps at masked steps, else one that starts at zeros and takes the
+    top cell's new h (which the cell's own h variable takes too)."""
+    names = body.input_names
+    if out_select is not None:
+        old = skip_identity(body, out_select.old)
+        if old in names and names.index(old) in carried:
+            return names.index(old)
+    taking = [i for i, new in carried.items() if new == h_top]
+    zeros = [i for i in taking if is_zeros(graph, loop.input[i]) or _is_zeros_like(graph, loop.input[i])]
+    if len(taking) > 1 and zeros:
+        return zeros[-1]
+    return taking[0] if taking else None
+
+
+def _is_state(carried: dict, index: int) -> bool:
+    """Is the output variable ``index`` also the top cell's h (no other variable takes its new value)?"""
+    return sum(new == carried[index] for new in carried.values()) == 1
+
+
+def _is_zeros_like(graph, tensor: str) -> bool:
+    """``ConstantOfShape(shape)`` of zeros (tf2onnx's ZerosLike and Fill)."""
+    node = producer(graph, tensor)
+    if node is None or node.type != "ConstantOfShape":
+        return False
+    value = node.get_attr_value("value", None)
+    if value is None:
+        return True
+    from onnx import numpy_helper  # pylint: disable=import-outside-toplevel
+    return not numpy_helper.to_array(value).any()
+
+
+def _is_zeros_in_body(graph, loop, body, tensor: str) -> bool:
+    """Zeros at every step: a zero constant of the body or around it, or a loop-invariant variable
+    that starts at zeros."""
+    if tensor in body.input_names:
+        index = body.input_names.index(tensor)
+        return passes_through(body, index) and (is_zeros(graph, loop.input[index]) or
+                                                _is_zeros_like(graph, loop.input[index]))
+    node = producer(body, tensor)
+    if node is None:
+        return is_zeros(graph, tensor) or _is_zeros_like(graph, tensor)
+    return is_zeros(body, tensor) or _is_zeros_like(body, tensor)
+
+
+def _read_select(body, tensor: str, mask_item: str) -> Optional[_Select]:
+    """``tensor`` as ``Where(mask, new, old)`` over the step's mask, or None. Also read: the
+    condition negated (``Where(Not(m), old, new)``) and tf2onnx's ``Cast(m) * new + Cast(Not(m)) * old``
+    (in any operand order)."""
+    node = producer(body, tensor)
+    if node is None:
+        return None
+    if node.type in ("Where", "SelectV2", "Select"):
+        condition, when_true, when_false = node.input
+        negated = _negated(body, condition)
+        if negated is not None and _is_step_mask(body, negated, mask_item):
+            return _Select(negated, when_false, when_true)
+        return _Select(condition, when_true, when_false) if _is_step_mask(body, condition, mask_item) else None
+    if node.type not in ("Add", "AddV2"):
+        return None
+    terms = [_masked_term(body, tensor, mask_item) for tensor in node.input]
+    if None in terms or terms[0][0] == terms[1][0]:
+        return None
+    (first_negated, first), (_, second) = terms
+    return _Select(mask_item, second, first) if first_negated else _Select(mask_item, first, second)
+
+
+def _masked_term(body, tensor: str, mask_item: str) -> Optional[tuple]:
+    """(negated, value) for ``Cast(m) * value`` (False) or ``Cast(Not(m)) * value`` (True), m the step's mask."""
+    operands = mul_operands(body, tensor)
+    if operands is None:
+        return None
+    for position in (0, 1):
+        cast = producer(body, operands[position])
+        if cast is None or cast.type != "Cast":
+            continue
+        negated = _negated(body, cast.input[0])
+        if negated is not None and _is_step_mask(body, negated, mask_item):
+            return True, operands[1 - position]
+        if _is_step_mask(body, cast.input[0], mask_item):
+            return False, operands[1 - position]
+    return None
+
+
+def _negated(body, tensor: str) -> Optional[str]:
+    node = producer(body, tensor)
+    return node.input[0] if node is not None and node.type == "Not" else None
+
+
+def _is_step_mask(body, tensor: str, mask_item: str) -> bool:
+    """Is ``tensor`` the step's mask (through identities and casts to bool)?"""
+    return _through_casts(body, tensor) == mask_item
+
+
+def _check_trip_count(graph, loop, body, counters: set, invariants: set, time_axis: TimeAxis) -> None:
+    """Raise a Refusal unless the Loop runs exactly T steps, T the length of its input's time axis: its
+    trip count is T (or absent), it starts unless T is 0, and every test of its stop condition
+    holds for each step before the last (``t < T`` or ``t + 1 < T``, t the step's number)."""
+    trip = loop.input[0]
+    if trip and not is_step_count(graph, trip, time_axis):
+        raise Refusal(TRIP_COUNT_REASON, loop)
+    start = loop.input[1] if len(loop.input) > 1 else ""
+    if start and not _holds_for_steps(graph, start, lambda t: _is_const_offset(graph, t) == 0,
+                                      lambda b: is_step_count(graph, b, time_axis)):
+        raise Refusal(TRIP_COUNT_REASON, loop)
+    condition = body.outputs[0]
+
+    def step_number(tensor):
+        return _step_offset(graph, loop, body, tensor, counters)
+
+    def bound(tensor):
+        tensor = _through_casts(body, tensor)
+        if tensor in body.input_names:
+            index = body.input_names.index(tensor)
+            return index in invariants and is_step_count(graph, loop.input[index], time_axis)
+        return producer(body, tensor) is None and is_step_count(graph, tensor, time_axis)
+
+    if not trip and skip_identity(body, condition) == body.input_names[1]:
+        raise Refusal(TRIP_COUNT_REASON, loop)  # no bound at all
+    if not _holds_for_steps(body, condition, lambda t: step_number(t) in (0, 1), bound,
+                            passing=body.input_names[1]):
+        raise Refusal(TRIP_COUNT_REASON, loop)
+
+
+def _holds_for_steps(graph, tensor: str, is_step, is_bound, passing: Optional[str] = None) -> bool:
+    """Is ``tensor`` a conjunction of ``a < b`` tests (``is_step(a)``, ``is_bound(b)``), true constants
+    and ``passing`` (the condition the step was given)?"""
+    pending = [tensor]
+    while pending:
+        current = skip_identity(graph, pending.pop())
+        node = producer(graph, current)
+        if current == passing:
+            continue
+        if node is not None and node.type in ("And", "LogicalAnd"):
+            pending.extend(node.input)
+            continue
+        if node is not None and node.is_const():
+            if not node.get_tensor_value(as_list=False).all():
+                return False
+            continue
+        if node is None or node.type not in ("Less", "Greater"):
+            return False
+        a, b = node.input if node.type == "Less" else node.input[::-1]
+        if not (is_step(a) and is_bound(b)):
+            return False
+    return True
+
+
+def _is_const_offset(graph, tensor: str) -> Optional[int]:
+    value = const_value(graph, _through_casts(graph, tensor))
+    value = value[0] if isinstance(value, list) and len(value) == 1 else value
+    return int(value) if isinstance(value, (int, float)) else None
+
+
+def _step_offset(graph, loop, body, tensor: str, counters: set) -> Optional[int]:
+    """d when ``tensor`` is the step's number t plus d (the iteration number or a counter before the
+    step advances it: 0; after it: 1), else None."""
+    tensor = _through_casts(body, tensor)
+    names = body.input_names
+    if tensor == names[0] or (tensor in names and names.index(tensor) in counters):
+        return 0
+    node = producer(body, tensor)
+    if node is None or node.type not in ("Add", "AddV2"):
+        return None
+    for position in (0, 1):
+        inner = _through_casts(body, node.input[position])
+        increment = const_value(body, node.input[1 - position])
+        increment = increment[0] if isinstance(increment, list) and len(increment) == 1 else increment
+        if increment == 1 and (inner == names[0] or (inner in names and names.index(inner) in counters)):
+            return 1
+    return None
+
+
+def _batch_major_source(graph, x_tm: str) -> str:
+    """The tensor a ``Transpose(perm=[1, 0, 2])`` made ``x_tm`` of, else ``x_tm`` itself."""
+    node = producer(graph, x_tm)
+    if node is not None and node.type == "Transpose" and node.get_attr_value("perm") == [1, 0, 2]:
+        return node.input[0]
+    return x_tm
+
+
+def _batch_major_mask(graph, mask_tm: str) -> tuple:
+    """(the [B, T] bool mask behind ``Transpose(Unsqueeze(mask, -1), [1, 0, 2])``, False), or
+    (``mask_tm`` itself, True) when no such mask is found (the source transposes it back)."""
+    transpose = producer(graph, mask_tm)
+    if transpose is not None and transpose.type == "Transpose" and transpose.get_attr_value("perm") == [1, 0, 2]:
+        unsqueeze = producer(graph, transpose.input[0])
+        axes = None
+        if unsqueeze is not None and unsqueeze.type == "Unsqueeze":
+            axes = const_value(graph, unsqueeze.input[1]) if len(unsqueeze.input) > 1 else \
+                unsqueeze.get_attr_value("axes")
+        shape = graph.get_shape(unsqueeze.input[0]) if unsqueeze is not None else None
+        if axes in ([2], [-1], 2, -1) and (shape is None or len(shape) == 2):
+            return unsqueeze.input[0], False
+    shape = graph.get_shape(mask_tm)
+    if shape is not None and (len(shape) not in (2, 3) or (len(shape) == 3 and shape[2] not in (1, -1))):
+        raise Refusal(f"the mask has an unexpected shape {shape}")
+    return mask_tm, True
+
+
+def reads_a_mask(graph, loop) -> bool:
+    """Does the loop's body read a boolean sequence step by step (for the report, of a loop not read)?"""
+    body = loop.get_body_graphs().get("body")
+    return body is not None and any(
+        n.type == "Gather" and _dtype(graph, body, n.input[0]) == TensorProto.BOOL for n in body.get_nodes())

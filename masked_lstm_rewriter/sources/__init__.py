@@ -1,0 +1,18 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The sources of recurrent layers: one module each, listed once in :data:`SOURCES`.
+
+A source finds its candidates in a graph, reads each into the typed layer description of
+:mod:`..layer` (or a :class:`~..failure.Refusal` carrying its reason and node), and says how what
+read it is pointed at the emitted results (:class:`~.source.Source`). The pipeline
+(:mod:`..pipeline`) takes every source's layers through vet, plan, emit and connect alike.
+Adding a source is a new module defining a ``SOURCE`` and one line here.
+"""
+
+from __future__ import annotations
+
+from . import cudnn, onnx_loop, tf_while
+from .source import Candidate, Source
+
+SOURCES = (tf_while.SOURCE, cudnn.SOURCE, onnx_loop.SOURCE)
+ONNX_FILE_SOURCES = (onnx_loop.SOURCE,)  # an ONNX file holds no TensorFlow op
+__all__ = ["SOURCES", "ONNX_FILE_SOURCES", "Candidate", "Source"]

@@ -1,0 +1,61 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The ONNX ``Loop``: what tf2onnx or Keras's JAX export wrote for a recurrent layer in an ONNX file
+(:mod:`..read.onnx_loop`), and what tf2onnx makes of TF1-style control flow before the rewriter
+runs (whose body is still in TensorFlow ops: said so, not read)."""
+
+from __future__ import annotations
+
+import numpy as np
+from onnx import TensorProto
+from tf2onnx import utils
+
+from ..failure import Refusal
+from ..read.body import is_masked_recurrent_body
+from ..read.onnx_loop import loop_layer_name, read_onnx_loop, reads_a_mask
+from .source import Candidate, Source
+
+LOWERED_REASON = ("the graph has TF1-style control flow (e.g. a GraphDef frozen with lowered control flow), "
+                  "which tf2onnx turned into a Loop before this rewriter runs; freeze with "
+                  "lower_control_flow=False or convert the SavedModel or Keras model")
+
+
+def candidates(graph, ops) -> list:  # pylint: disable=unused-argument
+    return [op for op in ops if op.type == "Loop"]
+
+
+def read(graph, loop):
+    """The layer a Loop holds, why it cannot be rewritten, or None (not a recurrent layer)."""
+    layer = read_onnx_loop(graph, loop)
+    body = loop.get_body_graphs().get("body")
+    if layer is None and body is not None and is_masked_recurrent_body(body):
+        layer = Refusal(LOWERED_REASON, loop)
+    if layer is None:
+        return None
+    masked = layer.mask is not None if not isinstance(layer, Refusal) else \
+        reads_a_mask(graph, loop) or is_masked_recurrent_body(body)
+    return Candidate(loop_layer_name(loop), masked, layer)
+
+
+def prepare(graph, layers) -> list:
+    """Each layer's mask as the planner takes it, [B, T] bool, where the body reads it time-major."""
+    for layer in layers:
+        if layer.mask is not None and layer.mask_time_major:
+            layer.mask = _batch_major(graph, layer.mask)
+            layer.mask_time_major = False
+    return layers
+
+
+def _batch_major(graph, mask_tm: str) -> str:
+    """[T, B, 1] or [T, B] (bool, or numbers: nonzero is valid) -> [B, T] bool."""
+    shape = graph.get_shape(mask_tm)
+    mask = mask_tm
+    if shape is None or len(shape) == 3:
+        axes = graph.make_const(utils.make_name("axes"), np.array([2], np.int64)).output[0]
+        mask = graph.make_node("Squeeze", [mask, axes]).output[0]
+    mask = graph.make_node("Transpose", [mask], attr={"perm": [1, 0]}).output[0]
+    if graph.get_dtype(mask_tm) != TensorProto.BOOL:
+        mask = graph.make_node("Cast", [mask], attr={"to": TensorProto.BOOL}).output[0]
+    return mask
+
+
+SOURCE = Source(name="ONNX Loop", candidates=candidates, read=read, prepare=prepare)
