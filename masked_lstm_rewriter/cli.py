@@ -1,7 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
-"""``python -m masked_lstm_rewriter``: convert with tf2onnx and the rewrite, or ``verify`` a conversion.
+"""``python -m masked_lstm_rewriter``: convert with tf2onnx and the rewrite, ``rewrite`` the Loops of an
+ONNX file, or ``verify`` a conversion.
 
     python -m masked_lstm_rewriter [convert] [MODEL] --output model.onnx [plugin options] [tf2onnx options]
+    python -m masked_lstm_rewriter rewrite model.onnx --output native.onnx [plugin options]
     python -m masked_lstm_rewriter verify MODEL model.onnx [--runtime ...]
 
 ``convert`` (the default command) is ``python -m tf2onnx.convert`` with the plugin enabled: every
@@ -35,11 +37,14 @@ EXIT_CODES = {0: "converted (or verified)", 1: "the conversion failed (or verify
               130: "interrupted (Ctrl-C)", 143: "terminated (SIGTERM)"}
 
 HELP = f"""usage: python -m {PROG} [convert] [MODEL] --output FILE [options] [tf2onnx options]
+       python -m {PROG} rewrite ONNX --output FILE [--mask-mode post|any] [--runtime ...] [--schedule]
        python -m {PROG} verify MODEL ONNX [--runtime onnxruntime|openvino|all] [--tolerance T]
        python -m {PROG} --version
 
 Convert a TensorFlow/Keras model to ONNX with tf2onnx, its masked LSTM, GRU and SimpleRNN layers
-as native ONNX LSTM, GRU and RNN ops; or check a converted model against the Keras model.
+as native ONNX LSTM, GRU and RNN ops; rewrite the recurrent Loops of an ONNX file already converted
+(by stock tf2onnx, or by Keras's JAX export) into those ops; or check a converted model against the
+Keras model (rewrite ONNX --help for its options).
 
 MODEL                   a .keras or .h5 file (short for --keras FILE) or a SavedModel directory
                         (short for --saved-model DIR); or give tf2onnx's own input option
@@ -104,6 +109,8 @@ def main(argv: Optional[list] = None) -> int:
     try:
         if args and args[0] == "verify":
             return _verify(args[1:])
+        if args and args[0] == "rewrite":
+            return _rewrite(args[1:])
         return _convert_command(args[1:] if args and args[0] == "convert" else args)
     except UsageError as error:
         return _fail(2, str(error), debug)
@@ -188,6 +195,8 @@ def _expand_model(args: list) -> list:
         raise UsageError(f"two models given: {model} and {next(n for n in INPUT_OPTIONS if _option(rest, n))}")
     if os.path.isdir(model):
         return ["--saved-model", model] + rest
+    if model.lower().endswith(".onnx"):
+        raise UsageError(f"{model}: an ONNX file; to rewrite its Loops: python -m {PROG} rewrite {model} -o OUT.onnx")
     if model.lower().endswith((".keras", ".h5", ".hdf5")):
         return ["--keras", model] + rest
     if not os.path.exists(model):
@@ -311,6 +320,48 @@ def _replace_option(args: list, name: str, value: str) -> list:
         else:
             out.append(arg)
     return out
+
+
+def _rewrite(args: list) -> int:
+    """``rewrite IN.onnx -o OUT.onnx``: the recurrent Loops of an ONNX file as native ops."""
+    parser = _OneLineParser(prog=f"python -m {PROG} rewrite", allow_abbrev=False,
+                            description="Rewrite the recurrent Loops of an ONNX file (converted by stock tf2onnx, "
+                                        "or by Keras 3's export on the JAX backend) into native ONNX LSTM, GRU and "
+                                        "RNN ops; every other node stays as it was.",
+                            epilog="exit status: " + "; ".join(f"{code} {meaning}" for code, meaning in EXIT_CODES.items()))
+    parser.add_argument("model", metavar="ONNX", help="the ONNX file to rewrite (its external data beside it)")
+    parser.add_argument("-o", "--output", required=True, metavar="FILE",
+                        help="the ONNX file to write (written only if the rewrite succeeds)")
+    parser.add_argument("--mask-mode", choices=MASK_MODES,
+                        default=os.environ.get("TF2ONNX_MASKED_LSTM", "").strip() or None,
+                        help="post: masks padded at the end, checked at run time; any: exact for every mask "
+                             "(default: \"any\" for --runtime openvino, else post)")
+    parser.add_argument("--runtime", choices=RUNTIMES, help="the runtime the model is for (default: any runtime)")
+    parser.add_argument("--schedule", action="store_true",
+                        help="length-aware schedule for long-tailed batches (needs --runtime onnxruntime)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="also show what was done to each layer")
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
+    try:
+        parsed = parser.parse_args(args)
+    except SystemExit as done:  # --help
+        return int(done.code or 0)
+    if not os.path.isfile(parsed.model):
+        raise UsageError(f"{parsed.model}: no such file")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from .onnx_file import ModelError, rewrite_onnx  # pylint: disable=import-outside-toplevel
+    from .output_file import OutputError  # pylint: disable=import-outside-toplevel
+    try:
+        with _plugin_logging(parsed.verbose):
+            _, report = rewrite_onnx(parsed.model, parsed.output, mask_mode=parsed.mask_mode,
+                                     runtime=parsed.runtime, schedule=parsed.schedule)
+    except (ModelError, OutputError, ValueError) as error:
+        raise UsageError(str(error)) from None
+    except Exception as error:  # pylint: disable=broad-except
+        if STOPPED:
+            raise STOPPED[-1] from error
+        return _fail(1, f"rewrite failed: {type(error).__name__}: {error}", parsed.debug)
+    print(report)
+    return 0
 
 
 def _verify(args: list) -> int:

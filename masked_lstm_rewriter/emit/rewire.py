@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from ..graph import transpose_perm
 from ..layer import MaskedRecurrentLayer
 
 
@@ -39,8 +40,7 @@ def _skip_reversal_back(g, stacked, in_time_order):
     """Where Keras reverses a reversed sequence back (``Bidirectional``: ``reverse(transpose(s))``
     over the time axis), hand the consumers the sequence in time order instead of reversing twice."""
     for transpose in g.find_output_consumers(stacked):
-        if transpose.type != "Transpose" or not g.is_const(transpose.input[1]) or \
-                g.get_tensor_value(transpose.input[1]) != [1, 0, 2]:
+        if transpose.type != "Transpose" or transpose_perm(g, transpose) != [1, 0, 2]:
             continue
         for reverse in g.find_output_consumers(transpose.output[0]):
             if reverse.type == "ReverseV2" and g.is_const(reverse.input[1]) and \

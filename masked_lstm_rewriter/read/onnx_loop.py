@@ -26,7 +26,7 @@ from onnx import TensorProto
 
 from ..failure import Refusal
 from ..graph import (const_value, is_increment, is_zero_scalar, is_zeros, mul_operands, next_value,
-                     passes_through, producer, skip_identity)
+                     passes_through, producer, shape_element, skip_identity)
 from ..layer import MaskedRecurrentLayer
 from .body import read_cells, state_stack
 from .loop import resolve_cells
@@ -140,7 +140,7 @@ def _through_casts(graph, tensor: str) -> str:
 
 def _read_layer(graph, loop, body, reads: _StepReads) -> LoopLayer:
     """:func:`read_onnx_loop` for a loop that reads a sequence step by step; raises a Refusal."""
-    x_tm = reads.x.input[0]
+    x_tm, x_reversed = _unreversed(graph, reads.x.input[0])
     if _dtype(graph, body, x_tm) != TensorProto.FLOAT:
         raise Refusal("the input is not float32", reads.x)
     x_item = reads.x.output[0]
@@ -148,38 +148,52 @@ def _read_layer(graph, loop, body, reads: _StepReads) -> LoopLayer:
     variables = range(2, len(body.input_names))
     counters = {i for i in variables if _is_counter(graph, loop, body, i)}
     invariants = {i for i in variables if passes_through(body, i)}
-    carried = _carried(body, [i for i in variables if i not in counters | invariants], mask_item)
+    carried, zero_output = _carried(graph, loop, body, [i for i in variables if i not in counters | invariants],
+                                    mask_item)
     sequence, out_select, h_top = _read_output(graph, loop, body, carried, mask_item)
-    output_index = _output_variable(graph, loop, body, carried, h_top, out_select)
+    output_index = zero_output if zero_output is not None else \
+        _output_variable(graph, loop, body, carried, h_top, out_select)
     states = {i: new for i, new in carried.items() if i != output_index or _is_state(carried, i)}
     stack = state_stack(body, states, h_top, x_item)
     cells = resolve_cells(graph, loop, read_cells(body, x_item, stack, states), lambda i: loop.output[i - 2])
     output_carried = _output_carried(graph, loop, body, carried, out_select, cells[-1], sequence)
     sequence_output = _check_outputs_used(graph, loop, body, set(states) | {output_index} - {None}, sequence)
-    _check_trip_count(graph, loop, body, counters, invariants, time_axis_of(graph, [x_tm]))
-    mask, mask_time_major = (None, False) if reads.mask is None else _batch_major_mask(graph, reads.mask.input[0])
+    _check_trip_count(graph, loop, body, counters, invariants, time_axis_of(graph, [x_tm, reads.x.input[0]]))
+    mask, mask_time_major = None, False
+    if reads.mask is not None:
+        mask_tm, mask_reversed = _unreversed(graph, reads.mask.input[0])
+        if mask_reversed != x_reversed:
+            raise Refusal("only one of the input and the mask is reversed in time", reads.mask)
+        mask, mask_time_major = _batch_major_mask(graph, mask_tm)
     return LoopLayer(
-        layer=loop_layer_name(loop), while_node=loop, cells=cells, direction="forward", x_reader=reads.x,
+        layer=loop_layer_name(loop), while_node=loop, cells=cells, direction="reverse" if x_reversed else "forward",
+        x_reader=reads.x, x_time_major=x_tm if x_reversed else None,
         x_source=_batch_major_source(graph, x_tm), mask=mask, mask_post_padded=False, output_carried=output_carried,
         sequence_outputs=[] if sequence_output is None else [sequence_output], writes_sequence=sequence is not None,
         last_output=None if output_index is None else loop.output[output_index - 2], mask_time_major=mask_time_major)
 
 
-def _carried(body, variables: list, mask_item) -> dict:
-    """Loop variable -> its new value at a valid step, for the variables the step computes: a masked
-    layer must keep each at masked steps (``Where(mask, new, old)``)."""
-    carried = {}
+def _carried(graph, loop, body, variables: list, mask_item) -> tuple:
+    """(loop variable -> its new value at a valid step, for the variables the step computes; the
+    variable carrying an output that is zeros at masked steps, or None). A masked layer must keep
+    each state at masked steps (``Where(mask, new, old)``)."""
+    carried, zero_output = {}, None
     for i in variables:
         new = skip_identity(body, next_value(body, i))
         if mask_item is None:
             carried[i] = new
             continue
         select = _read_select(body, new, mask_item)
-        if select is None or skip_identity(body, select.old) != body.input_names[i]:
+        kept = select is not None and skip_identity(body, select.old) == body.input_names[i]
+        if not kept and select is not None and zero_output is None and \
+                _is_zeros_in_body(graph, loop, body, skip_identity(body, select.old)):
+            zero_output = i  # Keras's zero_output_for_mask (a Bidirectional's halves)
+            continue
+        if not kept:
             raise Refusal(f"loop variable {body.input_names[i]} is not kept at masked steps (Where(mask, new, old))",
                           producer(body, new))
         carried[i] = select.new
-    return carried
+    return carried, zero_output
 
 
 def _output_carried(graph, loop, body, carried: dict, out_select, top, sequence) -> bool:
@@ -350,7 +364,9 @@ def _check_trip_count(graph, loop, body, counters: set, invariants: set, time_ax
         if tensor in body.input_names:
             index = body.input_names.index(tensor)
             return index in invariants and is_step_count(graph, loop.input[index], time_axis)
-        return producer(body, tensor) is None and is_step_count(graph, tensor, time_axis)
+        if producer(body, tensor) is not None:
+            return time_axis.steps is not None and _is_const_offset(body, tensor) == time_axis.steps
+        return is_step_count(graph, tensor, time_axis)
 
     if not trip and skip_identity(body, condition) == body.input_names[1]:
         raise Refusal(TRIP_COUNT_REASON, loop)  # no bound at all
@@ -406,6 +422,25 @@ def _step_offset(graph, loop, body, tensor: str, counters: set) -> Optional[int]
         if increment == 1 and (inner == names[0] or (inner in names and names.index(inner) in counters)):
             return 1
     return None
+
+
+def _unreversed(graph, tensor: str) -> tuple:
+    """(the time-major tensor ``tensor`` reverses in time, True) when it is tf2onnx's whole-sequence
+    reversal ``ReverseSequence(t, lengths = T for every row)`` (go_backwards, a Bidirectional's
+    backward half), else (``tensor``, False)."""
+    node = producer(graph, tensor)
+    if node is None or node.type != "ReverseSequence" or node.get_attr_value("time_axis", 0) != 0 or \
+            node.get_attr_value("batch_axis", 1) != 1:
+        return tensor, False
+    source = node.input[0]
+    lengths = producer(graph, node.input[1])
+    steps = time_axis_of(graph, [source])
+    full = lengths is not None and lengths.type == "Expand" and \
+        shape_element(graph, lengths.input[0], 0) in steps.dims and \
+        (graph.get_shape(lengths.input[0]) or [None]) == [1]
+    if not full:
+        raise Refusal("the input is reversed by lengths other than the number of steps", node)
+    return source, True
 
 
 def _batch_major_source(graph, x_tm: str) -> str:

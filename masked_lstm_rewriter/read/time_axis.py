@@ -48,7 +48,7 @@ def time_axis_of(graph, time_major: list) -> TimeAxis:
 
 def _same_axis_inputs(graph, node, axis: int) -> list:
     """The ``(input, axis)`` pairs whose axis is as long as axis ``axis`` of ``node``'s output."""
-    if node.type in ("Identity", "Cast", "ReverseV2", "BiasAdd"):
+    if node.type in ("Identity", "Cast", "ReverseV2", "BiasAdd", "ReverseSequence"):
         return [(node.input[0], axis)]
     if node.type == "Reshape":  # a Dense layer over a sequence: tensordot's shape(x)[:-1] + [units]
         source = shape_element(graph, node.input[1], axis) if axis < (rank_of(graph, node.output[0]) or 0) else None
