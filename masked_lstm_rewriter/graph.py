@@ -27,6 +27,15 @@ def skip_identity(graph, tensor: str) -> str:
     return tensor
 
 
+def skip_casts(graph, tensor: str) -> str:
+    """Follow Identity and Cast ops back (a step counter compared as a float, a mask cast to numbers)."""
+    node = producer(graph, tensor)
+    while node is not None and node.type in ("Identity", "Cast"):
+        tensor = node.input[0]
+        node = producer(graph, tensor)
+    return tensor
+
+
 def is_onnx_loop_body(graph) -> bool:
     """Is ``graph`` the body of an ONNX ``Loop`` (inputs: iteration, condition, loop variables;
     outputs: condition, loop variables, scan outputs), not a TensorFlow While body (the loop
@@ -145,8 +154,11 @@ def shape_element(graph, tensor, index, depth=8):
         return node.input[0], index
     if node.type == "Cast":
         return shape_element(graph, node.input[0], index, depth - 1)
-    concatenated = {"ConcatV2": (const_value(graph, node.input[-1]), node.input[:-1]),
-                    "Concat": (node.get_attr_value("axis", None), node.input)}.get(node.type)
+    concatenated = None
+    if node.type == "ConcatV2":
+        concatenated = const_value(graph, node.input[-1]), node.input[:-1]
+    elif node.type == "Concat":
+        concatenated = node.get_attr_value("axis", None), node.input
     if concatenated is not None and concatenated[0] in (0, -1):
         for part in concatenated[1]:
             shape = graph.get_shape(part)
@@ -176,7 +188,12 @@ def shape_dim_of(graph, scalar):
         index = const_value(graph, node.input[1])
         return shape_element(graph, node.input[0], index) if isinstance(index, int) else None
     if node is not None and node.type == "Squeeze":
-        return _one_element_slice(graph, producer(graph, node.input[0]))
+        inner = producer(graph, node.input[0])
+        if inner is not None and inner.type == "Gather" and inner.get_attr_value("axis", 0) == 0:
+            index = const_value(graph, inner.input[1])
+            return shape_element(graph, inner.input[0], index[0]) if isinstance(index, list) and len(index) == 1 \
+                else None
+        return _one_element_slice(graph, inner)
     if node is None or node.type != "StridedSlice" or node.get_attr_value("shrink_axis_mask", 0) != 1:
         return None
     begin, end, strides = (const_value(graph, t) for t in node.input[1:4])

@@ -352,8 +352,9 @@ class LinearReader:
             return None
         columns = [(start, end) for start, end, axis in zip(starts, ends, axes)
                    if self._is_last_axis(node.input[0], axis)]
-        whole = all(start == 0 and end >= 2 ** 31 - 1 for start, end, axis in zip(starts, ends, axes)
-                    if not self._is_last_axis(node.input[0], axis))
+        shape = self.graph.get_shape(node.input[0]) or []
+        whole = all(start == 0 and (end >= 2 ** 31 - 1 or (axis < len(shape) and 0 <= shape[axis] <= end))
+                    for start, end, axis in zip(starts, ends, axes) if not self._is_last_axis(node.input[0], axis))
         if len(columns) != 1 or not whole or columns[0][0] < 0:
             return None
         begin, end = columns[0]

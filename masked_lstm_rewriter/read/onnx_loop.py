@@ -25,24 +25,21 @@ from typing import Optional, Union
 from onnx import TensorProto
 
 from ..failure import Refusal
-from ..graph import (const_value, is_increment, is_zero_scalar, is_zeros, mul_operands, next_value,
-                     passes_through, producer, shape_element, skip_identity)
+from ..graph import (const_value, is_increment, is_zero_scalar, is_zeros, next_value,
+                     passes_through, producer, shape_element, skip_casts, skip_identity)
 from ..layer import MaskedRecurrentLayer
 from .body import read_cells, state_stack
 from .loop import resolve_cells
 from .time_axis import TimeAxis, time_axis_of
-from .trip import is_step_count
-
-TRIP_COUNT_REASON = ("the loop may stop before its last time step (its trip count or stop condition is not "
-                     "provably the number of steps of its input)")
-
+from .onnx_trip import check_loop_trip_count
+from .select import read_select
 
 @dataclasses.dataclass
 class LoopLayer(MaskedRecurrentLayer):
     """A layer read from an ONNX Loop: besides the common description, where its mask is found."""
 
-    mask_time_major: bool = False  # ``mask`` is the [T, B, 1] (or [T, B]) mask the body reads, not yet a
-                                   # [B, T] one: the source makes that before planning
+    mask_layout: str = "batch"  # ``mask`` is [B, T] ("batch"), or the [B, T, 1] ("column") or [T, B, 1] or
+                                # [T, B] ("time") mask found instead: the source makes it [B, T] before planning
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,15 +48,6 @@ class _StepReads:
 
     x: object                # the Gather node reading the step's input
     mask: Optional[object]   # the Gather node reading the step's mask, or None
-
-
-@dataclasses.dataclass(frozen=True)
-class _Select:
-    """``Where(mask, new, old)``, however it was spelled."""
-
-    mask: str
-    new: str
-    old: str
 
 
 def loop_layer_name(loop) -> str:
@@ -106,6 +94,12 @@ def _dtype(graph, body, tensor: str):
     return body.get_dtype(tensor) or graph.get_dtype(tensor)
 
 
+def _outside_name(loop, body, tensor: str) -> str:
+    """The name in the graph around the loop of a tensor the step reads from outside: a loop-invariant
+    variable is the Loop's input."""
+    return loop.input[body.input_names.index(tensor)] if tensor in body.input_names else tensor
+
+
 def _is_outside(body, tensor: str) -> bool:
     """Is ``tensor`` the same at every step: from the graph around the loop, or a loop-invariant variable?"""
     if tensor in body.input_names:
@@ -116,7 +110,7 @@ def _is_outside(body, tensor: str) -> bool:
 def _is_step_index(graph, loop, body, tensor: str) -> bool:
     """Is ``tensor`` the step's number t: the iteration number, or a counter that starts at 0 and
     advances by one (through casts)?"""
-    tensor = _through_casts(body, tensor)
+    tensor = skip_casts(body, tensor)
     if tensor == body.input_names[0]:
         return True
     return tensor in body.input_names and _is_counter(graph, loop, body, body.input_names.index(tensor))
@@ -130,9 +124,13 @@ def _is_counter(graph, loop, body, index: int) -> bool:
         and is_zero_scalar(graph, loop.input[index])
 
 
-def _through_casts(graph, tensor: str) -> str:
+def _same_value(graph, tensor: str) -> str:
+    """``tensor`` through Identity and casts to float32 of what is float32 already (jax2onnx writes one
+    after each state's select)."""
     node = producer(graph, tensor)
-    while node is not None and node.type in ("Identity", "Cast"):
+    while node is not None and (node.type == "Identity" or (
+            node.type == "Cast" and node.get_attr_value("to") == TensorProto.FLOAT
+            and graph.get_dtype(node.input[0]) == TensorProto.FLOAT)):
         tensor = node.input[0]
         node = producer(graph, tensor)
     return tensor
@@ -140,7 +138,7 @@ def _through_casts(graph, tensor: str) -> str:
 
 def _read_layer(graph, loop, body, reads: _StepReads) -> LoopLayer:
     """:func:`read_onnx_loop` for a loop that reads a sequence step by step; raises a Refusal."""
-    x_tm, x_reversed = _unreversed(graph, reads.x.input[0])
+    x_tm, x_reversed = _unreversed(graph, _outside_name(loop, body, reads.x.input[0]))
     if _dtype(graph, body, x_tm) != TensorProto.FLOAT:
         raise Refusal("the input is not float32", reads.x)
     x_item = reads.x.output[0]
@@ -158,19 +156,20 @@ def _read_layer(graph, loop, body, reads: _StepReads) -> LoopLayer:
     cells = resolve_cells(graph, loop, read_cells(body, x_item, stack, states), lambda i: loop.output[i - 2])
     output_carried = _output_carried(graph, loop, body, carried, out_select, cells[-1], sequence)
     sequence_output = _check_outputs_used(graph, loop, body, set(states) | {output_index} - {None}, sequence)
-    _check_trip_count(graph, loop, body, counters, invariants, time_axis_of(graph, [x_tm, reads.x.input[0]]))
-    mask, mask_time_major = None, False
+    time_axis = time_axis_of(graph, [x_tm, _outside_name(loop, body, reads.x.input[0])])
+    check_loop_trip_count(graph, loop, body, counters, invariants, time_axis)
+    mask, mask_layout = None, "batch"
     if reads.mask is not None:
-        mask_tm, mask_reversed = _unreversed(graph, reads.mask.input[0])
+        mask_tm, mask_reversed = _unreversed(graph, _outside_name(loop, body, reads.mask.input[0]))
         if mask_reversed != x_reversed:
             raise Refusal("only one of the input and the mask is reversed in time", reads.mask)
-        mask, mask_time_major = _batch_major_mask(graph, mask_tm)
+        mask, mask_layout = _batch_major_mask(graph, mask_tm, time_axis)
     return LoopLayer(
         layer=loop_layer_name(loop), while_node=loop, cells=cells, direction="reverse" if x_reversed else "forward",
-        x_reader=reads.x, x_time_major=x_tm if x_reversed else None,
+        x_reader=reads.x, x_time_major=x_tm if x_reversed or x_tm != reads.x.input[0] else None,
         x_source=_batch_major_source(graph, x_tm), mask=mask, mask_post_padded=False, output_carried=output_carried,
         sequence_outputs=[] if sequence_output is None else [sequence_output], writes_sequence=sequence is not None,
-        last_output=None if output_index is None else loop.output[output_index - 2], mask_time_major=mask_time_major)
+        last_output=None if output_index is None else loop.output[output_index - 2], mask_layout=mask_layout)
 
 
 def _carried(graph, loop, body, variables: list, mask_item) -> tuple:
@@ -179,11 +178,11 @@ def _carried(graph, loop, body, variables: list, mask_item) -> tuple:
     each state at masked steps (``Where(mask, new, old)``)."""
     carried, zero_output = {}, None
     for i in variables:
-        new = skip_identity(body, next_value(body, i))
+        new = _same_value(body, next_value(body, i))
         if mask_item is None:
             carried[i] = new
             continue
-        select = _read_select(body, new, mask_item)
+        select = read_select(body, new, mask_item)
         kept = select is not None and skip_identity(body, select.old) == body.input_names[i]
         if not kept and select is not None and zero_output is None and \
                 _is_zeros_in_body(graph, loop, body, skip_identity(body, select.old)):
@@ -234,18 +233,28 @@ def _read_output(graph, loop, body, carried: dict, mask_item) -> tuple:
     if used:
         sequence = used[0]
         if mask_item is None:
-            return sequence, None, skip_identity(body, sequence)
-        select = _read_select(body, skip_identity(body, sequence), mask_item)
+            return sequence, None, _same_value(body, sequence)
+        select = read_select(body, _same_value(body, sequence), mask_item)
         if select is None:
             raise Refusal("the step's output is not selected by the mask", producer(body, sequence))
         return sequence, select, select.new
-    groups = {}
-    for index, new in carried.items():
-        groups.setdefault(new, []).append(index)
-    repeated = [new for new, indices in groups.items() if len(indices) > 1]
-    if len(repeated) != 1:
+    last = [new for new in set(carried.values())
+            if not any(new in _computed_from(body, other) for other in set(carried.values()) - {new})]
+    if len(last) != 1:
         raise Refusal("could not tell the layer's output among the loop variables", loop)
-    return None, None, repeated[0]
+    return None, None, last[0]
+
+
+def _computed_from(body, tensor: str) -> set:
+    """The tensors of the step ``tensor`` is computed from."""
+    seen, pending = set(), [tensor]
+    while pending:
+        node = producer(body, pending.pop())
+        for name in () if node is None else node.input:
+            if name not in seen:
+                seen.add(name)
+                pending.append(name)
+    return seen
 
 
 def _output_variable(graph, loop, body, carried: dict, h_top: str, out_select) -> Optional[int]:
@@ -294,136 +303,6 @@ def _is_zeros_in_body(graph, loop, body, tensor: str) -> bool:
     return is_zeros(body, tensor) or _is_zeros_like(body, tensor)
 
 
-def _read_select(body, tensor: str, mask_item: str) -> Optional[_Select]:
-    """``tensor`` as ``Where(mask, new, old)`` over the step's mask, or None. Also read: the
-    condition negated (``Where(Not(m), old, new)``) and tf2onnx's ``Cast(m) * new + Cast(Not(m)) * old``
-    (in any operand order)."""
-    node = producer(body, tensor)
-    if node is None:
-        return None
-    if node.type in ("Where", "SelectV2", "Select"):
-        condition, when_true, when_false = node.input
-        negated = _negated(body, condition)
-        if negated is not None and _is_step_mask(body, negated, mask_item):
-            return _Select(negated, when_false, when_true)
-        return _Select(condition, when_true, when_false) if _is_step_mask(body, condition, mask_item) else None
-    if node.type not in ("Add", "AddV2"):
-        return None
-    terms = [_masked_term(body, tensor, mask_item) for tensor in node.input]
-    if None in terms or terms[0][0] == terms[1][0]:
-        return None
-    (first_negated, first), (_, second) = terms
-    return _Select(mask_item, second, first) if first_negated else _Select(mask_item, first, second)
-
-
-def _masked_term(body, tensor: str, mask_item: str) -> Optional[tuple]:
-    """(negated, value) for ``Cast(m) * value`` (False) or ``Cast(Not(m)) * value`` (True), m the step's mask."""
-    operands = mul_operands(body, tensor)
-    if operands is None:
-        return None
-    for position in (0, 1):
-        cast = producer(body, operands[position])
-        if cast is None or cast.type != "Cast":
-            continue
-        negated = _negated(body, cast.input[0])
-        if negated is not None and _is_step_mask(body, negated, mask_item):
-            return True, operands[1 - position]
-        if _is_step_mask(body, cast.input[0], mask_item):
-            return False, operands[1 - position]
-    return None
-
-
-def _negated(body, tensor: str) -> Optional[str]:
-    node = producer(body, tensor)
-    return node.input[0] if node is not None and node.type == "Not" else None
-
-
-def _is_step_mask(body, tensor: str, mask_item: str) -> bool:
-    """Is ``tensor`` the step's mask (through identities and casts to bool)?"""
-    return _through_casts(body, tensor) == mask_item
-
-
-def _check_trip_count(graph, loop, body, counters: set, invariants: set, time_axis: TimeAxis) -> None:
-    """Raise a Refusal unless the Loop runs exactly T steps, T the length of its input's time axis: its
-    trip count is T (or absent), it starts unless T is 0, and every test of its stop condition
-    holds for each step before the last (``t < T`` or ``t + 1 < T``, t the step's number)."""
-    trip = loop.input[0]
-    if trip and not is_step_count(graph, trip, time_axis):
-        raise Refusal(TRIP_COUNT_REASON, loop)
-    start = loop.input[1] if len(loop.input) > 1 else ""
-    if start and not _holds_for_steps(graph, start, lambda t: _is_const_offset(graph, t) == 0,
-                                      lambda b: is_step_count(graph, b, time_axis)):
-        raise Refusal(TRIP_COUNT_REASON, loop)
-    condition = body.outputs[0]
-
-    def step_number(tensor):
-        return _step_offset(graph, loop, body, tensor, counters)
-
-    def bound(tensor):
-        tensor = _through_casts(body, tensor)
-        if tensor in body.input_names:
-            index = body.input_names.index(tensor)
-            return index in invariants and is_step_count(graph, loop.input[index], time_axis)
-        if producer(body, tensor) is not None:
-            return time_axis.steps is not None and _is_const_offset(body, tensor) == time_axis.steps
-        return is_step_count(graph, tensor, time_axis)
-
-    if not trip and skip_identity(body, condition) == body.input_names[1]:
-        raise Refusal(TRIP_COUNT_REASON, loop)  # no bound at all
-    if not _holds_for_steps(body, condition, lambda t: step_number(t) in (0, 1), bound,
-                            passing=body.input_names[1]):
-        raise Refusal(TRIP_COUNT_REASON, loop)
-
-
-def _holds_for_steps(graph, tensor: str, is_step, is_bound, passing: Optional[str] = None) -> bool:
-    """Is ``tensor`` a conjunction of ``a < b`` tests (``is_step(a)``, ``is_bound(b)``), true constants
-    and ``passing`` (the condition the step was given)?"""
-    pending = [tensor]
-    while pending:
-        current = skip_identity(graph, pending.pop())
-        node = producer(graph, current)
-        if current == passing:
-            continue
-        if node is not None and node.type in ("And", "LogicalAnd"):
-            pending.extend(node.input)
-            continue
-        if node is not None and node.is_const():
-            if not node.get_tensor_value(as_list=False).all():
-                return False
-            continue
-        if node is None or node.type not in ("Less", "Greater"):
-            return False
-        a, b = node.input if node.type == "Less" else node.input[::-1]
-        if not (is_step(a) and is_bound(b)):
-            return False
-    return True
-
-
-def _is_const_offset(graph, tensor: str) -> Optional[int]:
-    value = const_value(graph, _through_casts(graph, tensor))
-    value = value[0] if isinstance(value, list) and len(value) == 1 else value
-    return int(value) if isinstance(value, (int, float)) else None
-
-
-def _step_offset(graph, loop, body, tensor: str, counters: set) -> Optional[int]:
-    """d when ``tensor`` is the step's number t plus d (the iteration number or a counter before the
-    step advances it: 0; after it: 1), else None."""
-    tensor = _through_casts(body, tensor)
-    names = body.input_names
-    if tensor == names[0] or (tensor in names and names.index(tensor) in counters):
-        return 0
-    node = producer(body, tensor)
-    if node is None or node.type not in ("Add", "AddV2"):
-        return None
-    for position in (0, 1):
-        inner = _through_casts(body, node.input[position])
-        increment = const_value(body, node.input[1 - position])
-        increment = increment[0] if isinstance(increment, list) and len(increment) == 1 else increment
-        if increment == 1 and (inner == names[0] or (inner in names and names.index(inner) in counters)):
-            return 1
-    return None
-
-
 def _unreversed(graph, tensor: str) -> tuple:
     """(the time-major tensor ``tensor`` reverses in time, True) when it is tf2onnx's whole-sequence
     reversal ``ReverseSequence(t, lengths = T for every row)`` (go_backwards, a Bidirectional's
@@ -451,23 +330,48 @@ def _batch_major_source(graph, x_tm: str) -> str:
     return x_tm
 
 
-def _batch_major_mask(graph, mask_tm: str) -> tuple:
-    """(the [B, T] bool mask behind ``Transpose(Unsqueeze(mask, -1), [1, 0, 2])``, False), or
-    (``mask_tm`` itself, True) when no such mask is found (the source transposes it back)."""
+def _batch_major_mask(graph, mask_tm: str, time_axis: TimeAxis) -> tuple:
+    """(the mask, its layout): the [B, T] bool mask behind the time-major one the body reads, "batch";
+    else the [B, T, 1] column it transposes, "column", or ``mask_tm`` itself, "time" (the source
+    makes the [B, T] mask of those). Read: ``Transpose(m, [1, 0, 2])`` of ``m`` [B, T, 1] (an
+    ``Unsqueeze`` or ``Reshape`` of the [B, T] mask), possibly expanded over the features
+    (jax2onnx's broadcast); a mask that may differ across the features is refused."""
     transpose = producer(graph, mask_tm)
     if transpose is not None and transpose.type == "Transpose" and transpose.get_attr_value("perm") == [1, 0, 2]:
-        unsqueeze = producer(graph, transpose.input[0])
-        axes = None
-        if unsqueeze is not None and unsqueeze.type == "Unsqueeze":
-            axes = const_value(graph, unsqueeze.input[1]) if len(unsqueeze.input) > 1 else \
-                unsqueeze.get_attr_value("axes")
-        shape = graph.get_shape(unsqueeze.input[0]) if unsqueeze is not None else None
-        if axes in ([2], [-1], 2, -1) and (shape is None or len(shape) == 2):
-            return unsqueeze.input[0], False
+        column = _row_column(graph, transpose.input[0])
+        if column is not None:
+            mask = _column_source(graph, column, time_axis)
+            return (mask, "batch") if mask is not None else (column, "column")
     shape = graph.get_shape(mask_tm)
-    if shape is not None and (len(shape) not in (2, 3) or (len(shape) == 3 and shape[2] not in (1, -1))):
-        raise Refusal(f"the mask has an unexpected shape {shape}")
-    return mask_tm, True
+    if shape is None or len(shape) not in (2, 3) or (len(shape) == 3 and shape[2] != 1):
+        raise Refusal(f"the mask may differ across the features (shape {shape}), which no native op takes")
+    return mask_tm, "time"
+
+
+def _row_column(graph, tensor: str) -> Optional[str]:
+    """``tensor`` [B, T, 1], or the [B, T, 1] tensor an ``Expand`` over the last axis broadcasts, else None."""
+    node = producer(graph, tensor)
+    if node is not None and node.type == "Expand" and (graph.get_shape(node.input[0]) or [None])[-1] == 1:
+        return node.input[0]
+    shape = graph.get_shape(tensor)
+    return tensor if shape is not None and len(shape) == 3 and shape[2] == 1 else None
+
+
+def _column_source(graph, column: str, time_axis: TimeAxis) -> Optional[str]:
+    """The [B, T] bool mask a [B, T, 1] ``column`` is made of: ``Unsqueeze`` on the last axis, or a
+    ``Reshape`` whose second size is provably T (the first is then B), else None."""
+    node = producer(graph, column)
+    if node is None or node.type not in ("Unsqueeze", "Reshape"):
+        return None
+    mask = node.input[0]
+    shape = graph.get_shape(mask)
+    if graph.get_dtype(mask) != TensorProto.BOOL or shape is None or len(shape) != 2:
+        return None
+    if node.type == "Unsqueeze":
+        axes = const_value(graph, node.input[1]) if len(node.input) > 1 else node.get_attr_value("axes")
+        return mask if axes in ([2], [-1], 2, -1) else None
+    steps = shape_element(graph, node.input[1], 1)
+    return mask if steps is not None and (steps in time_axis.dims or steps == (mask, 1)) else None
 
 
 def reads_a_mask(graph, loop) -> bool:

@@ -37,23 +37,23 @@ def read(graph, loop):
 
 
 def prepare(graph, layers) -> list:
-    """Each layer's mask as the planner takes it, [B, T] bool, where the body reads it time-major."""
+    """Each layer's mask as the planner takes it, [B, T] bool, where the body reads another layout."""
     for layer in layers:
-        if layer.mask is not None and layer.mask_time_major:
-            layer.mask = _batch_major(graph, layer.mask)
-            layer.mask_time_major = False
+        if layer.mask is not None and layer.mask_layout != "batch":
+            layer.mask = _batch_major(graph, layer.mask, layer.mask_layout)
+            layer.mask_layout = "batch"
     return layers
 
 
-def _batch_major(graph, mask_tm: str) -> str:
-    """[T, B, 1] or [T, B] (bool, or numbers: nonzero is valid) -> [B, T] bool."""
-    shape = graph.get_shape(mask_tm)
-    mask = mask_tm
-    if shape is None or len(shape) == 3:
+def _batch_major(graph, mask: str, layout: str) -> str:
+    """[B, T, 1] ("column"), [T, B, 1] or [T, B] ("time"; bool, or numbers: nonzero is valid) -> [B, T] bool."""
+    shape = graph.get_shape(mask)
+    if layout == "column" or shape is None or len(shape) == 3:
         axes = graph.make_const(utils.make_name("axes"), np.array([2], np.int64)).output[0]
         mask = graph.make_node("Squeeze", [mask, axes]).output[0]
-    mask = graph.make_node("Transpose", [mask], attr={"perm": [1, 0]}).output[0]
-    if graph.get_dtype(mask_tm) != TensorProto.BOOL:
+    if layout == "time":
+        mask = graph.make_node("Transpose", [mask], attr={"perm": [1, 0]}).output[0]
+    if graph.get_dtype(mask) != TensorProto.BOOL:
         mask = graph.make_node("Cast", [mask], attr={"to": TensorProto.BOOL}).output[0]
     return mask
 
