@@ -5,7 +5,7 @@ Keras 3's ``export(format="onnx")`` on the JAX backend): each becomes the native
     import masked_lstm_rewriter as mlr
     onnx_model, report = mlr.rewrite_onnx("model.onnx", "native.onnx")
 
-The model is read into tf2onnx's graph (:mod:`.load`), its Loops go through the pipeline
+The model is read into tf2onnx's graph (:mod:`.model_io`), its Loops go through the pipeline
 (:mod:`..pipeline`, the ONNX Loop source of :mod:`..sources`), and what the pipeline changed is
 applied to the original model, every other node left as it was (:mod:`.splice`).
 """
@@ -22,7 +22,7 @@ from ..pipeline import rewrite_graph
 from ..plugin import resolve_options
 from ..report import ConversionReport, finish_conversion, start_conversion
 from ..sources import ONNX_FILE_SOURCES
-from .load import ModelError, load, save, to_graph
+from .model_io import ModelError, load, save, to_graph
 from .splice import splice
 
 logger = logging.getLogger("masked_lstm_rewriter")

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Put what the pipeline emitted back into the model it read, leaving every other node as it was.
 
-The pipeline works on tf2onnx's graph of the model (:mod:`.load`); writing that graph back would
+The pipeline works on tf2onnx's graph of the model (:mod:`.model_io`); writing that graph back would
 rebuild every node. Instead the original model is kept, and only the difference is applied:
 
 * the nodes the pipeline removed (each rewritten Loop), and the nodes and initializers only they

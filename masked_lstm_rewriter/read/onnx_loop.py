@@ -338,6 +338,9 @@ def _batch_major_mask(graph, mask_tm: str, time_axis: TimeAxis) -> tuple:
     (jax2onnx's broadcast); a mask that may differ across the features is refused."""
     transpose = producer(graph, mask_tm)
     if transpose is not None and transpose.type == "Transpose" and transpose.get_attr_value("perm") == [1, 0, 2]:
+        mask = _column_source(graph, transpose.input[0], time_axis)
+        if mask is not None:
+            return mask, "batch"
         column = _row_column(graph, transpose.input[0])
         if column is not None:
             mask = _column_source(graph, column, time_axis)
@@ -365,11 +368,13 @@ def _column_source(graph, column: str, time_axis: TimeAxis) -> Optional[str]:
         return None
     mask = node.input[0]
     shape = graph.get_shape(mask)
-    if graph.get_dtype(mask) != TensorProto.BOOL or shape is None or len(shape) != 2:
+    if graph.get_dtype(mask) not in (TensorProto.BOOL, None) or (shape is not None and len(shape) != 2):
         return None
-    if node.type == "Unsqueeze":
+    if node.type == "Unsqueeze":  # rank 2 when the shape is unknown: the Transpose after it has three axes
         axes = const_value(graph, node.input[1]) if len(node.input) > 1 else node.get_attr_value("axes")
-        return mask if axes in ([2], [-1], 2, -1) else None
+        return mask if axes in ([2], [-1], 2, -1) and graph.get_dtype(mask) == TensorProto.BOOL else None
+    if shape is None:
+        return None
     steps = shape_element(graph, node.input[1], 1)
     return mask if steps is not None and (steps in time_axis.dims or steps == (mask, 1)) else None
 

@@ -99,7 +99,7 @@ def save(model: onnx.ModelProto, path: str, final_path: str) -> None:
     ``<final name>.data`` beside it (``model`` then refers to that file for them)."""
     if _needs_external_data(model):
         onnx.save_model(model, path, save_as_external_data=True, all_tensors_to_one_file=True,
-                        location=os.path.basename(final_path) + ".data")
+                        location=os.path.basename(final_path) + ".data", size_threshold=0)
     else:
         onnx.save_model(model, path)
 

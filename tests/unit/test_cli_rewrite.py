@@ -1,0 +1,55 @@
+# SPDX-License-Identifier: Apache-2.0
+"""``python -m masked_lstm_rewriter rewrite IN.onnx -o OUT.onnx``: the report, the exit codes, one-line
+errors, and no file written on failure."""
+
+from __future__ import annotations
+
+import os
+
+import onnx
+import pytest
+
+from masked_lstm_rewriter import cli
+from _onnx_files import DATA, op_counts
+
+STOCK = os.path.join(DATA, "tf2onnx", "keras3_emb_gru_seq_op15.onnx")
+
+
+def test_rewrites_and_reports(tmp_path, capsys):
+    output = tmp_path / "native.onnx"
+    assert cli.main(["rewrite", STOCK, "-o", str(output), "--mask-mode", "any"]) == 0
+    out = capsys.readouterr().out
+    assert "1 masked recurrent layer(s) rewritten, 0 left as Loop" in out and "mask_mode=any" in out
+    counts = op_counts(onnx.load(str(output)))
+    assert counts["GRU"] == 1 and counts["Loop"] == 0
+
+
+@pytest.mark.parametrize("args,message", [
+    (["missing.onnx", "-o", "out.onnx"], "missing.onnx: no such file"),
+    ([STOCK], "the following arguments are required: -o/--output"),
+    ([STOCK, "-o", "out.onnx", "--mask-mode", "sometimes"], "argument --mask-mode: invalid choice"),
+    ([STOCK, "-o", "no/such/folder/out.onnx"], "does not exist"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch, args, message):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["rewrite"] + args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("masked_lstm_rewriter: error:") and message in err[0], err
+
+
+def test_an_unreadable_file_writes_nothing(tmp_path, capsys):
+    bad, output = tmp_path / "bad.onnx", tmp_path / "out.onnx"
+    bad.write_bytes(b"\x00garbage")
+    assert cli.main(["rewrite", str(bad), "-o", str(output)]) == 2
+    assert "not an ONNX model" in capsys.readouterr().err
+    assert not output.exists() and not list(tmp_path.glob(".partial-*"))
+
+
+def test_convert_given_an_onnx_file_points_at_rewrite(capsys):
+    assert cli.main([STOCK, "-o", "out.onnx"]) == 2
+    assert "rewrite" in capsys.readouterr().err
+
+
+def test_help(capsys):
+    assert cli.main(["rewrite", "--help"]) == 0
+    assert "--mask-mode" in capsys.readouterr().out

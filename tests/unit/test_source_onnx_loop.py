@@ -1,0 +1,173 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The ONNX Loop source (``sources/onnx_loop.py``, ``read/onnx_loop.py``) through ``rewrite_onnx``:
+files written by stock tf2onnx (both Keras flavours) and by Keras 3's JAX-backend export become
+native, and give the file's outputs at every position (and, for the JAX exports, Keras's); what
+cannot be proven exact stays the Loop it was, byte for byte, with its reason."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper, numpy_helper
+
+import masked_lstm_rewriter as mlr
+from masked_lstm_rewriter.onnx_file import model_io
+from _onnx_files import (DATA, JAX_FILES, NATIVE_OPS, TF2ONNX_FILES, assert_same_outputs, check_refuses,
+                         check_rewrites, name_of, op_counts, run, runtimes)
+
+# JAX-backend exports that stay Loops, and why (the file says what its output is at masked steps)
+JAX_LOOPS = {
+    "init_state_lstm_seq_t6": "the output at masked steps repeats the state",
+}
+STACKED = {"keras3_stacked_cells_op15": 2, "tf_keras_stacked_cells_op15": 2}
+
+
+def _loops(model) -> int:
+    return op_counts(model)["Loop"]
+
+
+@pytest.mark.parametrize("mode", ["post", "any"])
+@pytest.mark.parametrize("path", TF2ONNX_FILES, ids=name_of)
+def test_stock_tf2onnx_files_become_native(path, mode):
+    original = onnx.load(path)
+    check_rewrites(original, mode, natives=STACKED.get(name_of(path), _loops(original)))
+
+
+def _jax_case(path):
+    with open(os.path.join(DATA, "jax", "manifest.json"), encoding="utf-8") as handle:
+        cases = {case["name"]: case for case in json.load(handle)["cases"]}
+    return cases[name_of(path)]
+
+
+@pytest.mark.parametrize("mode", ["post", "any"])
+@pytest.mark.parametrize("path", [p for p in JAX_FILES if name_of(p) not in JAX_LOOPS], ids=name_of)
+def test_jax_exports_become_native_and_equal_keras(path, mode):
+    """Keras's own outputs on the JAX backend (stored with the file) at every position: post-padded
+    rows with a full and an empty row, and in "any" rows padded elsewhere."""
+    original = onnx.load(path)
+    rewritten, report = check_rewrites(original, mode, natives=_loops(original))
+    stored = np.load(os.path.splitext(path)[0] + ".npz")
+    batches = sorted({key.split(".")[0] for key in stored.files})
+    for batch in batches:
+        if batch == "nonpost" and mode == "post":
+            continue
+        feeds = {key.split(".in.", 1)[1]: stored[key] for key in stored.files if key.startswith(f"{batch}.in.")}
+        expected = [stored[f"{batch}.out.{k}"] for k in range(len(original.graph.output))]
+        for runtime in runtimes():
+            assert_same_outputs(expected, run(rewritten, feeds, runtime), f"Keras (JAX) {batch}, {runtime}")
+    assert report.rewritten
+
+
+@pytest.mark.parametrize("case", sorted(JAX_LOOPS))
+def test_jax_exports_that_stay_loops_say_why(case):
+    check_refuses(onnx.load(os.path.join(DATA, "jax", f"{case}.onnx")), JAX_LOOPS[case])
+
+
+def _by_outputs(model) -> dict:
+    return {tuple(node.output): node.SerializeToString() for node in model.graph.node}
+
+
+@pytest.mark.parametrize("path", [os.path.join(DATA, "tf2onnx", "keras3_emb_bilstm_concat_op15.onnx"),
+                                  os.path.join(DATA, "jax", "stacked_lstm_gru.onnx")], ids=name_of)
+def test_nothing_else_changes(path):
+    """Graph inputs, outputs, opsets and metadata stay; every node the rewritten Loops did not need
+    stays byte for byte; the Loops and only what fed them alone go."""
+    original = onnx.load(path)
+    rewritten, report = mlr.rewrite_onnx(original)
+    for field in ("input", "output"):
+        assert [v.SerializeToString() for v in getattr(rewritten.graph, field)] == \
+            [v.SerializeToString() for v in getattr(original.graph, field)]
+    assert rewritten.opset_import == original.opset_import and rewritten.ir_version == original.ir_version
+    assert (rewritten.producer_name, rewritten.producer_version) == (original.producer_name, original.producer_version)
+    assert list(rewritten.metadata_props) == list(original.metadata_props)
+    before, after = _by_outputs(original), _by_outputs(rewritten)
+    changed = [key for key in before if key in after and before[key] != after[key]]
+    assert not changed, changed
+    gone = [key for key in before if key not in after]
+    assert op_counts(rewritten)["Loop"] == len(report.left_as_loop) and report.rewritten
+    reads_after = {name for node in rewritten.graph.node for name in node.input}
+    outputs = {o.name for o in original.graph.output}
+    for key in gone:  # what went was read only by what went (or nothing reads it any more)
+        assert not (set(key) & (reads_after | outputs) - {o for n in rewritten.graph.node for o in n.output})
+
+
+def test_the_given_model_is_not_changed():
+    original = onnx.load(TF2ONNX_FILES[0])
+    before = original.SerializeToString()
+    mlr.rewrite_onnx(original)
+    assert original.SerializeToString() == before
+
+
+def _with_trip_count(model, count: int):
+    """``model`` whose Loop runs at most ``count`` steps (a constant trip count)."""
+    doctored = onnx.ModelProto()
+    doctored.CopyFrom(model)
+    loop = next(n for n in doctored.graph.node if n.op_type == "Loop")
+    doctored.graph.initializer.append(numpy_helper.from_array(np.array(count, np.int64), "short_trip"))
+    loop.input[0] = "short_trip"
+    return doctored
+
+
+def test_a_loop_that_may_stop_early_stays_as_it_was():
+    original = _with_trip_count(onnx.load(os.path.join(DATA, "tf2onnx", "keras3_emb_lstm_seq_op15.onnx")), 2)
+    rewritten, _ = check_refuses(original, "the loop may stop before its last time step")
+    assert rewritten.SerializeToString() == original.SerializeToString()
+
+
+def test_below_opset_13_every_loop_stays_with_the_reason():
+    original = onnx.load(os.path.join(DATA, "tf2onnx", "keras3_emb_lstm_seq_op13.onnx"))
+    original.opset_import[0].version = 12
+    check_refuses(original, "opset 12")
+
+
+def test_a_loop_of_another_kind_is_left_alone():
+    """A Loop that reads no sequence step by step is none of the rewriter's business: not reported."""
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]), helper.make_node("Add", ["acc_in", "one"], ["acc_out"])],
+        "body", [helper.make_tensor_value_info("i", onnx.TensorProto.INT64, []),
+                 helper.make_tensor_value_info("cond_in", onnx.TensorProto.BOOL, []),
+                 helper.make_tensor_value_info("acc_in", onnx.TensorProto.FLOAT, [])],
+        [helper.make_tensor_value_info("cond_out", onnx.TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc_out", onnx.TensorProto.FLOAT, [])],
+        [numpy_helper.from_array(np.array(1, np.float32), "one")])
+    graph = helper.make_graph([helper.make_node("Loop", ["n", "", "start"], ["total"], body=body)], "g",
+                              [helper.make_tensor_value_info("n", onnx.TensorProto.INT64, []),
+                               helper.make_tensor_value_info("start", onnx.TensorProto.FLOAT, [])],
+                              [helper.make_tensor_value_info("total", onnx.TensorProto.FLOAT, [])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)])
+    rewritten, report = mlr.rewrite_onnx(model)
+    assert not report.layers and rewritten.SerializeToString() == model.SerializeToString()
+
+
+def test_a_file_with_external_data_loads_and_saves(tmp_path):
+    source = onnx.load(os.path.join(DATA, "tf2onnx", "keras3_emb_gru_seq_op15.onnx"))
+    path = tmp_path / "external.onnx"
+    onnx.save_model(source, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location="external.data", size_threshold=0)
+    output = tmp_path / "native.onnx"
+    rewritten, _ = mlr.rewrite_onnx(str(path), str(output))
+    again = onnx.load(str(output))
+    assert op_counts(again)["GRU"] == 1 and op_counts(again)["Loop"] == 0
+    assert again.SerializeToString() == rewritten.SerializeToString()
+
+
+def test_a_model_past_the_protobuf_limit_is_written_with_its_tensors_beside_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(model_io, "PROTOBUF_LIMIT", 1000)  # every model is "large" now
+    output = tmp_path / "native.onnx"
+    mlr.rewrite_onnx(os.path.join(DATA, "tf2onnx", "keras3_emb_lstm_seq_op15.onnx"), str(output))
+    assert (tmp_path / "native.onnx.data").exists()
+    reloaded = onnx.load(str(output))
+    assert sum(op_counts(reloaded)[op] for op in NATIVE_OPS) == 1
+    assert not list(tmp_path.glob(".partial-*"))
+
+
+def test_no_file_is_written_when_the_model_cannot_be_read(tmp_path):
+    bad = tmp_path / "bad.onnx"
+    bad.write_text("not a model")
+    with pytest.raises(ValueError, match="not an ONNX model"):
+        mlr.rewrite_onnx(str(bad), str(tmp_path / "out.onnx"))
+    assert not (tmp_path / "out.onnx").exists()
