@@ -69,7 +69,8 @@ def read_onnx_loop(graph, loop) -> Optional[Union[LoopLayer, Refusal]]:
             return None
         return _read_layer(graph, loop, body, reads)
     except Refusal as refusal:
-        return refusal if refusal.node is not None else Refusal(refusal.reason, loop)
+        refusal.node = refusal.node or loop  # where it was met, else the Loop itself
+        return refusal
     except Exception as error:  # pylint: disable=broad-except  (a graph shape not foreseen)
         return Refusal(f"unexpected loop ({type(error).__name__}: {error})", loop)
 
