@@ -76,6 +76,9 @@ def _runtimes(report) -> list:
 def test_stock_files_rewritten_equal_keras_and_the_direct_conversion(name, mode):
     model, spec, inputs = MODELS[name]()
     stock = convert(model, spec, rewriter=None)
+    if name == "unmasked_gru" and FLAVOUR == "tf_keras":
+        assert not op_counts(stock)["Loop"]
+        pytest.skip("stock tf2onnx makes tf_keras's GRU native: there is no Loop to rewrite")
     assert op_counts(stock)["Loop"], "stock tf2onnx makes a Loop of this model"
     direct = convert(model, spec, rewriter=mlr.make_rewriter(mode))
     rewritten, report = mlr.rewrite_onnx(stock, mask_mode=mode)
