@@ -1,13 +1,16 @@
 # SPDX-License-Identifier: Apache-2.0
 """Native ONNX LSTM, GRU and RNN ops for masked Keras recurrent layers converted with tf2onnx.
 
-A layer goes through four stages, one subpackage each: :mod:`.read` (a reader turns a source,
-today the TensorFlow While loop in tf2onnx's graph, into the typed layer description of
-:mod:`.layer`, or a :class:`~.failure.Refusal`), :mod:`.plan` (masks, lengths, guard, schedule),
-:mod:`.emit` (ONNX nodes) and :mod:`.plugin` (how users switch it on). :mod:`.cells` holds one
-module per cell kind, :mod:`.targets` one entry per runtime, :mod:`.graph` the graph helpers
-every stage shares; :mod:`.report` says what the last conversion did. :mod:`.conversion` is the
-one-call front door (``convert``), :mod:`.verification` checks a conversion against Keras
+A layer goes through these stages, one subpackage each: :mod:`.read` (a reader turns a source of
+recurrent layers, such as a TensorFlow While loop in tf2onnx's graph, a cuDNN op or an ONNX
+``Loop``, into the typed layer description of :mod:`.layer`, or a :class:`~.failure.Refusal`),
+:mod:`.plan` (masks, lengths, guard, schedule), :mod:`.emit` (ONNX nodes). :mod:`.sources` lists
+the sources, one module each, and :mod:`.pipeline` takes every source's layers through the stages.
+:mod:`.plugin` is how users switch it on inside tf2onnx, :mod:`.patches` the fixes to Keras and
+tf2onnx it installs. :mod:`.cells` holds one module per cell kind, :mod:`.targets` one entry per
+runtime, :mod:`.graph` the graph helpers every stage shares; :mod:`.report` says what the last
+conversion did. :mod:`.conversion` is the one-call front door (``convert``), :mod:`.onnx_file` the
+one for an ONNX file (``rewrite_onnx``), :mod:`.verification` checks a conversion against Keras
 (``verify``), and :mod:`.cli` is the command line. :mod:`.corpus` is the regression corpus.
 
 Importing the package is cheap: the names below load their module (and with it tf2onnx and
