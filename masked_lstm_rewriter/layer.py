@@ -109,6 +109,14 @@ class MaskedRecurrentLayer:
         layers (T = B = 1), and rewriting the lower one then renames what the upper one reads."""
         return self.x_time_major or self.x_reader.input[0]
 
+    def batch_axes(self) -> dict:
+        """Tensor -> its batch axis, for every tensor the source computes for the layer (they have its
+        input's batch, and rewriting the layer removes them)."""
+        axes = {tensor: 1 for tensor in self.sequence_outputs}
+        axes.update({tensor: 0 for tensor in [self.last_output] +
+                     [state for cell in self.cells for state in (cell.final_h, cell.final_c)] if tensor})
+        return axes
+
     def describe(self) -> str:
         """For the log: "LSTM layer 'enc' (16 units)", "RNN layer 'rnn' (stacked cells LSTM(4), GRU(3))"."""
         if len(self.cells) == 1:

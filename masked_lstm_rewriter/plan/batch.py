@@ -30,7 +30,8 @@ _SAME_SHAPE = {"Identity", "Cast", "LogicalNot", "Not", "Neg", "Abs", "Sigmoid",
 
 _ELEMENTWISE = {"Add", "AddV2", "Sub", "Mul", "RealDiv", "Maximum", "Minimum", "Equal", "NotEqual", "Greater",
                 "GreaterEqual", "Less", "LessEqual", "LogicalAnd", "LogicalOr", "SelectV2",
-                "Div", "Max", "Min", "GreaterOrEqual", "LessOrEqual", "And", "Or", "Where"}
+                "Div", "GreaterOrEqual", "LessOrEqual", "And", "Or"}  # not ONNX's Max, Min or Where: TensorFlow
+# has ops of those names (reductions, and the coordinates of true elements) that keep no axis
 
 
 _REDUCTIONS = {"Any", "All", "Sum", "Max", "Min", "Mean", "Prod"}
@@ -175,9 +176,7 @@ class BatchMasks:
         self.graph = graph
         outputs = {}
         for layer in layers:
-            outputs.update({t: (1, layer.x) for t in layer.sequence_outputs})
-            outputs.update({t: (0, layer.x) for t in [layer.last_output] + [
-                state for cell in layer.cells for state in (cell.final_h, cell.final_c)] if t})
+            outputs.update({tensor: (axis, layer.x) for tensor, axis in layer.batch_axes().items()})
         self._keys = {id(layer): self._key(layer, outputs) for layer in layers if layer.mask is not None}
         self._cache = {}
 

@@ -54,6 +54,12 @@ class CudnnLayer(MaskedRecurrentLayer):
     left_as = LEFT_AS
     remedy = CUDNN_FIX
 
+    def batch_axes(self) -> dict:
+        """Besides the common outputs: the op's own batch-major sequence, and what Keras makes of it."""
+        axes = super().batch_axes()
+        axes.update({tensor: 0 for tensor in (self.while_node.output[0], self.sequence_result) if tensor})
+        return axes
+
 
 def cudnn_layer_name(node) -> str:
     """Keras layer path from the op's name ("functional/bidirectional/forward_lstm/CudnnRNNV3" ->
