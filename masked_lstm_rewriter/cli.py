@@ -4,7 +4,7 @@ ONNX file, or ``verify`` a conversion.
 
     python -m masked_lstm_rewriter [convert] [MODEL] --output model.onnx [plugin options] [tf2onnx options]
     python -m masked_lstm_rewriter rewrite model.onnx --output native.onnx [plugin options]
-    python -m masked_lstm_rewriter verify MODEL model.onnx [--runtime ...]
+    python -m masked_lstm_rewriter verify REFERENCE model.onnx [--runtime ...]   (a Keras model, a SavedModel or an ONNX file)
 
 ``convert`` (the default command) is ``python -m tf2onnx.convert`` with the plugin enabled: every
 tf2onnx option passes through unchanged, and the plugin's options have names tf2onnx does not
@@ -38,13 +38,13 @@ EXIT_CODES = {0: "converted (or verified)", 1: "the conversion failed (or verify
 
 HELP = f"""usage: python -m {PROG} [convert] [MODEL] --output FILE [options] [tf2onnx options]
        python -m {PROG} rewrite ONNX --output FILE [--mask-mode post|any] [--runtime ...] [--schedule]
-       python -m {PROG} verify MODEL ONNX [--runtime onnxruntime|openvino|all] [--tolerance T]
+       python -m {PROG} verify REFERENCE ONNX [--runtime onnxruntime|openvino|all] [--tolerance T]
        python -m {PROG} --version
 
 Convert a TensorFlow/Keras model to ONNX with tf2onnx, its masked LSTM, GRU and SimpleRNN layers
 as native ONNX LSTM, GRU and RNN ops; rewrite the recurrent Loops of an ONNX file already converted
 (by stock tf2onnx, or by Keras's JAX export) into those ops; or check a converted model against the
-Keras model (rewrite ONNX --help for its options).
+Keras model or the ONNX file it was rewritten from (rewrite ONNX --help for its options).
 
 MODEL                   a .keras or .h5 file (short for --keras FILE) or a SavedModel directory
                         (short for --saved-model DIR); or give tf2onnx's own input option
@@ -75,6 +75,7 @@ examples:
   python -m {PROG} --saved-model saved_model_dir --output model.onnx --mask-mode any --opset 17
   python -m {PROG} model.keras -o model.onnx --runtime openvino
   python -m {PROG} verify model.keras model.onnx --runtime all
+  python -m {PROG} verify original.onnx rewritten.onnx
 
 exit status: {"; ".join(f"{code} {meaning}" for code, meaning in EXIT_CODES.items())}.
 The run ends with a report: each masked recurrent layer, rewritten (into what) or left as a Loop (why).
@@ -366,9 +367,10 @@ def _rewrite(args: list) -> int:
 
 def _verify(args: list) -> int:
     parser = _OneLineParser(prog=f"python -m {PROG} verify", allow_abbrev=False,
-                                     description="Check that an ONNX model gives the Keras model's outputs: "
-                                                 "every output at every position, on batches with post-padded, "
-                                                 "pre-padded and holed masks, empty and full rows.",
+                                     description="Check that an ONNX model gives the outputs of the model it came "
+                                                 "from (a Keras model, a SavedModel, or the original ONNX file "
+                                                 "run on onnxruntime): every output at every position, on batches "
+                                                 "with post-padded, pre-padded and holed masks, empty and full rows.",
                                      epilog="exit status: 0 verified; 1 a difference past the tolerance, or the "
                                             "guard fired where it should not (or not where it should); 2 bad input")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

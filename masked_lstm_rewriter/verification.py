@@ -1,21 +1,24 @@
 # SPDX-License-Identifier: Apache-2.0
-"""``verify``: does an ONNX model compute what the Keras model it was converted from computes?
+"""``verify``: does an ONNX model compute what the model it was converted or rewritten from computes?
 
     result = verify(model, "model.onnx", runtimes=("onnxruntime", "openvino"))
+    result = verify("original.onnx", "rewritten.onnx")
     print(result)          # a table, one line per output, batch kind and runtime, then a verdict
     assert result.ok
 
-The reference is Keras itself (eager ``model(x, training=False)``), or TensorFlow running a
-SavedModel's ``serving_default`` signature. Both run the batches of :mod:`.verify_batches`
-(post-padded, pre-padded, with holes, one row; random ones for an unmasked model), and every
-output is compared at every position: the largest |ONNX - reference| at valid and at padded
-positions apart (a sequence output is padded where the batch's mask is False).
+The reference (:mod:`.verify_reference`) is Keras itself (eager ``model(x, training=False)``),
+TensorFlow running a SavedModel's ``serving_default`` signature, or the original ONNX model
+(the one :func:`.rewrite_onnx` read) on onnxruntime. Each runs the batches of
+:mod:`.verify_batches` (post-padded, pre-padded, with holes, one row; random ones for an
+unmasked model), and every output is compared at every position: the largest
+|ONNX - reference| at valid and at padded positions apart (a sequence output is padded where
+the batch's mask is False).
 
 A model converted with ``mask_mode="post"`` carries the post-padding guard (nodes named with
 :data:`.masks.GUARD_MESSAGE`): on a batch that is not post-padded it must fail with that message,
-and that counts as a pass; anywhere else the ONNX model must run and match. Works on any ONNX
-model of the same inputs: stock tf2onnx output with ``Loop``s, unmasked models, several inputs
-and outputs.
+and that counts as a pass; anywhere else the ONNX model must run and match. The reference itself
+runs every batch (an ONNX reference with the guard is refused). Works on any ONNX model of the
+same inputs: stock tf2onnx output with ``Loop``s, unmasked models, several inputs and outputs.
 
 Nothing here imports TensorFlow or tf2onnx before :func:`verify` runs, so that the command line
 can import :func:`add_arguments` before its process picks a Keras flavour. The library never
@@ -26,7 +29,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import sys
 import traceback
 from typing import Callable, Optional
@@ -35,9 +37,9 @@ import numpy as np
 
 from . import verify_batches
 from .corpus.check import first_line
-from .corpus.ops import walk_nodes
 from .sessions import RUNTIMES, onnxruntime_session, openvino_compiled, runtime_available
 from .verify_batches import OutputDifference, output_difference
+from .verify_reference import Reference, has_guard, load_onnx, load_reference
 
 logger = logging.getLogger("masked_lstm_rewriter")
 
@@ -155,16 +157,6 @@ def _table(rows: list) -> list:
 
 
 @dataclasses.dataclass(frozen=True)
-class Reference:
-    """The oracle: its inputs and a call from input arrays to outputs in the ONNX model's order."""
-
-    label: str
-    specs: list                  # tf.TensorSpec per input, in the order ``call`` takes them
-    call: Callable
-    keras_model: object = None   # for the layers that say how to feed it (None for a SavedModel)
-
-
-@dataclasses.dataclass(frozen=True)
 class _Plan:
     """What every check of one verification shares."""
 
@@ -176,8 +168,9 @@ class _Plan:
 
 def verify(model, onnx_model, *, runtimes=("onnxruntime",), tolerance: float = DEFAULT_TOLERANCE, seed: int = 0,
            rows: int = ROWS, steps: int = STEPS, progress: Optional[Callable] = None) -> Verification:
-    """Run ``model`` (a Keras model, a ``.keras``/``.h5`` path or a SavedModel directory) and
-    ``onnx_model`` (a path or ``onnx.ModelProto``) on the same batches, on each of ``runtimes``
+    """Run the reference ``model`` (a Keras model, a ``.keras``/``.h5`` path, a SavedModel directory,
+    or the original ONNX model: an ``.onnx`` path or ``onnx.ModelProto``) and ``onnx_model`` (a path
+    or ``onnx.ModelProto``) on the same batches, ``onnx_model`` on each of ``runtimes``
     ("onnxruntime", "openvino"), and compare every output (see the module docstring). Dynamic
     dimensions get ``rows`` x ``steps``; ``progress(message)`` is called before each step (default:
     an INFO log). Raises :class:`.keras_source.SourceError` for a model or file that cannot be read."""
@@ -191,11 +184,11 @@ def verify(model, onnx_model, *, runtimes=("onnxruntime",), tolerance: float = D
     reference = load_reference(model, output_names)
     result = Verification(reference.label, onnx_label, tolerance, has_guard(proto))
     try:
-        roles = verify_batches.input_roles(reference.specs, proto, reference.keras_model)
+        roles = verify_batches.input_roles(reference.specs, proto, reference)
     except verify_batches.InterfaceError as error:
         result.checks.append(Check("-", "inputs", ERROR, message=str(error)))
         return result
-    result.notes += [f"input {role.name}: no Embedding found reading it; token ids drawn below "
+    result.notes += [f"input {role.name}: no Embedding or Gather found reading it; token ids drawn below "
                      f"{verify_batches.DEFAULT_VOCABULARY}" for role in roles
                      if role.kind == verify_batches.TOKENS and role.vocabulary is None]
     for role in roles:
@@ -231,7 +224,7 @@ def _verify_batch(reference: Reference, runners: dict, batch, plan: _Plan, say, 
     """The checks of one batch: the reference once, then each runtime."""
     say(f"{where} ({batch.label}): reference")
     try:
-        expected = reference.call(list(batch.inputs))
+        expected = reference.run(list(batch.inputs))
     except Exception as error:  # noqa: BLE001  pylint: disable=broad-except
         message = f"the reference model failed on this batch: {first_line(error)}"
         if "CudnnRNN" in str(error):
@@ -264,72 +257,7 @@ def check_batch(runtime: str, run: Callable, batch, expected: list, plan: _Plan)
     return Check(runtime, batch.label, GUARD_MISSING if guard_expected else MATCHED, outputs)
 
 
-def has_guard(proto) -> bool:
-    """Does the model carry the post-padding guard (mask_mode="post")?"""
-    from .plan.masks import GUARD_MESSAGE  # pylint: disable=import-outside-toplevel
-    return any(GUARD_MESSAGE in node.name for node in walk_nodes(proto.graph, segments=True))
-
-
-# ---------------------------------------------------------------- the models and the runtimes
-
-
-def load_onnx(onnx_model) -> tuple:
-    """(the ModelProto, a label for it) from a path or a ModelProto."""
-    import onnx  # pylint: disable=import-outside-toplevel
-    from .keras_source import SourceError  # pylint: disable=import-outside-toplevel
-    if isinstance(onnx_model, onnx.ModelProto):
-        return onnx_model, "the ONNX model"
-    path = os.fspath(onnx_model)
-    if not os.path.isfile(path):
-        raise SourceError(f"{path}: no such file")
-    try:
-        proto = onnx.load(path)
-    except Exception as error:  # noqa: BLE001  pylint: disable=broad-except  (protobuf raises several kinds)
-        raise SourceError(f"{path}: not an ONNX model ({first_line(error)})") from error
-    if not proto.graph.node or not proto.opset_import:
-        raise SourceError(f"{path}: not an ONNX model (no graph)")
-    return proto, path
-
-
-def load_reference(model, onnx_output_names: list) -> Reference:
-    """The reference for ``model``: a Keras model object or file, or a SavedModel directory."""
-    from . import keras_source  # pylint: disable=import-outside-toplevel
-    label = f"Keras model '{getattr(model, 'name', type(model).__name__)}'"
-    if isinstance(model, (str, os.PathLike)):
-        label = os.fspath(model)
-        if keras_source.is_saved_model(label):
-            return saved_model_reference(label, onnx_output_names)
-        model = keras_source.load(label)
-    if not keras_source.is_keras_model(model):
-        raise TypeError(f"expected a Keras model or a path, not {type(model).__name__}")
-    return Reference(label, keras_source.input_signature(model), lambda inputs: keras_outputs(model, inputs), model)
-
-
-def keras_outputs(model, inputs: list) -> list:
-    """Keras's outputs, flat, as arrays: the model called eagerly in inference mode."""
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    outputs = model(inputs if len(inputs) > 1 else inputs[0], training=False)
-    return [np.asarray(output) for output in tf.nest.flatten(outputs)]
-
-
-def saved_model_reference(path: str, onnx_output_names: list) -> Reference:
-    """TensorFlow running the SavedModel's ``serving_default`` signature (the graph tf2onnx converts)."""
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    from .keras_source import SourceError  # pylint: disable=import-outside-toplevel
-    try:
-        function = tf.saved_model.load(path).signatures["serving_default"]
-    except KeyError as error:
-        raise SourceError(f"{path}: the SavedModel has no serving_default signature") from error
-    except Exception as error:  # noqa: BLE001  pylint: disable=broad-except
-        raise SourceError(f"{path}: TensorFlow could not load it ({first_line(error)})") from error
-    specs = [tf.TensorSpec(spec.shape, spec.dtype, name=name)
-             for name, spec in function.structured_input_signature[1].items()]
-
-    def call(inputs):
-        outputs = function(**{spec.name: tf.constant(x, spec.dtype) for spec, x in zip(specs, inputs)})
-        names = onnx_output_names if set(onnx_output_names) <= set(outputs) else sorted(outputs)
-        return [np.asarray(outputs[name]) for name in names]
-    return Reference(path, specs, call)
+# ---------------------------------------------------------------- the runtimes
 
 
 def make_runner(runtime: str, proto) -> Callable:
@@ -362,12 +290,14 @@ def openvino_runner(proto) -> Callable:
 
 def add_arguments(parser):
     """``verify``'s arguments on an ``argparse`` parser (the command line's subcommand)."""
-    parser.add_argument("model", help="the Keras model: a .keras or .h5 file, or a SavedModel directory")
-    parser.add_argument("onnx", help="the ONNX model converted from it")
+    parser.add_argument("model", metavar="REFERENCE",
+                        help="the model it came from: a Keras .keras or .h5 file, a SavedModel directory, or "
+                             "the original .onnx file (run on onnxruntime)")
+    parser.add_argument("onnx", metavar="ONNX", help="the ONNX model converted or rewritten from it")
     parser.add_argument("--runtime", choices=RUNTIMES + ("all",), default="onnxruntime",
                         help="where to run the ONNX model (all: each one installed; default: onnxruntime)")
     parser.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE,
-                        help=f"largest |ONNX - Keras| accepted at any position (default: {DEFAULT_TOLERANCE:g})")
+                        help=f"largest |ONNX - reference| accepted at any position (default: {DEFAULT_TOLERANCE:g})")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random batches (default: 0)")
     parser.add_argument("--rows", type=_positive, default=ROWS, help=f"rows of a dynamic batch (default: {ROWS})")
     parser.add_argument("--steps", type=_positive, default=STEPS,

@@ -1,23 +1,27 @@
 # SPDX-License-Identifier: Apache-2.0
 """The batches ``verify`` feeds a model and its ONNX conversion (see :mod:`.verification`).
 
-Each model input gets a role from its dtype and rank (:class:`InputRole`):
+Each input of the reference (:class:`InputSpec`) gets a role from its dtype and rank
+(:class:`InputRole`); what reads it comes from the reference's :class:`InputHints` (a Keras
+model's layers, an ONNX reference's own graph) or else from the ONNX model's graph:
 
 * token ids (integer ``[batch, time]``): drawn from ``[1, vocabulary)`` at valid steps, 0 (the
   ``mask_zero`` padding id) at padded ones. The vocabulary is the ``input_dim`` of the
   ``Embedding`` that reads the input (the smallest one in the model when none reads it directly),
-  or for a SavedModel that of the ONNX ``Gather`` that reads it; ids past it make Keras fail.
-  Token ids always get padded batches: a mask may also be computed from them (``tokens > 0``).
+  else the row count of the table an ONNX ``Gather`` takes the ids into, else
+  :data:`DEFAULT_VOCABULARY`; ids past it make Keras fail. Token ids always get padded batches:
+  a mask may also be computed from them (``tokens > 0``).
 * a mask (boolean ``[batch, time]``): the batch's valid steps themselves.
 * features (rank 3 or more): random normal; at padded steps the ``mask_value`` of the ``Masking``
-  layer that reads them, if one does, else random too (an explicit mask ignores them).
+  layer that reads them, if one does (an ONNX reference: the constant an ``Equal`` compares them
+  with, else 0, Masking's default), else random too (an explicit mask ignores them).
 * anything else (initial states, ...): random.
 
 A model with token ids, a mask or masked features gets padded batches (:data:`PADDED_KINDS`):
 rows post-padded to different lengths (a partial, a full, an empty and a one-step row first),
 the same rows pre-padded (``pad_sequences``' default), and rows with a hole between valid steps.
 Any model also gets a batch of one full row; an unmasked model a random batch of several rows.
-A dimension fixed in the ONNX model (or the Keras signature) keeps its size; dynamic ones get
+A dimension fixed in the ONNX model (or the reference's inputs) keeps its size; dynamic ones get
 ``rows`` x ``steps`` (other dynamic axes :data:`OTHER_DIM`).
 
 :func:`output_difference` compares one output with the reference's apart at valid and at padded
@@ -37,6 +41,23 @@ PADDED_KINDS = (POST, PRE, HOLES)
 MIN_STEPS = {PRE: 2, HOLES: 3}  # fewer steps cannot pad a row before, or between, valid steps
 DEFAULT_VOCABULARY = 10         # token ids no Embedding or Gather is found for
 OTHER_DIM = 3                   # a dynamic axis that is neither batch nor time
+
+
+@dataclasses.dataclass(frozen=True)
+class InputSpec:
+    """One input of the reference: its name, numpy dtype and shape (None where dynamic; no shape: unknown rank)."""
+
+    name: str
+    dtype: np.dtype
+    shape: Optional[tuple]
+
+    @classmethod
+    def of(cls, spec) -> "InputSpec":
+        """An InputSpec from itself or a ``tf.TensorSpec``."""
+        if isinstance(spec, InputSpec):
+            return spec
+        shape = tuple(spec.shape.as_list()) if spec.shape.rank is not None else None
+        return cls(spec.name, np.dtype(spec.dtype.as_numpy_dtype), shape)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -243,37 +264,71 @@ class InterfaceError(ValueError):
     """The ONNX model's inputs cannot be paired with the reference model's."""
 
 
-def input_roles(specs: list, onnx_model, keras_model=None) -> list:
-    """An :class:`InputRole` per input of the reference (``tf.TensorSpec``s, in its order), paired
-    with the ONNX model's inputs by name, else by position when the counts agree."""
+class InputHints:
+    """What a reference knows of the layers reading each of its inputs. This one knows nothing (a
+    SavedModel): the ONNX model's graph is read instead."""
+
+    def vocabulary(self, index: int) -> Optional[int]:  # pylint: disable=unused-argument
+        """Token ids of input ``index`` are valid below this; None: unknown."""
+        return None
+
+    def mask_value(self, index: int, sole_features: bool) -> Optional[float]:  # pylint: disable=unused-argument
+        """What features input ``index`` holds at padded steps; None: random there too."""
+        return None
+
+
+class KerasHints(InputHints):
+    """A Keras model's ``Embedding`` and ``Masking`` layers."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def vocabulary(self, index: int) -> Optional[int]:
+        return keras_vocabulary(self.model, index)
+
+    def mask_value(self, index: int, sole_features: bool) -> Optional[float]:
+        return keras_mask_value(self.model, index, sole_features)
+
+
+def input_roles(specs: list, onnx_model, hints=None) -> list:
+    """An :class:`InputRole` per input of the reference (``specs``: :class:`InputSpec`\\ s or
+    ``tf.TensorSpec``\\ s, in its order), paired with the ONNX model's inputs by name, else by
+    position when the counts agree. ``hints``: the reference's :class:`InputHints`, or a Keras model
+    (its layers), or None (nothing known: the ONNX model's graph alone)."""
+    if not isinstance(hints, InputHints):
+        hints = InputHints() if hints is None else KerasHints(hints)
+    specs = [InputSpec.of(spec) for spec in specs]
     onnx_inputs = graph_inputs(onnx_model)
     onnx_names = match_inputs([spec.name for spec in specs], list(onnx_inputs))
-    features = sum(1 for spec in specs if len(spec.shape) >= 3)
+    features = sum(1 for spec in specs if spec.shape is not None and len(spec.shape) >= 3)
     roles = []
     for index, (spec, onnx_name) in enumerate(zip(specs, onnx_names)):
         onnx_dtype, onnx_dims = onnx_inputs[onnx_name]
-        dtype = np.dtype(spec.dtype.as_numpy_dtype)
-        shape = merged_shape(onnx_dims, spec.shape.as_list() if spec.shape.rank is not None else onnx_dims)
-        kind = input_kind(dtype, len(shape))
+        shape = merged_shape(spec.name, onnx_dims, spec.shape)
+        kind = input_kind(spec.dtype, len(shape))
         vocabulary = mask_value = None
         if kind == TOKENS:
-            vocabulary = keras_vocabulary(keras_model, index) or onnx_vocabulary(onnx_model, onnx_name)
+            vocabulary = hints.vocabulary(index) or onnx_vocabulary(onnx_model, onnx_name)
         elif kind == FEATURES:
-            mask_value = keras_mask_value(keras_model, index, features == 1)
+            mask_value = hints.mask_value(index, features == 1)
             mask_value = onnx_mask_value(onnx_model, onnx_name) if mask_value is None else mask_value
-        roles.append(InputRole(spec.name, onnx_name, dtype, onnx_dtype, shape, kind, vocabulary, mask_value))
+        roles.append(InputRole(spec.name, onnx_name, spec.dtype, onnx_dtype, shape, kind, vocabulary, mask_value))
     return roles
 
 
-def merged_shape(onnx_dims: list, spec_dims: list) -> tuple:
-    """The input's shape: a size fixed in the ONNX model, else in the reference's signature, else None."""
-    if len(onnx_dims) != len(spec_dims):  # no (or another) shape in the ONNX model: the signature's
-        return tuple(spec_dims)
+def merged_shape(name: str, onnx_dims: Optional[list], spec_dims: Optional[tuple]) -> tuple:
+    """Input ``name``'s shape: a size fixed in the ONNX model, else in the reference's, else None."""
+    if onnx_dims is None or spec_dims is None or len(onnx_dims) != len(spec_dims):
+        known = spec_dims if spec_dims is not None else onnx_dims  # the reference's rank, when they differ
+        if known is None:
+            raise InterfaceError(f"input {name}: neither model gives its rank")
+        return tuple(known)
     return tuple(o if o is not None else s for o, s in zip(onnx_dims, spec_dims))
 
 
 def graph_inputs(onnx_model) -> dict:
-    """ONNX input name -> (numpy dtype, dims with None where dynamic), initializers left out."""
+    """ONNX input name -> (numpy dtype, dims with None where dynamic, or None without a shape),
+    initializers left out."""
     from onnx import helper  # pylint: disable=import-outside-toplevel
     initializers = {init.name for init in onnx_model.graph.initializer}
     inputs = {}
@@ -281,7 +336,8 @@ def graph_inputs(onnx_model) -> dict:
         if value.name in initializers:
             continue
         tensor = value.type.tensor_type
-        dims = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None for d in tensor.shape.dim]
+        dims = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None for d in tensor.shape.dim] \
+            if tensor.HasField("shape") else None
         inputs[value.name] = (np.dtype(helper.tensor_dtype_to_np_dtype(tensor.elem_type)), dims)
     return inputs
 

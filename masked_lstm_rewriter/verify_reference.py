@@ -1,0 +1,184 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The references ``verify`` checks an ONNX model against (see :mod:`.verification`).
+
+A :class:`Reference` is a small interface: a ``label`` for the report, its inputs (``specs``,
+:class:`.verify_batches.InputSpec`), ``run(inputs)`` giving its outputs in the ONNX model's
+order, and what it knows of the layers reading its inputs (:class:`.verify_batches.InputHints`).
+:func:`load_reference` picks one for what the user gave:
+
+* :class:`KerasReference`: a Keras model, or a ``.keras`` / ``.h5`` file; Keras runs it eagerly
+  (``model(x, training=False)``) and its ``Embedding`` and ``Masking`` layers say how to feed it.
+* :class:`SavedModelReference`: a SavedModel directory; TensorFlow runs its ``serving_default``
+  signature (the graph tf2onnx converts).
+* :class:`OnnxReference`: an ONNX model (an ``.onnx`` file or an ``onnx.ModelProto``), typically
+  the one :func:`..rewrite_onnx` rewrote; onnxruntime runs it, and its own graph says how to feed
+  it: the table a ``Gather`` takes token ids into, the constant an ``Equal`` compares features
+  with (else 0, Keras's ``Masking`` default). A reference must run every batch, so a file
+  carrying the post-padding guard (a ``mask_mode="post"`` output) is refused.
+
+Importing this module imports neither TensorFlow nor tf2onnx (loading a reference does).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+import numpy as np
+
+from .corpus.check import first_line
+from .corpus.ops import walk_nodes
+from .sessions import onnxruntime_session, runtime_available
+from .verify_batches import InputHints, InputSpec, graph_inputs, keras_mask_value, keras_vocabulary
+from .verify_batches import onnx_mask_value, onnx_vocabulary
+
+ONNX_FILES = (".onnx",)
+
+
+class Reference(InputHints):
+    """The oracle: its ``label``, its inputs (``specs``, in the order ``run`` takes them), and
+    ``run(inputs)``: its outputs, as arrays, in the ONNX model's output order."""
+
+    def __init__(self, label: str, specs: list):
+        self.label = label
+        self.specs = [InputSpec.of(spec) for spec in specs]
+
+    def run(self, inputs: list) -> list:
+        raise NotImplementedError
+
+
+class KerasReference(Reference):
+    """A Keras model called eagerly in inference mode; its layers say how to feed it."""
+
+    def __init__(self, model, label: str):
+        from . import keras_source  # pylint: disable=import-outside-toplevel
+        super().__init__(label, keras_source.input_signature(model))
+        self.model = model
+
+    def run(self, inputs: list) -> list:
+        return keras_outputs(self.model, inputs)
+
+    def vocabulary(self, index: int) -> Optional[int]:
+        return keras_vocabulary(self.model, index)
+
+    def mask_value(self, index: int, sole_features: bool) -> Optional[float]:
+        return keras_mask_value(self.model, index, sole_features)
+
+
+def keras_outputs(model, inputs: list) -> list:
+    """Keras's outputs, flat, as arrays: the model called eagerly in inference mode."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    outputs = model(inputs if len(inputs) > 1 else inputs[0], training=False)
+    return [np.asarray(output) for output in tf.nest.flatten(outputs)]
+
+
+class SavedModelReference(Reference):
+    """TensorFlow running a SavedModel's ``serving_default`` signature. It knows nothing of its
+    layers: the ONNX model's graph says how to feed it."""
+
+    def __init__(self, path: str, onnx_output_names: list):
+        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+        from .keras_source import SourceError  # pylint: disable=import-outside-toplevel
+        try:
+            self.function = tf.saved_model.load(path).signatures["serving_default"]
+        except KeyError as error:
+            raise SourceError(f"{path}: the SavedModel has no serving_default signature") from error
+        except Exception as error:  # noqa: BLE001  pylint: disable=broad-except
+            raise SourceError(f"{path}: TensorFlow could not load it ({first_line(error)})") from error
+        self.tf_specs = [tf.TensorSpec(spec.shape, spec.dtype, name=name)
+                         for name, spec in self.function.structured_input_signature[1].items()]
+        super().__init__(path, self.tf_specs)
+        self.output_names = onnx_output_names
+
+    def run(self, inputs: list) -> list:
+        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+        outputs = self.function(**{spec.name: tf.constant(x, spec.dtype) for spec, x in zip(self.tf_specs, inputs)})
+        names = self.output_names if set(self.output_names) <= set(outputs) else sorted(outputs)
+        return [np.asarray(outputs[name]) for name in names]
+
+
+class OnnxReference(Reference):
+    """An ONNX model on onnxruntime's CPU: its graph inputs (names, dtypes, fixed sizes), its
+    outputs by the ONNX model's names where it has them all (else in its own order)."""
+
+    def __init__(self, proto, label: str, onnx_output_names: list):
+        from .keras_source import SourceError  # pylint: disable=import-outside-toplevel
+        if has_guard(proto):
+            raise SourceError(f"{label}: the reference carries the post-padding guard (a mask_mode=\"post\" model) "
+                              "and fails on other masks: give the file it was rewritten from first, the model "
+                              "to check second")
+        available, why = runtime_available("onnxruntime")
+        if not available:
+            raise SourceError(f"{label}: an ONNX reference runs on onnxruntime: {why}")
+        try:
+            self.session = onnxruntime_session(proto)
+        except Exception as error:  # noqa: BLE001  pylint: disable=broad-except  (any onnxruntime error: one line)
+            raise SourceError(f"{label}: onnxruntime cannot load the reference ({first_line(error)})") from error
+        inputs = graph_inputs(proto)
+        super().__init__(label, [InputSpec(name, dtype, None if dims is None else tuple(dims))
+                                 for name, (dtype, dims) in inputs.items()])
+        self.proto = proto
+        own = [output.name for output in proto.graph.output]
+        self.output_names = onnx_output_names if set(onnx_output_names) <= set(own) else own
+
+    def run(self, inputs: list) -> list:
+        feeds = {spec.name: np.asarray(x).astype(spec.dtype) for spec, x in zip(self.specs, inputs)}
+        return self.session.run(self.output_names, feeds)
+
+    def vocabulary(self, index: int) -> Optional[int]:
+        return onnx_vocabulary(self.proto, self.specs[index].name)
+
+    def mask_value(self, index: int, sole_features: bool) -> Optional[float]:
+        value = onnx_mask_value(self.proto, self.specs[index].name)
+        return 0.0 if value is None else value  # what Keras's Masking reads as padding by default
+
+
+def load_reference(model, onnx_output_names: list) -> Reference:
+    """The :class:`Reference` for ``model``: a Keras model object or file, a SavedModel directory,
+    or an ONNX model (a path ending in ``.onnx``, or an ``onnx.ModelProto``)."""
+    from . import keras_source  # pylint: disable=import-outside-toplevel
+    if _is_model_proto(model):
+        return OnnxReference(model, "the reference ONNX model", onnx_output_names)
+    if isinstance(model, (str, os.PathLike)):
+        path = os.fspath(model)
+        if path.lower().endswith(ONNX_FILES):
+            return OnnxReference(load_onnx(path)[0], path, onnx_output_names)
+        if keras_source.is_saved_model(path):
+            return SavedModelReference(path, onnx_output_names)
+        if os.path.isfile(path) and not path.lower().endswith(keras_source.KERAS_FILES):
+            raise keras_source.SourceError(f"{path}: not a reference model: a Keras file "
+                                           f"({', '.join(keras_source.KERAS_FILES)}), a SavedModel directory "
+                                           "or an ONNX file (.onnx)")
+        return KerasReference(keras_source.load(path), path)
+    if not keras_source.is_keras_model(model):
+        raise TypeError(f"expected a Keras model, an onnx.ModelProto or a path, not {type(model).__name__}")
+    return KerasReference(model, f"Keras model '{getattr(model, 'name', type(model).__name__)}'")
+
+
+def _is_model_proto(model) -> bool:
+    import onnx  # pylint: disable=import-outside-toplevel
+    return isinstance(model, onnx.ModelProto)
+
+
+def load_onnx(onnx_model) -> tuple:
+    """(the ModelProto, a label for it) from a path or a ModelProto."""
+    import onnx  # pylint: disable=import-outside-toplevel
+    from .keras_source import SourceError  # pylint: disable=import-outside-toplevel
+    if isinstance(onnx_model, onnx.ModelProto):
+        return onnx_model, "the ONNX model"
+    path = os.fspath(onnx_model)
+    if not os.path.isfile(path):
+        raise SourceError(f"{path}: no such file")
+    try:
+        proto = onnx.load(path)
+    except Exception as error:  # noqa: BLE001  pylint: disable=broad-except  (protobuf raises several kinds)
+        raise SourceError(f"{path}: not an ONNX model ({first_line(error)})") from error
+    if not proto.graph.node or not proto.opset_import:
+        raise SourceError(f"{path}: not an ONNX model (no graph)")
+    return proto, path
+
+
+def has_guard(proto) -> bool:
+    """Does the model carry the post-padding guard (mask_mode="post")?"""
+    from .plan.masks import GUARD_MESSAGE  # pylint: disable=import-outside-toplevel  (imports tf2onnx)
+    return any(GUARD_MESSAGE in node.name for node in walk_nodes(proto.graph, segments=True))
