@@ -10,7 +10,8 @@ the batch size is static); with a static batch of 1, a term may also have its ba
 away (``Squeeze`` of a [1, N] product, broadcast back by the sum).
 
 Weights are loop inputs of the body, so their values are only known in the main graph: a
-:class:`ConstRef` names the body input and the slicing to apply once the value is known.
+:class:`ConstRef` names the body input and the slicing to apply once the value is known (ONNX's
+``Slice``, ``Reshape`` and ``Expand`` of a constant included: jax2onnx's spellings).
 
 A read that fails raises a :class:`~..failure.Refusal` carrying the node the reader stopped at
 (what it did not understand); a read that can recover (a constant is a bias) catches it.
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import weakref
 from typing import Callable, Optional
 
 import numpy as np
@@ -35,8 +37,10 @@ class ConstRef:
     input_index: Optional[int] = None
     value: Optional[np.ndarray] = dataclasses.field(default=None, compare=False)
     # each step: ("split", axis, parts, index), ("slice", axis, begin, end), ("squeeze", axis, 0, 0),
-    # ("transpose", 0, 0, 0) (a matrix stored transposed) or ("scale", 0, factor, 0) (Gemm's alpha, beta)
+    # ("transpose", 0, 0, 0) (a matrix stored transposed), ("scale", 0, factor, 0) (Gemm's alpha, beta),
+    # ("reshape", 0, shape, 0) or ("expand", 0, shape, 0) (ONNX's Reshape and Expand to a constant shape)
     steps: tuple = ()
+    added_to_rows: bool = False  # a bias: leading unit axes (of [1, N]) are dropped once resolved, as its sum does
 
     def then(self, step: tuple) -> "ConstRef":
         return dataclasses.replace(self, steps=self.steps + (step,))
@@ -44,32 +48,34 @@ class ConstRef:
     def resolve(self, input_value: Callable[[int], Optional[np.ndarray]]) -> Optional[np.ndarray]:
         """The array this names, given a lookup of the constant values of body inputs."""
         array = self.value if self.input_index is None else input_value(self.input_index)
-        if array is None:
+        for step in self.steps:
+            array = None if array is None else _apply_step(np.asarray(array), *step)
+        while self.added_to_rows and array is not None and array.ndim > 1 and array.shape[0] == 1:
+            array = array[0]
+        return None if array is None or (self.added_to_rows and array.ndim > 1) else array
+
+
+def _apply_step(array: np.ndarray, kind: str, axis: int, a, b) -> Optional[np.ndarray]:
+    """One :class:`ConstRef` step applied to ``array`` (None where it does not apply)."""
+    if kind == "scale":
+        return (array * a).astype(array.dtype)
+    if kind in ("reshape", "expand"):
+        try:
+            return array.reshape(a) if kind == "reshape" else array * np.ones(a, array.dtype)  # Expand broadcasts
+        except ValueError:
             return None
-        for kind, axis, a, b in self.steps:
-            if kind == "scale":
-                array = (array * a).astype(array.dtype)
-                continue
-            if array.ndim == 0:
-                continue  # a scalar term broadcasts: every column block of it is itself
-            axis = axis % array.ndim
-            if kind == "transpose":
-                if array.ndim != 2:
-                    return None
-                array = array.T
-            elif kind == "squeeze":
-                if array.shape[axis] != 1:
-                    return None
-                array = np.squeeze(array, axis)
-            elif kind == "split":
-                if array.shape[axis] % a:
-                    return None
-                array = np.split(array, a, axis=axis)[b]
-            else:
-                index = [slice(None)] * array.ndim
-                index[axis] = slice(a, b)
-                array = array[tuple(index)]
-        return array
+    if array.ndim == 0:
+        return array  # a scalar term broadcasts: every column block of it is itself
+    axis = axis % array.ndim
+    if kind == "transpose":
+        return array.T if array.ndim == 2 else None
+    if kind == "squeeze":
+        return np.squeeze(array, axis) if array.shape[axis] == 1 else None
+    if kind == "split":
+        return np.split(array, a, axis=axis)[b] if array.shape[axis] % a == 0 else None
+    index = [slice(None)] * array.ndim
+    index[axis] = slice(a, b)
+    return array[tuple(index)]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,8 +139,6 @@ class LinearForm:
 
 # ops that add terms (a MatMul is a sum of one product), and every op the linear reader reads
 SUM_OPS = ("Add", "AddV2", "BiasAdd", "MatMul", "Gemm")
-
-
 READ_OPS = SUM_OPS + ("Identity", "Squeeze", "Split", "SplitV", "StridedSlice", "Slice")
 # a failed read's text: never shown, the gate reader words the reason from the node it stopped at
 NOT_READ = "not a linear form the reader knows"
@@ -159,12 +163,24 @@ def _is_onnx_split(node) -> bool:
     return node.get_attr("num_split") is None
 
 
+_KNOWN = weakref.WeakKeyDictionary()  # body graph -> {tensor: what the loop feeds it} (declare_known)
+
+
+def declare_known(body, tensor: str, known) -> None:
+    """Tell every reader of ``body`` what the loop around it feeds ``tensor``: a :class:`LinearForm`
+    ``x @ W + b`` for a step input that is the layer's input projected before the loop (Keras's JAX
+    GRU without a mask), a :class:`ConstRef` for a loop-invariant input computed from constants
+    before the loop (its recurrent bias); their weights are values of the main graph."""
+    _KNOWN.setdefault(body, {})[tensor] = known
+
+
 class LinearReader:
     """Reads gate pre-activations of one body graph, given its step input and previous state.
 
-    ``x_item`` is the tensor holding this step's input, ``h_prev`` the previous hidden state.
-    A read that fails raises a :class:`Refusal` whose ``node`` is the node the reader stopped at
-    (what it did not understand; None for a loop input).
+    ``x_item`` is the tensor holding this step's input, ``h_prev`` the previous hidden state. Where
+    the step input is the input projected already (:func:`declare_known`), it reads as that form,
+    and a product of it is no term. A read that fails raises a :class:`Refusal` whose
+    ``node`` is the node the reader stopped at (what it did not understand; None for a loop input).
     """
 
     def __init__(self, graph, x_item: str, h_prev: str):
@@ -172,9 +188,13 @@ class LinearReader:
         self.x_item = x_item
         self.h_prev = h_prev
         self._input_index = {name: i for i, name in enumerate(graph.input_names)}
+        self._known = _KNOWN.get(graph, {})
+        self.x_form = self._known.get(x_item) if isinstance(self._known.get(x_item), LinearForm) else None
 
     def read(self, tensor: str) -> LinearForm:
         """The linear form of ``tensor``; raises a :class:`Refusal` when it is not ``x W + h R + b``."""
+        if self.x_form is not None and tensor == self.x_item:
+            return self.x_form
         node = producer(self.graph, tensor)
         if node is None:
             raise Refusal(NOT_READ)
@@ -197,8 +217,9 @@ class LinearReader:
         last-axis columns ``tensor`` holds, for the ops that keep some: TensorFlow's ``SplitV`` and
         ``StridedSlice``, ONNX's ``Split`` and ``Slice``; None for any other slicing."""
         if node.type == "Split":
-            step = self._onnx_split(node, tensor)
-            return step if step is not None and self._is_last_axis(node.input[0], step[1]) else None
+            step = self._onnx_split(node, tensor)  # on the last axis: said so, as every column step says it
+            ok = step is not None and self._is_last_axis(node.input[0], step[1])
+            return (step[0], -1) + step[2:] if ok else None
         columns = {"SplitV": self._splitv_columns, "StridedSlice": lambda n, _: self._column_slice(n),
                    "Slice": lambda n, _: self._onnx_slice_columns(n)}[node.type](node, tensor)
         return None if columns is None else ("slice", -1) + columns
@@ -262,7 +283,7 @@ class LinearReader:
             bias = self.const_ref(item)
             if bias is None:
                 raise
-            form = LinearForm(bias=bias)  # not a failure after all
+            form = LinearForm(bias=dataclasses.replace(bias, added_to_rows=True))  # not a failure after all
         return form.scaled(factor)
 
     def sum_terms(self, tensor: str, factor: float = 1.0) -> list:
@@ -297,7 +318,7 @@ class LinearReader:
         if weight is None:
             return self._stop(producer(self.graph, skip_identity(self.graph, product.b)) or product.node)
         source = self.step_source(product.a)
-        if source is None:
+        if source is None or (source == "x" and self.x_form is not None):  # x is projected already
             return self._stop(producer(self.graph, skip_identity(self.graph, product.a)) or product.node)
         if product.trans_b:
             weight = weight.then(("transpose", 0, 0, 0))
@@ -338,23 +359,27 @@ class LinearReader:
         begin = sum(sizes[:index])
         return begin, (None if sizes[index] < 0 else begin + sizes[index])
 
-    def _onnx_slice_columns(self, node) -> Optional[tuple]:
-        """(begin, end) of ``data[..., a:b]``, an ONNX ``Slice`` (opset 10+) of the last axis with step 1;
-        every other axis it names taken whole (tf2onnx writes ``t[:, a:b]`` so)."""
+    def _onnx_slice_steps(self, node) -> Optional[list]:
+        """One ``("slice", axis, begin, end)`` step per axis an ONNX ``Slice`` (opset 10+, step 1) names:
+        exact for a constant, whatever its shape."""
         starts, ends = (self._const_list(t) for t in node.input[1:3])
         axes = self._const_list(node.input[3]) if len(node.input) > 3 and node.input[3] else None
         steps = self._const_list(node.input[4]) if len(node.input) > 4 and node.input[4] else None
         if starts is None or ends is None or len(starts) != len(ends):
             return None
         axes = list(range(len(starts))) if axes is None else axes
-        steps = [1] * len(starts) if steps is None else steps
-        if len(axes) != len(starts) or steps != [1] * len(starts):
+        if len(axes) != len(starts) or (steps is not None and steps != [1] * len(starts)):
             return None
-        columns = [(start, end) for start, end, axis in zip(starts, ends, axes)
-                   if self._is_last_axis(node.input[0], axis)]
+        return [("slice", axis, start, end) for axis, start, end in zip(axes, starts, ends)]
+
+    def _onnx_slice_columns(self, node) -> Optional[tuple]:
+        """(begin, end) of ``data[..., a:b]``, an ONNX ``Slice`` (step 1) of the last axis of a tensor of
+        rows; every other axis it names provably taken whole (tf2onnx writes ``t[:, a:b]`` so)."""
+        steps = self._onnx_slice_steps(node) or []
+        columns = [(start, end) for _, axis, start, end in steps if self._is_last_axis(node.input[0], axis)]
         shape = self.graph.get_shape(node.input[0]) or []
         whole = all(start == 0 and (end >= 2 ** 31 - 1 or (axis < len(shape) and 0 <= shape[axis] <= end))
-                    for start, end, axis in zip(starts, ends, axes) if not self._is_last_axis(node.input[0], axis))
+                    for _, axis, start, end in steps if not self._is_last_axis(node.input[0], axis))
         if len(columns) != 1 or not whole or columns[0][0] < 0:
             return None
         begin, end = columns[0]
@@ -409,16 +434,18 @@ class LinearReader:
         tensor = skip_identity(self.graph, tensor)
         if tensor in self._input_index:
             index = self._input_index[tensor]
-            return ConstRef(input_index=index) if passes_through(self.graph, index) else None
+            if not passes_through(self.graph, index):
+                return None
+            known = self._known.get(tensor)  # computed from constants before the loop
+            return known if isinstance(known, ConstRef) else ConstRef(input_index=index)
         node = producer(self.graph, tensor) or outer_const(self.graph, tensor)
         if node is None:
             return None
         if node.is_const():
             return ConstRef(value=node.get_tensor_value(as_list=False))
-        if node.type in ("Split", "Slice") and (node.type == "Slice" or _is_onnx_split(node)):
-            whole = self.const_ref(node.input[0])
-            step = self._onnx_split(node, tensor) if node.type == "Split" else self._columns(node, tensor)
-            return None if whole is None or step is None else whole.then(step)
+        if node.type in ("Split", "Slice", "Reshape", "Expand") and (node.type != "Split" or _is_onnx_split(node)):
+            whole, steps = self.const_ref(node.input[0]), self._onnx_const_steps(node, tensor)
+            return None if whole is None or steps is None else functools.reduce(ConstRef.then, steps, whole)
         if node.type == "Split":
             whole = self.const_ref(node.input[1])
             axis = scalar_value(self.graph, node.input[0])
@@ -438,6 +465,21 @@ class LinearReader:
                 node.get_attr_value("axes", []) or (self._const_list(node.input[1]) if len(node.input) > 1 else [])
             return None if whole is None or len(axes) != 1 else whole.then(("squeeze", axes[0], 0, 0))
         return None
+
+    def _onnx_const_steps(self, node, tensor: str) -> Optional[list]:
+        """The steps that give output ``tensor`` of an ONNX ``Split``, ``Slice``, ``Reshape`` or ``Expand``
+        of a constant: a Reshape or Expand to a constant shape (jax2onnx broadcasts a bias as
+        ``Expand(Reshape(b, [1, N]), [1, N])``, its shapes written as a Concat of constants)."""
+        if node.type in ("Split", "Slice"):
+            steps = [self._onnx_split(node, tensor)] if node.type == "Split" else self._onnx_slice_steps(node)
+            return None if steps is None or None in steps else steps
+        concat = producer(self.graph, skip_identity(self.graph, node.input[1]))
+        parts = [self._const_list(t) for t in (concat.input if concat is not None and concat.type == "Concat"
+                                                else [node.input[1]])]
+        if any(part is None for part in parts):
+            return None
+        shape = tuple(v for part in parts for v in part)
+        return None if node.type == "Reshape" and 0 in shape else [(node.type.lower(), 0, shape, 0)]
 
     def _column_slice(self, node) -> Optional[tuple]:
         """(begin, end) on the last axis of ``t[:, a:b]`` (rank 2) or ``t[a:b]`` (rank 1), as Keras

@@ -6,6 +6,9 @@ The loop's body is one step of the layer:
 * it reads step t of a time-major sequence held outside the loop, ``Gather(x, t)``, t the
   iteration number or a counter that starts at 0 and advances by one; a masked layer reads its
   ``[T, B, 1]`` boolean mask the same way;
+* the sequence may be the input already projected, ``x @ W + b`` computed before the loop (Keras's
+  JAX GRU without a mask): the step's item then reads as that form, and the layer's input is x;
+  weights the loop is fed may be computed from constants before it (slices of a bias);
 * it computes each cell's new states with the algebra the cell kinds read (:mod:`..cells`);
 * a masked layer keeps each state where the mask is off: ``Where(m, new, old)``, or tf2onnx's
   spelling of TensorFlow's select, ``Cast(m) * new + Cast(Not(m)) * old``;
@@ -25,10 +28,11 @@ from typing import Optional, Union
 from onnx import TensorProto
 
 from ..failure import Refusal
-from ..graph import (const_value, is_increment, is_zero_scalar, is_zeros, next_value,
-                     passes_through, producer, shape_element, skip_casts, skip_identity)
+from ..graph import (const_value, is_increment, is_zero_scalar, is_zeros, next_value, passes_through,
+                     producer, rank_of, shape_element, skip_casts, skip_identity, transpose_perm)
 from ..layer import MaskedRecurrentLayer
 from .body import read_cells, state_stack
+from .linear import LinearForm, LinearReader, Product, declare_known
 from .loop import resolve_cells
 from .time_axis import TimeAxis, time_axis_of
 from .onnx_trip import check_loop_trip_count
@@ -40,6 +44,17 @@ class LoopLayer(MaskedRecurrentLayer):
 
     mask_layout: str = "batch"  # ``mask`` is [B, T] ("batch"), or the [B, T, 1] ("column") or [T, B, 1] or
                                 # [T, B] ("time") mask found instead: the source makes it [B, T] before planning
+    x_batch_major: Optional[str] = None  # the input, batch-major, where the loop reads it projected and
+                                         # transposed: the source makes it time-major before emission
+
+
+@dataclasses.dataclass(frozen=True)
+class _Projection:
+    """The layer's input ``x`` and its projection ``x @ W + b`` (``form``), which the loop reads instead."""
+
+    x: str
+    form: LinearForm
+    batch_major: bool        # x is [B, T, F] and the projection is transposed to time-major after it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,6 +162,7 @@ def _read_layer(graph, loop, body, reads: _StepReads) -> LoopLayer:
     variables = range(2, len(body.input_names))
     counters = {i for i in variables if _is_counter(graph, loop, body, i)}
     invariants = {i for i in variables if passes_through(body, i)}
+    projection = _declare_outer_values(graph, loop, body, invariants, x_tm, x_item)
     carried, zero_output = _carried(graph, loop, body, [i for i in variables if i not in counters | invariants],
                                     mask_item)
     sequence, out_select, h_top = _read_output(graph, loop, body, carried, mask_item)
@@ -167,10 +183,63 @@ def _read_layer(graph, loop, body, reads: _StepReads) -> LoopLayer:
         mask, mask_layout = _batch_major_mask(graph, mask_tm, time_axis)
     return LoopLayer(
         layer=loop_layer_name(loop), while_node=loop, cells=cells, direction="reverse" if x_reversed else "forward",
-        x_reader=reads.x, x_time_major=x_tm if x_reversed or x_tm != reads.x.input[0] else None,
-        x_source=_batch_major_source(graph, x_tm), mask=mask, mask_post_padded=False, output_carried=output_carried,
+        x_reader=reads.x, mask=mask, mask_post_padded=False, output_carried=output_carried,
         sequence_outputs=[] if sequence_output is None else [sequence_output], writes_sequence=sequence is not None,
-        last_output=None if output_index is None else loop.output[output_index - 2], mask_layout=mask_layout)
+        last_output=None if output_index is None else loop.output[output_index - 2], mask_layout=mask_layout,
+        **_layer_input(graph, x_tm, x_tm if x_reversed or x_tm != reads.x.input[0] else None, projection))
+
+
+def _layer_input(graph, x_tm: str, read_time_major: Optional[str], projection: Optional[_Projection]) -> dict:
+    """The layer's input fields: ``x_time_major`` (``read_time_major``: where the loop reads other than
+    the time-major input itself, else None), ``x_source``, and ``x_batch_major`` where the input the
+    loop reads projected is batch-major (:class:`LoopLayer`)."""
+    if projection is None:
+        return {"x_time_major": read_time_major, "x_source": _batch_major_source(graph, x_tm)}
+    if projection.batch_major:
+        return {"x_time_major": None, "x_source": projection.x, "x_batch_major": projection.x}
+    return {"x_time_major": projection.x, "x_source": _batch_major_source(graph, projection.x)}
+
+
+def _declare_outer_values(graph, loop, body, invariants: set, x_tm: str, x_item: str) -> Optional[_Projection]:
+    """Tell the body's readers what the graph around the loop computes from constants before it
+    (:func:`~.linear.declare_known`): each loop-invariant input that is no constant itself, and the
+    step input where the loop reads the layer's input projected (then returned, else None)."""
+    outside = LinearReader(graph, None, None)
+    for index in invariants:
+        ref = None if graph.is_const(loop.input[index]) else outside.const_ref(loop.input[index])
+        if ref is not None and ref.resolve(lambda _: None) is not None:
+            declare_known(body, body.input_names[index], ref)
+    projection = _projected_input(graph, body, x_tm, x_item)
+    if projection is not None:
+        declare_known(body, x_item, projection.form)
+    return projection
+
+
+def _projected_input(graph, body, sequence: str, x_item: str) -> Optional[_Projection]:
+    """The layer's input, where the loop reads its projection instead (Keras's JAX GRU without a mask
+    computes ``x @ W + b`` before its loop, and its step only slices the item it reads):
+    ``sequence`` is ``Transpose(x @ W + b, [1, 0, 2])`` or ``x_tm @ W + b``, W and b constants of
+    the main graph, x of rank 3, and no product of the step reads the item (one that does reads
+    the layer's input itself, whatever computed it: a Dense layer before an LSTM). Else None."""
+    transpose = producer(graph, sequence)
+    batch_major = transpose is not None and transpose.type == "Transpose" and \
+        transpose_perm(graph, transpose) == [1, 0, 2]
+    projected = transpose.input[0] if batch_major else sequence
+    products = [item for _, item in LinearReader(graph, None, None).sum_terms(projected) if isinstance(item, Product)]
+    if len(products) != 1 or _multiplies(body, x_item) or (not batch_major and rank_of(graph, products[0].a) != 3):
+        return None
+    form = LinearReader(graph, products[0].a, None).try_read(projected)
+    if form is None or form.kernel is None or form.recurrent is not None or \
+            any(ref is not None and ref.resolve(lambda _: None) is None for ref in (form.kernel, form.bias)):
+        return None  # not x @ W + b, or W or b not values of the main graph
+    return _Projection(products[0].a, form, batch_major)
+
+
+def _multiplies(body, x_item: str) -> bool:
+    """Does a product of the step (``MatMul``, ``Gemm``) read ``x_item``?"""
+    reader = LinearReader(body, x_item, None)
+    return any(isinstance(item, Product) and reader.step_source(item.a) == "x"
+               for node in body.get_nodes() for _, item in reader.addends(node) or ())
 
 
 def _carried(graph, loop, body, variables: list, mask_item) -> tuple:
@@ -313,14 +382,21 @@ def _unreversed(graph, tensor: str) -> tuple:
             node.get_attr_value("batch_axis", 1) != 1:
         return tensor, False
     source = node.input[0]
-    lengths = producer(graph, node.input[1])
-    steps = time_axis_of(graph, [source])
-    full = lengths is not None and lengths.type == "Expand" and \
-        shape_element(graph, lengths.input[0], 0) in steps.dims and \
-        (graph.get_shape(lengths.input[0]) or [None]) == [1]
-    if not full:
+    if not _every_row_whole(graph, node.input[1], time_axis_of(graph, [source])):
         raise Refusal("the input is reversed by lengths other than the number of steps", node)
     return source, True
+
+
+def _every_row_whole(graph, lengths: str, steps: TimeAxis) -> bool:
+    """Are the ``lengths`` a ReverseSequence reverses by the number of steps for every row: T expanded
+    to the batch (``Expand(shape(t)[0:1], ...)``), or, shapes being static, a constant of T's (as
+    onnx-simplifier folds it)?"""
+    node = producer(graph, lengths)
+    if node is not None and node.type == "Expand":
+        return shape_element(graph, node.input[0], 0) in steps.dims and \
+            (graph.get_shape(node.input[0]) or [None]) == [1]
+    value = const_value(graph, lengths)
+    return steps.steps is not None and isinstance(value, list) and bool(value) and set(value) == {steps.steps}
 
 
 def _batch_major_source(graph, x_tm: str) -> str:

@@ -23,6 +23,7 @@ from masked_lstm_rewriter.sessions import onnxruntime_session, openvino_compiled
 
 DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "testdata", "onnx_in")
 TF2ONNX_FILES = sorted(glob.glob(os.path.join(DATA, "tf2onnx", "*.onnx")))
+ONNXSIM_FILES = sorted(glob.glob(os.path.join(DATA, "onnxsim", "*.onnx")))  # the same, after onnx-simplifier
 JAX_FILES = sorted(glob.glob(os.path.join(DATA, "jax", "*.onnx")))
 NATIVE_OPS = ("LSTM", "GRU", "RNN")
 ATOL = 1e-5

@@ -6,7 +6,6 @@ cannot be proven exact stays the Loop it was, byte for byte, with its reason."""
 
 from __future__ import annotations
 
-import json
 import os
 
 import numpy as np
@@ -16,8 +15,8 @@ from onnx import helper, numpy_helper
 
 import masked_lstm_rewriter as mlr
 from masked_lstm_rewriter.onnx_file import model_io
-from _onnx_files import (DATA, JAX_FILES, NATIVE_OPS, TF2ONNX_FILES, assert_same_outputs, check_refuses,
-                         check_rewrites, name_of, op_counts, run, runtimes)
+from _onnx_files import (DATA, JAX_FILES, NATIVE_OPS, ONNXSIM_FILES, TF2ONNX_FILES, assert_same_outputs,
+                         check_refuses, check_rewrites, name_of, op_counts, run, runtimes)
 
 # JAX-backend exports that stay Loops, and why (the file says what its output is at masked steps)
 JAX_LOOPS = {
@@ -37,10 +36,12 @@ def test_stock_tf2onnx_files_become_native(path, mode):
     check_rewrites(original, mode, natives=STACKED.get(name_of(path), _loops(original)))
 
 
-def _jax_case(path):
-    with open(os.path.join(DATA, "jax", "manifest.json"), encoding="utf-8") as handle:
-        cases = {case["name"]: case for case in json.load(handle)["cases"]}
-    return cases[name_of(path)]
+@pytest.mark.parametrize("mode", ["post", "any"])
+@pytest.mark.parametrize("path", ONNXSIM_FILES, ids=name_of)
+def test_stock_files_after_onnx_simplifier_become_native(path, mode):
+    """onnx-simplifier folds static shapes into constants (a Bidirectional's reversal lengths among them)."""
+    original = onnx.load(path)
+    check_rewrites(original, mode, natives=STACKED.get(name_of(path), _loops(original)))
 
 
 @pytest.mark.parametrize("mode", ["post", "any"])
