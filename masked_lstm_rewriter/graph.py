@@ -172,8 +172,8 @@ def shape_element(graph, tensor, index, depth=8):
             (node.type == "Gather" and node.get_attr_value("axis", 0) == 0):
         indices = const_value(graph, node.input[1])
         indices = indices if isinstance(indices, list) else [indices]
-        if index >= len(indices) or indices[index] is None:
-            return None
+        if index >= len(indices) or indices[index] is None or indices[index] < 0:
+            return None  # a negative index counts from an end the walk does not know
         return shape_element(graph, node.input[0], indices[index], depth - 1)
     if node.type == "Pack" and node.get_attr_value("axis", 0) == 0 and index < len(node.input):
         return shape_dim_of(graph, node.input[index])
@@ -186,13 +186,13 @@ def shape_dim_of(graph, scalar):
     node = producer(graph, scalar)
     if node is not None and node.type == "Gather" and node.get_attr_value("axis", 0) == 0:
         index = const_value(graph, node.input[1])
-        return shape_element(graph, node.input[0], index) if isinstance(index, int) else None
+        return shape_element(graph, node.input[0], index) if isinstance(index, int) and index >= 0 else None
     if node is not None and node.type == "Squeeze":
         inner = producer(graph, node.input[0])
         if inner is not None and inner.type == "Gather" and inner.get_attr_value("axis", 0) == 0:
             index = const_value(graph, inner.input[1])
-            return shape_element(graph, inner.input[0], index[0]) if isinstance(index, list) and len(index) == 1 \
-                else None
+            return shape_element(graph, inner.input[0], index[0]) \
+                if isinstance(index, list) and len(index) == 1 and index[0] >= 0 else None
         return _one_element_slice(graph, inner)
     if node is None or node.type != "StridedSlice" or node.get_attr_value("shrink_axis_mask", 0) != 1:
         return None
@@ -210,7 +210,8 @@ def _one_element_slice(graph, node):
     starts, ends = (const_value(graph, t) for t in node.input[1:3])
     axes = const_value(graph, node.input[3]) if len(node.input) > 3 and node.input[3] else [0]
     steps = const_value(graph, node.input[4]) if len(node.input) > 4 and node.input[4] else [1]
-    if not isinstance(starts, list) or len(starts) != 1 or ends != [starts[0] + 1] or axes != [0] or steps != [1]:
+    if not isinstance(starts, list) or len(starts) != 1 or starts[0] < 0 or ends != [starts[0] + 1] or axes != [0] \
+            or steps != [1]:
         return None
     return shape_element(graph, node.input[0], starts[0])
 

@@ -47,6 +47,7 @@ def opset_of(model: onnx.ModelProto) -> int:
 def to_graph(model: onnx.ModelProto):
     """tf2onnx's graph of ``model``, with the shapes and types ONNX's shape inference gives."""
     inferred = _with_inferred_shapes(model)
+    _constants_as_tensors(inferred.graph)
     for node in inferred.graph.node:
         for attribute in node.attribute:
             for subgraph in [attribute.g] if attribute.HasField("g") else list(attribute.graphs):
@@ -54,6 +55,27 @@ def to_graph(model: onnx.ModelProto):
     utils.initialize_name_counter(inferred)
     extra = [o for o in model.opset_import if o.domain not in ("", "ai.onnx")]
     return GraphUtil.create_graph_from_onnx_graph(inferred.graph, opset_of(model), extra)
+
+
+_CONSTANT_FIELDS = {"value_int": (onnx.TensorProto.INT64, False), "value_ints": (onnx.TensorProto.INT64, True),
+                    "value_float": (onnx.TensorProto.FLOAT, False), "value_floats": (onnx.TensorProto.FLOAT, True)}
+
+
+def _constants_as_tensors(graph) -> None:
+    """Each ``Constant`` given as ``value_int(s)`` or ``value_float(s)`` (here and in the graphs nodes hold)
+    given as the ``value`` tensor tf2onnx's graph reads."""
+    for node in graph.node:
+        if node.op_type == "Constant" and len(node.attribute) == 1 and node.attribute[0].name in _CONSTANT_FIELDS:
+            attribute = node.attribute[0]
+            dtype, many = _CONSTANT_FIELDS[attribute.name]
+            values = onnx.helper.get_attribute_value(attribute)
+            tensor = onnx.helper.make_tensor("value", dtype, [len(values)] if many else [],
+                                             list(values) if many else [values])
+            del node.attribute[:]
+            node.attribute.append(onnx.helper.make_attribute("value", tensor))
+        for attribute in node.attribute:
+            for subgraph in [attribute.g] if attribute.HasField("g") else list(attribute.graphs):
+                _constants_as_tensors(subgraph)
 
 
 def _outputs_computed_inside(graph) -> None:

@@ -390,7 +390,7 @@ class LinearReader:
         if node is None or not node.is_const():
             return None
         value = node.get_tensor_value(as_list=True)
-        return value if isinstance(value, list) else [value]
+        return value if isinstance(value, list) else (None if value is None else [value])
 
     def _is_last_axis(self, tensor: str, axis: int) -> bool:
         """Is ``axis`` the last one of ``tensor`` (rank 2, or unknown and given as -1)?"""

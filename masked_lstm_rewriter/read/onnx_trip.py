@@ -21,8 +21,10 @@ TRIP_COUNT_REASON = ("the loop may stop before its last time step (its trip coun
 
 def check_loop_trip_count(graph, loop, body, counters: set, invariants: set, time_axis: TimeAxis) -> None:
     """Raise a Refusal unless the Loop runs exactly T steps, T the length of its input's time axis: its
-    trip count is T (or absent), it starts unless T is 0, and every test of its stop condition
-    holds for each step before the last (``t < T`` or ``t + 1 < T``, t the step's number)."""
+    trip count is T, it starts unless T is 0, and every test of its stop condition holds for each
+    step before the last (``t < T`` or ``t + 1 < T``, t the step's number); without a trip count, a
+    test ``t + 1 < T`` must stop it after the last step (the condition a step returns decides
+    whether the next one runs)."""
     trip = loop.input[0]
     if trip and not is_step_count(graph, trip, time_axis):
         raise Refusal(TRIP_COUNT_REASON, loop)
@@ -44,10 +46,15 @@ def check_loop_trip_count(graph, loop, body, counters: set, invariants: set, tim
             return time_axis.steps is not None and _is_const_offset(body, tensor) == time_axis.steps
         return is_step_count(graph, tensor, time_axis)
 
-    if not trip and skip_identity(body, condition) == body.input_names[1]:
-        raise Refusal(TRIP_COUNT_REASON, loop)  # no bound at all
-    if not _holds_for_steps(body, condition, lambda t: step_number(t) in (0, 1), bound,
-                            passing=body.input_names[1]):
+    offsets = []  # of the tests read: ``t + d < T``, d in (0, 1), holds for every step before the last
+
+    def holds_before_the_last(tensor):
+        offsets.append(step_number(tensor))
+        return offsets[-1] in (0, 1)
+
+    if not _holds_for_steps(body, condition, holds_before_the_last, bound, passing=body.input_names[1]):
+        raise Refusal(TRIP_COUNT_REASON, loop)
+    if not trip and 1 not in offsets:  # nothing stops it after step T - 1 (``t < T`` runs step T too)
         raise Refusal(TRIP_COUNT_REASON, loop)
 
 
