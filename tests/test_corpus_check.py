@@ -161,3 +161,73 @@ def test_an_unmasked_entry_reports_its_layers_as_unmasked():
     convert.check_report(UNMASKED, unmasked)
     with pytest.raises(check.CorpusFailure, match="marks a layer of a model without a mask as masked"):
         convert.check_report(UNMASKED, report_of())
+
+
+# --- ONNX-file entries ------------------------------------------------------------------------------
+
+ONNX_FILES = [e for e in manifest.load_manifest()["entries"] if manifest.is_onnx_file(e)]
+ONNX_ENTRY = next(e for e in ONNX_FILES if e["name"] == "onnx/tf2onnx/keras3_emb_lstm_seq_op15/post")
+
+
+def test_the_corpus_has_onnx_files_of_both_producers_in_both_modes():
+    cases = {e["case"]: {f["mask_mode"] for f in ONNX_FILES if f["case"] == e["case"]} for e in ONNX_FILES}
+    assert {case.split("/")[0] for case in cases} == {"tf2onnx", "jax"}
+    assert {"post", "any"} in cases.values() and any(e["unmasked"] for e in ONNX_FILES)
+    for entry in ONNX_FILES:
+        assert entry["format"] == "onnx" and entry["flavour"] is None and entry["path"].endswith(".onnx")
+        assert entry["expected_ops"]["Loop"] == 0 and entry["expected_ops"]["native"], entry["name"]
+        assert manifest.entry_problems(entry) == [], entry["name"]
+        assert manifest.reference(entry) == ("keras" if entry["case"].startswith("jax/") else "original")
+        assert (entry["must_fail"] is not None) == (entry["mask_mode"] == "post" and not entry["unmasked"])
+
+
+def test_onnx_files_run_once_with_the_first_flavour():
+    """They need no Keras: the keras3 process checks them (the command's and the default pytest run's)."""
+    document = manifest.load_manifest()
+    assert all(e in manifest.entries_for(document, "keras3") for e in ONNX_FILES)
+    assert not [e for e in manifest.entries_for(document, "tf_keras") if manifest.is_onnx_file(e)]
+    jax_files = [e for e in ONNX_FILES if e["case"].startswith("jax/")]
+    assert manifest.entries_for(document, "keras3", "onnx/jax/") == jax_files
+
+
+def test_an_onnx_file_keeps_its_own_opset():
+    keras_entry = ENTRY
+    swept = manifest.at_opsets([keras_entry, ONNX_ENTRY], (13, 18))
+    assert [(e["name"], e["opset"]) for e in swept] == [
+        (keras_entry["name"], 13), (keras_entry["name"], 18), (ONNX_ENTRY["name"], ONNX_ENTRY["opset"])]
+
+
+def test_an_onnx_file_is_rewritten_by_the_library_and_the_command_line():
+    argv, env = convert.command_for("cli", ONNX_ENTRY, "/corpus", "/out.onnx", python="py")
+    assert argv == ["py", "-m", "masked_lstm_rewriter", "rewrite", f"/corpus/{ONNX_ENTRY['path']}", "--output",
+                    "/out.onnx", "--mask-mode", "post"] and env == {}
+    assert convert.path_applies("library", ONNX_ENTRY) == (True, "")
+    applies, why = convert.path_applies("tf2onnx", ONNX_ENTRY)
+    assert not applies and "rewrite" in why
+    with pytest.raises(ValueError, match="converts Keras models"):
+        convert.command_for("tf2onnx", ONNX_ENTRY, "/corpus", "/out.onnx")
+    assert convert.path_applies("tf2onnx", ENTRY) == (True, "")
+
+
+def test_a_loop_left_in_an_onnx_file_says_how_to_record_its_ops_again():
+    loop = helper.make_node("Loop", ["m", "c"], ["y"], body=helper.make_graph([], "body", [], []))
+    problems = check.op_problems(ONNX_ENTRY, model_with([loop], (("ids", [None, None]),)))
+    assert "1 Loop node(s) where the manifest expects 0" in problems[0]
+    assert "LSTM: 0 nodes here, 1 node (forward) in the manifest" in problems[1]
+    assert "tools/make_corpus.py --onnx --ops-only" in problems[1]
+
+
+def test_other_numbers_than_the_original_files_name_it():
+    import numpy as np  # pylint: disable=import-outside-toplevel
+    _, problem = check.compare(np.array([0.0, 1.0]), np.array([0.0, 0.5]), 1e-5, manifest.reference(ONNX_ENTRY))
+    assert problem == "max |onnx - original| = 0.5 > 1e-05 at index (1,)"
+
+
+@pytest.mark.parametrize("version, readable", [(1, False), (2, True), (3, True), (4, False)])
+def test_the_manifest_format_is_versioned(version, readable, tmp_path):
+    (tmp_path / manifest.MANIFEST).write_text(f'{{"format_version": {version}, "entries": []}}')
+    if readable:
+        assert manifest.load_manifest(str(tmp_path))["format_version"] == version
+    else:
+        with pytest.raises(manifest.CorpusError, match=f"format_version {version}; this package reads 2 and 3"):
+            manifest.load_manifest(str(tmp_path))

@@ -20,7 +20,7 @@ def committed() -> dict:
 
 def catalogue_of(document: dict) -> writer.Catalogue:
     """The generator's catalogue as the committed manifest records it."""
-    entries = document["entries"]
+    entries = [e for e in document["entries"] if not manifest.is_onnx_file(e)]  # the saved Keras models
     ways = collections.defaultdict(collections.Counter)  # a case saved its own way (cuDNN) says so in its entry
     for e in entries:
         ways[(e["flavour"], e["format"])][e["saved_with"]] += 1
@@ -48,6 +48,31 @@ def test_update_manifest_writes_back_the_committed_manifest_and_readme(tmp_path)
     writer.update_manifest(str(tmp_path), "keras3", document, [], [], set(), None, catalogue_of(document))
     for name in (manifest.MANIFEST, "README.md"):
         assert read_bytes(tmp_path / name) == read_bytes(os.path.join(manifest.DATA_DIR, name)), name
+
+
+def test_update_onnx_entries_writes_back_the_committed_manifest_and_readme(tmp_path):
+    """What make_corpus.py --onnx writes: every entry but the ONNX files' as it was, byte for byte."""
+    document = committed()
+    files = [e for e in document["entries"] if manifest.is_onnx_file(e)]
+    assert files
+    writer.update_onnx_entries(str(tmp_path), document, files, None, catalogue_of(document))
+    for name in (manifest.MANIFEST, "README.md"):
+        assert read_bytes(tmp_path / name) == read_bytes(os.path.join(manifest.DATA_DIR, name)), name
+
+
+def test_replacing_the_onnx_entries_leaves_the_keras_entries_alone(tmp_path):
+    document = committed()
+    keras_entries = [e for e in document["entries"] if not manifest.is_onnx_file(e)]
+    files = [e for e in document["entries"] if manifest.is_onnx_file(e)]
+    writer.update_onnx_entries(str(tmp_path), document, files[:1], {"onnx": "x"}, catalogue_of(document))
+    written = writer.read_manifest(str(tmp_path))
+    assert written["entries"] == keras_entries + files[:1]
+    assert written["generated_with"]["onnx_files"] == {"onnx": "x"}
+    assert {k: v for k, v in written.items() if k not in ("entries", "generated_with")} == \
+        {k: v for k, v in document.items() if k not in ("entries", "generated_with")}
+    # and a flavour's regeneration keeps the ONNX-file entries, after the Keras entries
+    writer.update_manifest(str(tmp_path), "keras3", written, [], [], set(), None, catalogue_of(document))
+    assert writer.read_manifest(str(tmp_path))["entries"] == keras_entries + files[:1]
 
 
 def test_replacing_a_flavours_entries_keeps_the_generators_order(tmp_path):

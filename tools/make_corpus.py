@@ -7,6 +7,8 @@
     .venv/bin/python tools/make_corpus.py --cases gru_reset_after,stacked_mixed   # (re)make some cases
     .venv/bin/python tools/make_corpus.py --keras tf_keras   # one flavour; the other's entries stay
     .venv/bin/python tools/make_corpus.py --out /tmp/probe --formats h5 --keras keras3   # try a format
+    .venv/bin/python tools/make_corpus.py --onnx             # only the ONNX-file entries, from testdata/onnx_in
+    .venv/bin/python tools/make_corpus.py --onnx --ops-only  # only their expected ops
 
 Each case is a small masked Keras model (LSTM, GRU, SimpleRNN; 3-8 units, up to 7 steps), or one
 without a mask of a layer stock tf2onnx leaves as a Loop (``unmasked_*``: source ``"none"``), built
@@ -46,11 +48,20 @@ generic path giving the expected outputs) names its own ``save`` function and ``
 Cases marked ``pending`` (a capability not on this branch yet, such as static-shape signatures)
 are made only when ``--cases`` names them; once the capability lands, drop the mark and run this.
 
+ONNX-file entries (``ONNX_CASES``): files of ``testdata/onnx_in/`` whose recurrent layers are Loops,
+as stock tf2onnx and Keras 3's JAX-backend export wrote them, copied into ``<corpus>/onnx/`` with
+batches and expected outputs (the original file's on onnxruntime, or Keras's stored with a JAX
+export), one entry per mask mode; their expected ops are recorded from ``rewrite_onnx``
+(``masked_lstm_rewriter.corpus.onnx_writer``). ``--onnx`` (re)makes them alone: every other file and
+entry stays byte for byte. A full run (both flavours, no ``--cases``) makes them last, in a process
+of their own.
+
 Byte stability: the manifest, the README, every ``.npz`` (written with fixed zip timestamps),
 every ``.h5`` and every ``.keras`` (normalised: fixed zip timestamps and ``date_saved``,
 ``shared_object_id`` renumbered) are byte-identical across runs on the same machine and stack.
 SavedModels are not (Keras 3 orders the variables differently each run; tf_keras's LSTM embeds a
 random uuid); see ``BYTE_STABILITY``. ``--ops-only`` rewrites only the manifest and the README.
+The ONNX-file entries' files are byte-stable (copies and ``.npz``).
 """
 
 from __future__ import annotations
@@ -71,7 +82,8 @@ from toolutil import ROOT
 
 # pylint: disable=wrong-import-order
 from masked_lstm_rewriter import flavours
-from masked_lstm_rewriter.corpus import check, manifest, ops, writer
+from masked_lstm_rewriter.corpus import check, manifest, onnx_writer, ops, writer
+from masked_lstm_rewriter.corpus.onnx_writer import OnnxCase
 from masked_lstm_rewriter.corpus.quiet import quiet_loggers, quiet_stderr
 from masked_lstm_rewriter.corpus.writer import normalise_keras_zip, relative, write_npz
 
@@ -417,6 +429,33 @@ UNMASKED_BATCHES = (
     ("no mask: 1 row x 5 steps", ("11111",)),
     ("no mask: 3 rows x 1 step", ("1",) * 3),
 )
+# ONNX files whose recurrent layers are Loops, as their producers wrote them (testdata/onnx_in): the stock
+# tf2onnx files' batches are made from these rows, the JAX exports' are stored with them (Keras's outputs)
+TESTDATA = os.path.join(ROOT, "testdata", "onnx_in")
+ONNX_CASES = (
+    OnnxCase("tf2onnx", "keras3_emb_lstm_seq_op15",
+             "Keras 3: Embedding(mask_zero=True) -> LSTM(4, return_sequences=True)", "embedding", seed=101),
+    OnnxCase("tf2onnx", "tf_keras_emb_bilstm_sum_op15",
+             "tf_keras: Embedding(mask_zero=True) -> Bidirectional(LSTM(4, return_sequences=True), merge_mode='sum'): "
+             "a Loop per half", "embedding", seed=102),
+    OnnxCase("tf2onnx", "keras3_emb_gru_ra_false_seq_op15",
+             "Keras 3: Embedding(mask_zero=True) -> GRU(4, reset_after=False, return_sequences=True)", "embedding",
+             seed=103),
+    OnnxCase("tf2onnx", "keras3_stacked_cells_op15",
+             "Keras 3: Embedding(mask_zero=True) -> RNN([LSTMCell(4), GRUCell(3)], return_sequences=True): one Loop, "
+             "a native node per cell", "embedding", seed=104),
+    OnnxCase("tf2onnx", "keras3_unmasked_rnn_backwards_op15",
+             "Keras 3, no mask: features -> SimpleRNN(4, go_backwards=True, return_sequences=True)", "none",
+             modes=("post",), seed=105),
+    OnnxCase("jax", "emb_lstm_seq", "Embedding(mask_zero=True) -> LSTM(3, return_sequences=True)", "embedding"),
+    OnnxCase("jax", "masking_lstm_seq", "Masking(mask_value=0.0) -> LSTM(3, return_sequences=True)", "masking"),
+    OnnxCase("jax", "emb_rnn_seq", "Embedding(mask_zero=True) -> SimpleRNN(3, return_sequences=True)", "embedding"),
+    OnnxCase("jax", "plain_lstm_seq", "no mask: features -> LSTM(3, return_sequences=True)", "none", modes=("post",)),
+)
+ONNX_MASK_ROWS = onnx_writer.MaskRows(
+    post=POST_BATCHES, any=ANY_BATCHES, unmasked=UNMASKED_BATCHES,
+    not_post_padded=("6 steps: pre-padded rows, lengths 3 6 1 4", ("000111", "111111", "000001", "001111")))
+
 # what the manifest and its README say beyond the entries
 CATALOGUE = writer.Catalogue(
     case_order=tuple(case.name for case in CASES),
@@ -699,6 +738,30 @@ def generate_flavour(flavour: str, args) -> int:
     return 1 if failures else 0
 
 
+def generate_onnx_files(args) -> int:
+    """Write (or with --ops-only, re-record) the ONNX-file entries; every other entry and file stays as it
+    is. In the process of the flavour the corpus checks them with. 1 on any failure."""
+    select_keras(manifest.ONNX_FILES_RUN_WITH)
+    with quiet_stderr(not args.verbose):
+        import tf2onnx  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+    if not args.verbose:
+        quiet_loggers()
+    previous = writer.read_manifest(args.out)
+    if args.ops_only:
+        entries, stack = [e for e in previous.get("entries", []) if manifest.is_onnx_file(e)], None
+        print(f"ONNX files: recording the ops of {len(entries)} entries in {args.out}", flush=True)
+    else:
+        shutil.rmtree(os.path.join(args.out, onnx_writer.ONNX_DIR), ignore_errors=True)
+        print(f"ONNX files: copying {len(ONNX_CASES)} files from {TESTDATA}", flush=True)
+        entries = [entry for case in ONNX_CASES
+                   for entry in onnx_writer.write_case(case, TESTDATA, args.out, ONNX_MASK_ROWS, CATALOGUE)]
+        stack = onnx_writer.versions()
+    failures = record_all(entries, args)
+    writer.update_onnx_entries(args.out, previous, entries, stack, CATALOGUE)
+    print(f"ONNX files: {len(entries)} entries, {failures} failed", flush=True)
+    return 1 if failures else 0
+
+
 def record_all(entries: list, args) -> int:
     """record_entry for each entry (in a scratch directory); returns how many failed."""
     failures = 0
@@ -714,7 +777,7 @@ def record_all(entries: list, args) -> int:
                 print(f"  FAILED {entry['name']}: {problem}", flush=True)
             else:
                 print(f"  ok {entry['name']}: {ops.describe_native(entry['expected_ops']['native'])}, "
-                      f"max |onnx - keras| = {worst:.2g}", flush=True)
+                      f"max |onnx - {manifest.reference(entry)}| = {worst:.2g}", flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return failures
@@ -737,6 +800,8 @@ def parse_args(argv=None):
     parser.add_argument("--formats", default="",
                         help="comma-separated formats to write instead of the case's own (saved_model, keras, "
                              "h5): to try a format, with --out elsewhere")
+    parser.add_argument("--onnx", action="store_true",
+                        help="only the ONNX-file entries (from testdata/onnx_in): every other entry and file stays")
     parser.add_argument("--verbose", action="store_true", help="show TensorFlow's and tf2onnx's own messages")
     args = parser.parse_args(argv)
     args.out = os.path.abspath(args.out)
@@ -749,6 +814,8 @@ def parse_args(argv=None):
         parser.error(f"--formats takes {sorted(MODEL_FILES)}")
     if args.ops_only and args.formats:
         parser.error("--ops-only keeps the models: it takes no --formats")
+    if args.onnx and (args.cases or args.formats):
+        parser.error("--onnx makes every ONNX-file entry: it takes no --cases or --formats")
     return args
 
 
@@ -756,6 +823,11 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
+    if args.onnx:
+        start = time.monotonic()
+        code = generate_onnx_files(args)
+        print(f"ONNX files: done in {time.monotonic() - start:.0f}s", flush=True)
+        return code
     if args.keras != "both":
         start = time.monotonic()
         code = generate_flavour(args.keras, args)
@@ -764,8 +836,11 @@ def main(argv=None) -> int:
     rest = [a for i, a in enumerate(argv) if a != "--keras" and not a.startswith("--keras=")
             and (i == 0 or argv[i - 1] != "--keras")]
     codes = []
-    for flavour in FLAVOURS:
-        command = [sys.executable, os.path.abspath(__file__), "--keras", flavour] + rest
+    runs = [(flavour, ["--keras", flavour]) for flavour in FLAVOURS]
+    if not (args.cases or args.formats):  # a full run: the ONNX-file entries too
+        runs.append((manifest.ONNX_FILES_RUN_WITH, ["--onnx"]))
+    for flavour, which in runs:
+        command = [sys.executable, os.path.abspath(__file__)] + which + rest
         print(f"=== {' '.join(command[1:])}", flush=True)
         codes.append(subprocess.call(command, env=flavours.flavour_env(flavour), cwd=ROOT, stdin=subprocess.DEVNULL))
     print(f"corpus written to {args.out}" + ("" if not any(codes) else f" WITH FAILURES (exit codes {codes})"))

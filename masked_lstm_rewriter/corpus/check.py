@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Check a converted ONNX model against its manifest entry.
+"""Check a converted ONNX model (or, for an ONNX-file entry, the rewritten file) against its manifest entry.
 
 :func:`check_onnx` runs every check and raises :class:`CorpusFailure` listing every problem:
 
@@ -11,8 +11,8 @@
 * the model's input and output names are the manifest's, outputs in order, and its inputs have
   the shapes of the entry's signature (the same fixed sizes, dynamic elsewhere);
 * ``onnx.checker`` (full check) and strict shape inference accept it;
-* on the runtime, every output of every batch equals the stored Keras output at every position
-  within the manifest's tolerance;
+* on the runtime, every output of every batch equals the stored Keras output (for an ONNX file
+  from stock tf2onnx: the original file's) at every position within the manifest's tolerance;
 * for a ``"post"`` entry, the batch that is not post-padded fails with the guard's message.
 
 OpenVINO runs each model twice: compiled with the input shapes the model declares (dynamic, as a
@@ -27,7 +27,7 @@ import logging
 
 from .. import targets
 from ..sessions import RUNTIMES, onnxruntime_session, openvino_runner
-from .manifest import REGENERATE_OPS, feeds_for, load_npz
+from .manifest import feeds_for, load_npz, reference, regenerate_ops
 from .ops import RECURRENT_OPS, native_ops, op_counts, walk_nodes
 
 LOG = logging.getLogger(__name__)
@@ -39,7 +39,8 @@ class CorpusFailure(AssertionError):
 
 def check_onnx(entry: dict, corpus: str, onnx_path: str, runtime: str = "onnxruntime") -> float:
     """Check the model converted from ``entry`` (see the module docstring) on ``runtime``; returns
-    the largest |ONNX - Keras| over every output. Raises CorpusFailure with every problem found."""
+    the largest |ONNX - Keras| (an ONNX file's entry: |rewritten - original|, or - Keras) over every
+    output. Raises CorpusFailure with every problem found."""
     import onnx  # pylint: disable=import-outside-toplevel
     model_proto = onnx.load(onnx_path)
     problems = structure_problems(entry, model_proto)
@@ -53,7 +54,7 @@ def check_onnx(entry: dict, corpus: str, onnx_path: str, runtime: str = "onnxrun
         problems.extend(f"{shapes}: {problem}" if shapes else problem for problem in found)
     if problems:
         raise CorpusFailure("; ".join(problems))
-    LOG.debug("%s on %s: max |onnx - keras| = %.3g", entry["name"], runtime, worst)
+    LOG.debug("%s on %s: max |onnx - %s| = %.3g", entry["name"], runtime, reference(entry), worst)
     return worst
 
 
@@ -88,7 +89,7 @@ def op_problems(entry: dict, model_proto) -> list:
         problems.append(
             f"the native recurrent nodes differ from the manifest's ({'; '.join(differences)}). The manifest's "
             f"were recorded from a conversion with {expected['recorded_with']}; if the plugin now emits other "
-            f"nodes on purpose, record them again: {REGENERATE_OPS}")
+            f"nodes on purpose, record them again: {regenerate_ops(entry)}")
     return problems
 
 
@@ -147,20 +148,21 @@ def compare_batches(entry: dict, corpus: str, run, runtime: str) -> tuple:
         except Exception as error:  # noqa: BLE001  pylint: disable=broad-except
             problems.append(f"{label}: {runtime} failed: {first_line(error)}")
             continue
-        reference = load_npz(corpus, batch["expected"])
+        expected = load_npz(corpus, batch["expected"])
         for spec, value in zip(entry["outputs"], got):
-            error, problem = compare(value, reference[spec["name"]], entry["tolerance"])
+            error, problem = compare(value, expected[spec["name"]], entry["tolerance"], reference(entry))
             worst = max(worst, error)
             if problem:
                 problems.append(f"{label}, output {spec['name']}: {problem}")
     return worst, problems
 
 
-def compare(value, keras_value, tolerance: float) -> tuple:
-    """(largest |value - keras_value|, the problem or "") for one output."""
+def compare(value, keras_value, tolerance: float, label: str = "keras") -> tuple:
+    """(largest |value - keras_value|, the problem or "") for one output; ``label`` names the
+    reference in the problem (``"original"``: an ONNX file's own outputs)."""
     import numpy as np  # pylint: disable=import-outside-toplevel
     if value.shape != keras_value.shape:
-        return 0.0, f"shape {value.shape}, Keras {keras_value.shape}"
+        return 0.0, f"shape {value.shape}, {'Keras' if label == 'keras' else label} {keras_value.shape}"
     if not value.size:
         return 0.0, ""
     diff = np.abs(value.astype(np.float64) - keras_value.astype(np.float64))
@@ -169,7 +171,7 @@ def compare(value, keras_value, tolerance: float) -> tuple:
     if error <= tolerance:
         return error, ""
     where = tuple(int(i) for i in np.unravel_index(int(np.argmax(diff)), diff.shape))
-    return error, f"max |onnx - keras| = {error:.3g} > {tolerance} at index {where}"
+    return error, f"max |onnx - {label}| = {error:.3g} > {tolerance} at index {where}"
 
 
 def guard_problems(entry: dict, corpus: str, run) -> list:

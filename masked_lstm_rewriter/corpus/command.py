@@ -13,6 +13,9 @@ plugin by each path (``library``: ``tf2onnx.convert.main()`` in-process with ``e
 ``TF2ONNX_MASKED_LSTM`` set; default ``library,cli``), and the ONNX model is checked against the
 entry: the native recurrent nodes recorded in the manifest and no Loop, its input and output
 names, ``onnx.checker``, Keras's outputs at every position within the tolerance, and the guard.
+The ONNX-file entries (Loops written by stock tf2onnx or Keras 3's JAX export) are rewritten instead,
+by ``rewrite_onnx`` (``library``) and ``python -m masked_lstm_rewriter rewrite`` (``cli``), and
+checked the same way; they need no Keras, so they run once, with the Keras 3 entries.
 
 Keras 3 and tf_keras cannot share a process (TensorFlow picks its Keras when imported), so each
 flavour runs in a process of its own (this command with ``--worker``). Prints a line per check,
@@ -36,7 +39,7 @@ import time
 from ..flavours import FLAVOURS, flavour_env
 from ..sessions import RUNTIMES
 from .convert import PATHS
-from .manifest import DATA_DIR, CorpusError, load_manifest, parse_opsets
+from .manifest import DATA_DIR, ONNX_FILES_RUN_WITH, CorpusError, is_onnx_file, load_manifest, parse_opsets
 from .quiet import quiet_loggers, quiet_stderr
 from .runner import FAILED, PASSED, SKIPPED, Options, Result, run_flavour
 
@@ -49,11 +52,13 @@ def parse_args(argv=None) -> argparse.Namespace:
                                      "installed here.", epilog=__doc__.split("\n\n", 1)[1],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--keras", choices=FLAVOURS + ("both",), default="both",
-                        help="Keras flavour whose entries to check (default: both, each in its own process)")
+                        help="Keras flavour whose entries to check (default: both, each in its own process; "
+                             "keras3 includes the ONNX-file entries)")
     parser.add_argument("--runtime", choices=RUNTIMES + ("both",), default="onnxruntime",
                         help="run the converted models on onnxruntime (default), openvino or both")
     parser.add_argument("--opsets", type=_opsets, default=None,
-                        help="convert at each of these opsets (13-18, or a list: 13,18) instead of the entry's")
+                        help="convert at each of these opsets (13-18, or a list: 13,18) instead of the entry's "
+                             "(an ONNX file keeps its own)")
     parser.add_argument("--path", type=_paths, default=("library", "cli"),
                         help=f"conversion paths, comma-separated, among {', '.join(PATHS)} (default: library,cli)")
     parser.add_argument("-k", dest="keyword", default="", help="only entries whose name contains this text")
@@ -96,7 +101,10 @@ def main(argv=None) -> int:
         print("0 passed, 1 failed, 0 skipped")
         return 1
     flavours = FLAVOURS if args.keras == "both" else (args.keras,)
-    print(f"=== corpus {args.corpus}: {len(manifest['entries'])} entries; {stack_line()}", flush=True)
+    files = sum(1 for entry in manifest["entries"] if is_onnx_file(entry))
+    counts = f"{len(manifest['entries'])} entries" + (f" ({files} of them ONNX files, checked with "
+                                                      f"{ONNX_FILES_RUN_WITH})" if files else "")
+    print(f"=== corpus {args.corpus}: {counts}; {stack_line()}", flush=True)
     runs = [run_worker(flavour, args) for flavour in flavours]
     return summarize(runs)
 

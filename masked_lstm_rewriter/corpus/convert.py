@@ -10,7 +10,10 @@
   (and ``TF2ONNX_MASKED_LSTM_TARGET=T``), which the installed start-up hook
   (``masked_lstm_rewriter.pth``) reads.
 
-Each writes the ONNX model to ``output``; the checks are in :mod:`.check`.
+Each writes the ONNX model to ``output``; the checks are in :mod:`.check`. An ONNX-file entry is
+rewritten, not converted: ``library`` is ``rewrite_onnx(file, output, mask_mode=...)`` (its report
+checked the same way), ``cli`` is ``python -m masked_lstm_rewriter rewrite FILE --output OUT
+--mask-mode MODE``; the ``tf2onnx`` path does not apply to it (:func:`path_applies`).
 """
 
 from __future__ import annotations
@@ -22,18 +25,30 @@ import sys
 import time
 
 from .check import CorpusFailure
-from .manifest import convert_args
+from .manifest import convert_args, is_onnx_file, model_path
 
 LOG = logging.getLogger(__name__)
 PATHS = ("library", "cli", "tf2onnx")
 COMMAND_TIMEOUT = 600  # seconds, one conversion in a subprocess
 HOOK_ENV = "TF2ONNX_MASKED_LSTM"
 HOOK_TARGET_ENV = "TF2ONNX_MASKED_LSTM_TARGET"
+ONNX_FILE_PATHS = ("library", "cli")  # the paths that rewrite an ONNX file
+
+
+def path_applies(path: str, entry: dict) -> tuple:
+    """(True, "") when conversion path ``path`` applies to ``entry``, else (False, why)."""
+    if is_onnx_file(entry) and path not in ONNX_FILE_PATHS:
+        return False, (f"the {path} path converts Keras models; an ONNX file is rewritten by the library "
+                       "(rewrite_onnx) and the command line (rewrite)")
+    return True, ""
 
 
 def convert_library(entry: dict, corpus: str, output: str):
-    """``tf2onnx.convert.main()`` in this process with the plugin enabled; returns the conversion's
-    ``last_report()``, or None when the plugin's rewriter did not run."""
+    """``tf2onnx.convert.main()`` in this process with the plugin enabled (an ONNX-file entry:
+    :func:`rewrite_library`); returns the conversion's ``last_report()``, or None when the plugin's
+    rewriter did not run."""
+    if is_onnx_file(entry):
+        return rewrite_library(entry, corpus, output)
     import tf2onnx.convert  # pylint: disable=import-outside-toplevel
 
     import masked_lstm_rewriter as mlr  # pylint: disable=import-outside-toplevel
@@ -48,6 +63,15 @@ def convert_library(entry: dict, corpus: str, output: str):
         sys.argv = saved_argv
     report = mlr.last_report()
     return None if report is before else report
+
+
+def rewrite_library(entry: dict, corpus: str, output: str):
+    """``rewrite_onnx`` of an ONNX-file entry's file, written to ``output``; returns its report."""
+    import masked_lstm_rewriter as mlr  # pylint: disable=import-outside-toplevel
+    LOG.debug("rewriting %s in this process", entry["name"])
+    _, report = mlr.rewrite_onnx(model_path(entry, corpus), output, mask_mode=entry["mask_mode"],
+                                 runtime=entry.get("target"))
+    return report
 
 
 def check_report(entry: dict, report) -> None:
@@ -77,8 +101,13 @@ def check_report(entry: dict, report) -> None:
 
 def command_for(path: str, entry: dict, corpus: str, output: str, python: str = sys.executable) -> tuple:
     """(argv, extra environment) of a subprocess conversion by ``path`` (``cli`` or ``tf2onnx``)."""
-    args = convert_args(entry, corpus, output)
     target = entry.get("target")
+    if is_onnx_file(entry) and path == "cli":
+        return [python, "-m", "masked_lstm_rewriter", "rewrite", model_path(entry, corpus), "--output", output,
+                "--mask-mode", entry["mask_mode"]] + (["--runtime", target] if target else []), {}
+    if is_onnx_file(entry):
+        raise ValueError(path_applies(path, entry)[1])
+    args = convert_args(entry, corpus, output)
     if path == "cli":
         return [python, "-m", "masked_lstm_rewriter"] + args + ["--mask-mode", entry["mask_mode"]] + \
             (["--runtime", target] if target else []), {}

@@ -11,6 +11,13 @@ with Keras's outputs on them and, for ``"post"`` entries, a batch that the conve
 refuse. An entry with ``"unmasked": true`` has no mask (a layer stock tf2onnx leaves as a Loop even
 so): no guard, so no such batch, and ``masked_layers`` counts the unmasked layers the plugin
 rewrites. Paths are relative to the corpus directory. Nothing here imports TensorFlow.
+
+An ONNX-file entry (``"source": "onnx"``, ``"format": "onnx"``, no ``flavour``; format version 3)
+is an ``.onnx`` file whose recurrent layers are Loops, as stock tf2onnx or Keras 3's JAX-backend
+export wrote it: ``rewrite_onnx`` (or ``python -m masked_lstm_rewriter rewrite``) must turn it into
+the expected native ops, and its batches' ``expected`` outputs are those of the original file on
+onnxruntime (``"reference": "original"``) or Keras's own (``"reference": "keras"``). It needs no Keras,
+so it is checked once, by the process of :data:`ONNX_FILES_RUN_WITH` (see :func:`entries_for`).
 """
 
 from __future__ import annotations
@@ -23,11 +30,15 @@ from ..flavours import FLAVOURS, current_flavour  # noqa: F401  pylint: disable=
 
 DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 MANIFEST = "manifest.json"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
+READS_VERSIONS = (2, 3)  # 2: no ONNX-file entries
+ONNX_SOURCE = "onnx"  # an ONNX-file entry's "source" (a Keras entry has none)
+ONNX_FILES_RUN_WITH = FLAVOURS[0]  # the flavour whose process checks the ONNX-file entries
 OPSETS = tuple(range(13, 19))  # the opsets the plugin supports
 CONVERT_FLAGS = {"saved_model": "--saved-model", "keras": "--keras", "h5": "--keras"}
 REGENERATE = "python tools/make_corpus.py (in a checkout of masked-lstm-rewriter)"
 REGENERATE_OPS = "python tools/make_corpus.py --ops-only (in a checkout of masked-lstm-rewriter)"
+REGENERATE_ONNX_OPS = "python tools/make_corpus.py --onnx --ops-only (in a checkout of masked-lstm-rewriter)"
 
 
 class CorpusError(Exception):
@@ -45,15 +56,33 @@ def load_manifest(corpus: str = DATA_DIR) -> dict:
     except ValueError as error:
         raise CorpusError(f"the corpus manifest {path} is not valid JSON: {error}") from error
     version = manifest.get("format_version") if isinstance(manifest, dict) else None
-    if version != FORMAT_VERSION:
+    if version not in READS_VERSIONS:
         raise CorpusError(f"the corpus manifest {path} has format_version {version!r}; this package reads "
-                          f"{FORMAT_VERSION}: regenerate it with {REGENERATE}")
+                          f"{' and '.join(map(str, READS_VERSIONS))}: regenerate it with {REGENERATE}")
     return manifest
 
 
+def is_onnx_file(entry: dict) -> bool:
+    """Is this an ONNX-file entry (rewritten with ``rewrite_onnx``) rather than a saved Keras model?"""
+    return entry.get("source") == ONNX_SOURCE
+
+
+def runs_with(entry: dict) -> str:
+    """The flavour whose process checks the entry: its own, or for an ONNX file (which needs no Keras,
+    and is checked once) :data:`ONNX_FILES_RUN_WITH`, the flavour a pytest run has by default."""
+    return ONNX_FILES_RUN_WITH if is_onnx_file(entry) else entry["flavour"]
+
+
 def entries_for(manifest: dict, flavour: str, keyword: str = "") -> list:
-    """The entries of one Keras flavour whose name contains ``keyword``."""
-    return [entry for entry in manifest["entries"] if entry["flavour"] == flavour and keyword in entry["name"]]
+    """The entries the process of one Keras flavour checks (the ONNX-file entries with the first
+    flavour's) whose name contains ``keyword``."""
+    return [entry for entry in manifest["entries"] if runs_with(entry) == flavour and keyword in entry["name"]]
+
+
+def at_opsets(entries: list, opsets) -> list:
+    """Each Keras entry at each of ``opsets`` (``None``: the manifest's); an ONNX file once, at its own."""
+    return [at_opset(entry, opset) for entry in entries
+            for opset in ((None,) if is_onnx_file(entry) else (opsets or (None,)))]
 
 
 def parse_opsets(text: str) -> tuple:
@@ -71,8 +100,19 @@ def parse_opsets(text: str) -> tuple:
 
 
 def at_opset(entry: dict, opset) -> dict:
-    """The entry converted at ``opset`` instead of the manifest's (``None``: the manifest's)."""
-    return entry if opset is None else dict(entry, opset=opset)
+    """The entry converted at ``opset`` instead of the manifest's (``None``: the manifest's). An
+    ONNX file has the opset it was written with."""
+    return entry if opset is None or is_onnx_file(entry) else dict(entry, opset=opset)
+
+
+def reference(entry: dict) -> str:
+    """What the stored outputs are: ``"keras"`` (Keras's) or, for an ONNX file, ``"original"`` (the file's own)."""
+    return entry.get("reference", "keras")
+
+
+def regenerate_ops(entry: dict) -> str:
+    """The command that records an entry's expected ops again."""
+    return REGENERATE_ONNX_OPS if is_onnx_file(entry) else REGENERATE_OPS
 
 
 def model_path(entry: dict, corpus: str = DATA_DIR) -> str:

@@ -7,6 +7,9 @@ For each entry (at each opset asked for), each conversion path (:mod:`.convert`)
 model, which is checked on each runtime asked for (:func:`.check.check_onnx`). A runtime that is
 not installed, a path that cannot run here, and a model a runtime is known to refuse give
 ``skipped`` results that say why; everything else is ``passed`` or ``failed``.
+
+The ONNX-file entries need no Keras: the process of the first flavour checks them, once
+(:func:`.manifest.entries_for`), each rewritten by the ``library`` and ``cli`` paths at its own opset.
 """
 
 from __future__ import annotations
@@ -23,8 +26,8 @@ from typing import Callable, Iterator, Optional
 from ..flavours import current_flavour
 from ..sessions import runtime_available
 from .check import CorpusFailure, check_onnx, known_refusal
-from .convert import check_command_result, check_report, convert_library, path_available, run_command
-from .manifest import DATA_DIR, at_opset, entries_for, entry_problems, load_manifest
+from .convert import check_command_result, check_report, convert_library, path_applies, path_available, run_command
+from .manifest import DATA_DIR, at_opsets, entries_for, entry_problems, is_onnx_file, load_manifest, reference
 
 LOG = logging.getLogger(__name__)
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
@@ -57,9 +60,13 @@ def run_flavour(options: Options) -> Iterator[Result]:
     """Every check of this process's flavour, each result as soon as it is known."""
     flavour = current_flavour()
     manifest = load_manifest(options.corpus)
-    entries = [at_opset(entry, opset) for entry in entries_for(manifest, flavour, options.keyword)
-               for opset in (options.opsets or (None,))]
+    entries = at_opsets(entries_for(manifest, flavour, options.keyword), options.opsets)
     LOG.info("%s: %d entries to check in %s", flavour, len(entries), options.corpus)
+    yield from check_entries(entries, options)
+
+
+def check_entries(entries: list, options: Options) -> Iterator[Result]:
+    """Every check of ``entries`` (at the opsets they have), by each path and on each runtime asked for."""
     sound = []
     for entry in entries:
         problems = entry_problems(entry, options.corpus)
@@ -70,12 +77,14 @@ def run_flavour(options: Options) -> Iterator[Result]:
     with tempfile.TemporaryDirectory(prefix="mlr-corpus-") as tmp:
         for path in options.paths:
             available, why = path_available(path)
+            applies = [e for e in sound if path_applies(path, e)[0]]
+            yield from (Result(e["name"], path, SKIPPED, path_applies(path, e)[1]) for e in sound if e not in applies)
             if not available:
-                yield from (Result(e["name"], path, SKIPPED, why) for e in sound)
+                yield from (Result(e["name"], path, SKIPPED, why) for e in applies)
             elif path == "library":
-                yield from _library_checks(sound, options, tmp)
+                yield from _library_checks(applies, options, tmp)
             else:
-                yield from _subprocess_checks(path, sound, options, tmp)
+                yield from _subprocess_checks(path, applies, options, tmp)
 
 
 def _output(tmp: str, entry: dict, path: str) -> str:
@@ -137,11 +146,11 @@ def _runtime_check(entry: dict, output: str, runtime: str, seconds: float, label
     if refusal:
         return Result(entry["name"], label, FAILED,
                       f"{runtime} now runs it ({refusal[1]}): update its entry in masked_lstm_rewriter.targets")
-    return Result(entry["name"], label, PASSED, f"max |onnx - keras| = {worst:.2g} ({seconds:.1f}s)")
+    return Result(entry["name"], label, PASSED, f"max |onnx - {reference(entry)}| = {worst:.2g} ({seconds:.1f}s)")
 
 
 def _label(path: str, entry: dict, options: Options) -> str:
-    return path + ("" if options.opsets is None else f" opset {entry['opset']}")
+    return path + ("" if options.opsets is None or is_onnx_file(entry) else f" opset {entry['opset']}")
 
 
 def describe(error: BaseException) -> str:

@@ -25,6 +25,7 @@ FIXED_DATE_SAVED = "1980-01-01@00:00:00"
 MASK_SOURCES = {"embedding": "Embedding(mask_zero=True)", "masking": "Masking(mask_value={mask_value})",
                 "explicit": "explicit mask= (a bool model input)", "none": "none (no mask: every step is valid)"}
 FORMAT_ORDER = ("saved_model", "keras", "h5")
+ONNX_FILES = "onnx_files"  # generated_with's key for the ONNX-file entries
 
 
 @dataclasses.dataclass(frozen=True)
@@ -233,9 +234,24 @@ def update_manifest(out: str, flavour: str, previous: dict, entries: list, not_i
     generated_with = dict(previous.get("generated_with", {}))
     if stack is not None:
         generated_with[flavour] = stack
-    result = manifest_document(catalogue, kept + entries, skipped, generated_with)
-    write_text(os.path.join(out, manifest.MANIFEST), json.dumps(result, indent=1) + "\n")
-    write_text(os.path.join(out, "README.md"), readme(result, catalogue))
+    write_manifest(out, manifest_document(catalogue, kept + entries, skipped, generated_with), catalogue)
+
+
+def update_onnx_entries(out: str, previous: dict, entries: list, stack: Optional[dict], catalogue: Catalogue) -> None:
+    """Replace the ONNX-file entries in manifest.json (every other entry stays as it is), and rewrite
+    README.md. ``stack``: the versions that made their expected outputs (None: keep the recorded ones)."""
+    kept = [e for e in previous.get("entries", []) if not manifest.is_onnx_file(e)]
+    generated_with = dict(previous.get("generated_with", {}))
+    if stack is not None:
+        generated_with[ONNX_FILES] = stack
+    document = manifest_document(catalogue, kept + entries, previous.get("entries_not_included", []), generated_with)
+    write_manifest(out, document, catalogue)
+
+
+def write_manifest(out: str, document: dict, catalogue: Catalogue) -> None:
+    """manifest.json and README.md of ``document``."""
+    write_text(os.path.join(out, manifest.MANIFEST), json.dumps(document, indent=1) + "\n")
+    write_text(os.path.join(out, "README.md"), readme(document, catalogue))
 
 
 def manifest_document(catalogue: Catalogue, entries: list, skipped: list, generated_with: dict) -> dict:
@@ -249,6 +265,9 @@ def manifest_document(catalogue: Catalogue, entries: list, skipped: list, genera
         return (flavours.index(item["flavour"]), case_order.get(item.get("case"), last),
                 format_order.get(item.get("format"), 9), item.get("name", ""))
 
+    keras_entries = sorted((e for e in entries if not manifest.is_onnx_file(e)), key=order)
+    onnx_files = [e for e in entries if manifest.is_onnx_file(e)]  # after them, in the generator's order
+
     return {
         "format_version": manifest.FORMAT_VERSION,
         "about": "Masked Keras recurrent models (LSTM, GRU, SimpleRNN) for masked_lstm_rewriter (a tf2onnx "
@@ -259,8 +278,14 @@ def manifest_document(catalogue: Catalogue, entries: list, skipped: list, genera
                  "every batch at every position within the tolerance; a 'post' entry's must_fail batch must fail "
                  "at inference with the guard's message. Paths are relative to this file's directory. npz keys "
                  "are the inputs' and outputs' 'name'; 'onnx_name' is what tf2onnx calls them; 'outputs' lists "
-                 "the ONNX outputs in order; an input's 'shape' is the signature the model converts with.",
-        "regenerate": "python tools/make_corpus.py (after an emitter change: python tools/make_corpus.py --ops-only)",
+                 "the ONNX outputs in order; an input's 'shape' is the signature the model converts with. An entry "
+                 "with source 'onnx' (format_version 3) is an ONNX file whose recurrent layers are Loops, as stock "
+                 "tf2onnx or Keras 3's JAX-backend export wrote it: rewrite_onnx (mask_mode as given) must make it "
+                 "the expected native ops, with no Loop, and reproduce the expected outputs, the original file's "
+                 "on onnxruntime (reference 'original') or Keras's (reference 'keras'); it has no Keras flavour "
+                 "and is checked once, in the keras3 process.",
+        "regenerate": "python tools/make_corpus.py (after an emitter change: python tools/make_corpus.py --ops-only; "
+                      "the ONNX-file entries alone: python tools/make_corpus.py --onnx)",
         "check": "python -m masked_lstm_rewriter.corpus (or python -m pytest --pyargs masked_lstm_rewriter.corpus)",
         "tolerance": catalogue.tolerance,
         "guard_message": catalogue.guard_message,
@@ -270,40 +295,63 @@ def manifest_document(catalogue: Catalogue, entries: list, skipped: list, genera
                                                                case_order.get(e["case"], last), e["format"])),
         "cases_pending": catalogue.cases_pending,
         "byte_stability": catalogue.byte_stability,
-        "generated_with": {k: generated_with[k] for k in flavours if k in generated_with},
-        "entries": sorted(entries, key=order),
+        "generated_with": {k: generated_with[k] for k in flavours + (ONNX_FILES,) if k in generated_with},
+        "entries": keras_entries + onnx_files,
     }
+
+
+README_HEAD = [
+    "# Regression corpus (generated)",
+    "",
+    "Generated by `tools/make_corpus.py`; do not edit by hand. Small masked Keras recurrent models (LSTM, GRU,",
+    "SimpleRNN), saved in the formats `python -m tf2onnx.convert` loads, with input batches and the Keras",
+    "outputs for them. `manifest.json` describes every entry: the model's path and format, its `mask_mode`",
+    "(and `target`), the input and output names (npz keys and ONNX names; `outputs` in ONNX order) and the",
+    "signature it converts with (each input's `shape`), the expected ops (the native `LSTM`, `GRU` and `RNN`",
+    "nodes and their directions, recorded from a conversion with the plugin; a `Loop` only for each layer the",
+    "plugin must refuse, with a text of its reason in `left_as_loop`), the tolerance, and for `\"post\"`",
+    "entries a batch that must fail with the guard's message (\"not post-padded\"). The entries marked",
+    "\"(no mask)\" (`\"unmasked\": true`) are layers without a mask that stock tf2onnx leaves as a Loop: they",
+    "must become native with no mask machinery (no guard node, no lengths on a native node).",
+    "",
+    "```bash",
+    "python -m masked_lstm_rewriter.corpus     # every entry, both Keras flavours, library and command line",
+    "python -m pytest --pyargs masked_lstm_rewriter.corpus   # the same as tests, this process's flavour",
+    "python tools/make_corpus.py               # regenerate (both flavours), from a checkout",
+    "python tools/make_corpus.py --ops-only    # after an emitter change: re-record the expected ops",
+    "```",
+    "",
+    "| case | model | mask_mode | native nodes (left as a Loop) | keras3 | tf_keras |",
+    "| --- | --- | --- | --- | --- | --- |",
+]
+ONNX_FILES_TEXT = [
+    "ONNX files (`\"source\": \"onnx\"`, `\"format\": \"onnx\"`): files whose recurrent layers are Loops, as",
+    "their producers wrote them (copied from `testdata/onnx_in/` of a checkout), with input batches and the",
+    "expected outputs: the original file's own on onnxruntime (`\"reference\": \"original\"`, stock tf2onnx",
+    "files) or Keras's, stored with the file (`\"reference\": \"keras\"`, Keras 3's JAX-backend export).",
+    "`rewrite_onnx` (and `python -m masked_lstm_rewriter rewrite`) must make each the native nodes listed, with",
+    "no Loop, and reproduce those outputs at every position. A file has an entry per mask mode; the `\"post\"`",
+    "entry of a file with a mask has a batch the guard must refuse. They need no Keras: they are checked once,",
+    "in the keras3 process. `python tools/make_corpus.py --onnx` regenerates them alone (`--onnx --ops-only`:",
+    "their ops).",
+    "",
+    "| file | producer | model | mask_mode | native nodes | expected outputs |",
+    "| --- | --- | --- | --- | --- | --- |",
+]
+GENERATED_WITH_LABELS = {ONNX_FILES: "ONNX files"}
 
 
 def readme(result: dict, catalogue: Catalogue) -> str:
     """The corpus's README.md: what it holds, how to check and regenerate it, a row per case."""
-    entries = [e for e in result["entries"] if "native" in (e.get("expected_ops") or {})]  # recorded ones
-    lines = [
-        "# Regression corpus (generated)",
-        "",
-        "Generated by `tools/make_corpus.py`; do not edit by hand. Small masked Keras recurrent models (LSTM, GRU,",
-        "SimpleRNN), saved in the formats `python -m tf2onnx.convert` loads, with input batches and the Keras",
-        "outputs for them. `manifest.json` describes every entry: the model's path and format, its `mask_mode`",
-        "(and `target`), the input and output names (npz keys and ONNX names; `outputs` in ONNX order) and the",
-        "signature it converts with (each input's `shape`), the expected ops (the native `LSTM`, `GRU` and `RNN`",
-        "nodes and their directions, recorded from a conversion with the plugin; a `Loop` only for each layer the",
-        "plugin must refuse, with a text of its reason in `left_as_loop`), the tolerance, and for `\"post\"`",
-        "entries a batch that must fail with the guard's message (\"not post-padded\"). The entries marked",
-        "\"(no mask)\" (`\"unmasked\": true`) are layers without a mask that stock tf2onnx leaves as a Loop: they",
-        "must become native with no mask machinery (no guard node, no lengths on a native node).",
-        "",
-        "```bash",
-        "python -m masked_lstm_rewriter.corpus     # every entry, both Keras flavours, library and command line",
-        "python -m pytest --pyargs masked_lstm_rewriter.corpus   # the same as tests, this process's flavour",
-        "python tools/make_corpus.py               # regenerate (both flavours), from a checkout",
-        "python tools/make_corpus.py --ops-only    # after an emitter change: re-record the expected ops",
-        "```",
-        "",
-        "| case | model | mask_mode | native nodes (left as a Loop) | keras3 | tf_keras |",
-        "| --- | --- | --- | --- | --- | --- |",
-    ]
+    recorded = [e for e in result["entries"] if "native" in (e.get("expected_ops") or {})]
+    entries = [e for e in recorded if not manifest.is_onnx_file(e)]
+    lines = list(README_HEAD)
     lines += [_case_row(case, [e for e in entries if e["case"] == case])
               for case in dict.fromkeys(e["case"] for e in entries)]
+    onnx_files = [e for e in recorded if manifest.is_onnx_file(e)]
+    if onnx_files:
+        lines += [""] + ONNX_FILES_TEXT + [_onnx_file_row([e for e in onnx_files if e["case"] == case])
+                                           for case in dict.fromkeys(e["case"] for e in onnx_files)]
     if result["cases_pending"]:
         lines += ["", "Cases not in the corpus yet (`tools/make_corpus.py --cases NAME` makes one anyway):", ""]
         lines += [f"- `{item['case']}` ({item['description']}): {item['reason']}" for item in result["cases_pending"]]
@@ -317,14 +365,23 @@ def readme(result: dict, catalogue: Catalogue) -> str:
         lines += [f"- {item['flavour']} `{item['case']}` `{item['format']}`: {item['reason']}"
                   for item in result["entries_not_included"]]
     lines += ["", "Byte stability: " + result["byte_stability"], "", "Models generated with:", ""]
-    lines += [f"- {flavour}: " + ", ".join(f"{k} {v}" for k, v in stack.items())
+    lines += [f"- {GENERATED_WITH_LABELS.get(flavour, flavour)}: " + ", ".join(f"{k} {v}" for k, v in stack.items())
               for flavour, stack in result["generated_with"].items()]
-    recorded = sorted({e["expected_ops"]["recorded_with"] for e in entries})
-    lines += ["", "Expected ops recorded with: " + "; ".join(recorded) + "."]
+    lines += ["", "Expected ops recorded with: " + "; ".join(sorted({e["expected_ops"]["recorded_with"]
+                                                                      for e in recorded})) + "."]
     failed = [e["name"] for e in result["entries"] if "generation_check_failed" in e or "save_failed" in e]
     if failed:
         lines += ["", "**Entries that failed their check when generated:** " + ", ".join(failed)]
     return "\n".join(lines) + "\n"
+
+
+def _onnx_file_row(rows: list) -> str:
+    """The README's table row of one ONNX file: producer, model, mask modes, native nodes, reference."""
+    first = rows[0]
+    modes = ", ".join(f"`{e['mask_mode']}`" for e in rows) + (" (no mask)" if first.get("unmasked") else "")
+    reference = "the original file's (onnxruntime)" if manifest.reference(first) == "original" else "Keras's (stored)"
+    return (f"| `{first['case']}` | {first['producer'].replace('|', '/')} | {first['description'].replace('|', '/')} | "
+            f"{modes} | {ops.describe_native(first['expected_ops']['native'])} | {reference} |")
 
 
 def _case_row(case: str, rows: list) -> str:
