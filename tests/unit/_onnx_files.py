@@ -15,11 +15,11 @@ import glob
 import os
 
 import numpy as np
-import onnx
 import pytest
 
 import masked_lstm_rewriter as mlr
 from masked_lstm_rewriter.sessions import onnxruntime_session, openvino_compiled
+from masked_lstm_rewriter.verify_batches import graph_inputs
 
 DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "testdata", "onnx_in")
 TF2ONNX_FILES = sorted(glob.glob(os.path.join(DATA, "tf2onnx", "*.onnx")))
@@ -56,27 +56,21 @@ def feeds_for(model, lengths, layout="post", seed=0) -> dict:
     """A batch for ``model``'s inputs: token ids (0 where padded), features (zeros where padded, as
     ``Masking`` reads them), a boolean mask, initial states; static dimensions are kept."""
     rng = np.random.default_rng(seed)
-    initializers = {t.name for t in model.graph.initializer}
     feeds = {}
-    for graph_input in model.graph.input:
-        if graph_input.name in initializers:
-            continue
-        tensor = graph_input.type.tensor_type
-        dims = [d.dim_value if d.HasField("dim_value") else None for d in tensor.shape.dim]
+    for name, (dtype, dims) in graph_inputs(model).items():
         batch = dims[0] or len(lengths)
-        steps = (dims[1] if len(dims) > 1 and dims[1] else max(lengths)) if len(dims) > 1 else None
+        steps = (dims[1] or max(lengths)) if len(dims) > 1 else None
         rows = [min(n, steps or 0) for n in (list(lengths) * batch)[:batch]]
         valid = _valid(rows, steps or 1, layout)
-        if tensor.elem_type in (onnx.TensorProto.INT32, onnx.TensorProto.INT64):
-            ids = np.where(valid, rng.integers(1, VOCAB, valid.shape), 0)
-            feeds[graph_input.name] = ids.astype(np.int32 if tensor.elem_type == onnx.TensorProto.INT32 else np.int64)
-        elif tensor.elem_type == onnx.TensorProto.BOOL:
-            feeds[graph_input.name] = valid
+        if np.issubdtype(dtype, np.integer):
+            feeds[name] = np.where(valid, rng.integers(1, VOCAB, valid.shape), 0).astype(dtype)
+        elif dtype == bool:
+            feeds[name] = valid
         elif len(dims) == 3:
             features = rng.normal(size=(batch, steps, dims[2])).astype(np.float32)
-            feeds[graph_input.name] = np.where(valid[..., None], features, 0).astype(np.float32)
+            feeds[name] = np.where(valid[..., None], features, 0).astype(np.float32)
         else:
-            feeds[graph_input.name] = rng.normal(size=[d or batch for d in dims]).astype(np.float32)
+            feeds[name] = rng.normal(size=[d or batch for d in dims]).astype(np.float32)
     return feeds
 
 
