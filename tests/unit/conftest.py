@@ -18,6 +18,11 @@ loop was left alone:
 ``test_plan_masks.py``     per-mask plans: sequence_mask (no guard, no reordering), Masking, a [1, T] mask
 ``test_plugin_entry.py``   graphs without a masked loop are left alone; enable()/disable()
 ``test_no_keras.py``       the tier never imports Keras
+``test_source_onnx_loop.py`` ONNX files in: stock tf2onnx, onnx-simplifier and Keras JAX-export files
+                           rewritten, against the file (and Keras) at every position; refusals
+``test_read_select.py``, ``test_read_onnx_trip.py``, ``test_read_linear_onnx.py``, ``test_graph_onnx.py``
+                           the ONNX Loop's readers on hand-built Loops (``_onnx_graphs.py``)
+``test_cli_rewrite.py``    the rewrite command; ``test_verify_onnx.py``: verify against an ONNX file
 ========================== ===================================================================
 
 **No Keras.** TensorFlow 2.21 imports all of Keras (or tf_keras) when it is imported itself, so
