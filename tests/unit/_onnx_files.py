@@ -24,6 +24,7 @@ from masked_lstm_rewriter.verify_batches import graph_inputs
 DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "testdata", "onnx_in")
 TF2ONNX_FILES = sorted(glob.glob(os.path.join(DATA, "tf2onnx", "*.onnx")))
 ONNXSIM_FILES = sorted(glob.glob(os.path.join(DATA, "onnxsim", "*.onnx")))  # the same, after onnx-simplifier
+TF2ONNX_116_FILES = sorted(glob.glob(os.path.join(DATA, "tf2onnx-1.16", "*.onnx")))  # tf2onnx 1.16.1, TensorFlow 2.19
 JAX_FILES = sorted(glob.glob(os.path.join(DATA, "jax", "*.onnx")))
 NATIVE_OPS = ("LSTM", "GRU", "RNN")
 ATOL = 1e-5

@@ -15,8 +15,8 @@ from onnx import helper, numpy_helper
 
 import masked_lstm_rewriter as mlr
 from masked_lstm_rewriter.onnx_file import model_io
-from _onnx_files import (DATA, JAX_FILES, NATIVE_OPS, ONNXSIM_FILES, TF2ONNX_FILES, assert_same_outputs,
-                         check_refuses, check_rewrites, name_of, op_counts, run, runtimes)
+from _onnx_files import (DATA, JAX_FILES, NATIVE_OPS, ONNXSIM_FILES, TF2ONNX_116_FILES, TF2ONNX_FILES,
+                         assert_same_outputs, check_refuses, check_rewrites, name_of, op_counts, run, runtimes)
 
 # JAX-backend exports that stay Loops, and why (the file says what its output is at masked steps)
 JAX_LOOPS = {
@@ -34,6 +34,13 @@ def _loops(model) -> int:
 def test_stock_tf2onnx_files_become_native(path, mode):
     original = onnx.load(path)
     check_rewrites(original, mode, natives=STACKED.get(name_of(path), _loops(original)))
+
+
+@pytest.mark.parametrize("mode", ["post", "any"])
+@pytest.mark.parametrize("path", TF2ONNX_116_FILES, ids=name_of)
+def test_files_of_tf2onnx_1_16_become_native(path, mode):
+    original = onnx.load(path)
+    check_rewrites(original, mode, natives=_loops(original))
 
 
 @pytest.mark.parametrize("mode", ["post", "any"])
