@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """The fast tier: golden-graph tests of the rewriter that need no Keras.
 
-    .venv/bin/python -m pytest tests/unit -q        # about half a minute
+    .venv/bin/python -m pytest tests/unit -q        # about three minutes
 
 The rest of the suite converts Keras models end to end (35-40 minutes). This tier builds the
 loops Keras writes for masked recurrent layers directly in TensorFlow (``_graphs.py``), converts
