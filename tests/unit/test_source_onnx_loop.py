@@ -29,24 +29,15 @@ def _loops(model) -> int:
     return op_counts(model)["Loop"]
 
 
+def _file_id(path: str) -> str:
+    return f"{os.path.basename(os.path.dirname(path))}/{name_of(path)}"
+
+
 @pytest.mark.parametrize("mode", ["post", "any"])
-@pytest.mark.parametrize("path", TF2ONNX_FILES, ids=name_of)
+@pytest.mark.parametrize("path", TF2ONNX_FILES + TF2ONNX_116_FILES + ONNXSIM_FILES, ids=_file_id)
 def test_stock_tf2onnx_files_become_native(path, mode):
-    original = onnx.load(path)
-    check_rewrites(original, mode, natives=STACKED.get(name_of(path), _loops(original)))
-
-
-@pytest.mark.parametrize("mode", ["post", "any"])
-@pytest.mark.parametrize("path", TF2ONNX_116_FILES, ids=name_of)
-def test_files_of_tf2onnx_1_16_become_native(path, mode):
-    original = onnx.load(path)
-    check_rewrites(original, mode, natives=_loops(original))
-
-
-@pytest.mark.parametrize("mode", ["post", "any"])
-@pytest.mark.parametrize("path", ONNXSIM_FILES, ids=name_of)
-def test_stock_files_after_onnx_simplifier_become_native(path, mode):
-    """onnx-simplifier folds static shapes into constants (a Bidirectional's reversal lengths among them)."""
+    """Files of stock tf2onnx 1.17 and 1.16, and of 1.17 after onnx-simplifier (which folds static shapes
+    into constants, a Bidirectional's reversal lengths among them)."""
     original = onnx.load(path)
     check_rewrites(original, mode, natives=STACKED.get(name_of(path), _loops(original)))
 
