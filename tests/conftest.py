@@ -11,6 +11,7 @@ import signal
 
 import pytest
 
+import grid
 from masked_lstm_rewriter.flavours import select
 
 FLAVOUR = "tf_keras" if os.environ.get("MLR_KERAS") == "tf_keras" else "keras3"
@@ -50,7 +51,22 @@ def conversion_budget():
 
 
 def pytest_report_header(config):
-    return f"keras flavour: {FLAVOUR}"
+    how = f"a sample (share {grid.SHARE}; MLR_GRID=all runs all)" if grid.sampling() else "all"
+    return [f"keras flavour: {FLAVOUR}", f"grid-marked combinations: {how}"]
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", f"{grid.MARKER}: run a derandomized sample of this module's "
+                            "parametrized combinations (tests/grid.py)")
+
+
+def pytest_collection_modifyitems(config, items):
+    if not grid.sampling():
+        return
+    kept, dropped = grid.select(items, salt=FLAVOUR)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -10,6 +10,7 @@ import hashlib
 import logging
 
 import numpy as np
+import pytest
 import tensorflow as tf
 import tf2onnx
 
@@ -27,6 +28,10 @@ else:
     import keras  # noqa: F401
 
 ATOL = 1e-5
+# for a test whose subject does not depend on the Keras flavour (a command line's argument errors):
+# it runs once per suite, in the keras3 run
+ONCE_PER_SUITE = pytest.mark.skipif(
+    FLAVOUR != "keras3", reason="independent of the Keras flavour: runs once per suite, in the keras3 run")
 for _name in ("tf2onnx", "tensorflow"):
     logging.getLogger(_name).setLevel(logging.ERROR)
 
@@ -63,6 +68,8 @@ def onnx_outputs(onnx_model, spec, inputs, runtime="onnxruntime"):
 
 _ORACLE = collections.OrderedDict()  # (model, weights, batch) -> Keras's outputs, the last few
 _ORACLE_SIZE = 8
+_ORACLE_ROWS = collections.OrderedDict()  # (model, weights, one row's inputs) -> that row of a batch's outputs
+_ORACLE_ROWS_SIZE = 256
 
 
 def _digest(arrays) -> str:
@@ -74,22 +81,40 @@ def _digest(arrays) -> str:
     return digest.hexdigest()
 
 
+def _remember_rows(model, weights, inputs, outputs):
+    """Each row of a batch Keras ran, as the batch of one row a batch-1 signature feeds: Keras
+    computes the rows of a batch independently, so row ``r`` of its outputs is its answer for row
+    ``r`` alone (to float rounding, far inside ``ATOL``)."""
+    rows = {np.asarray(x).shape[0] for x in inputs} | {o.shape[0] if o.ndim else -1 for o in outputs}
+    if len(rows) != 1:
+        return  # an output without the batch axis first: no row of it stands for one row alone
+    for row in range(rows.pop()):
+        key = (id(model), weights, _digest([np.asarray(x)[row:row + 1] for x in inputs]))
+        _ORACLE_ROWS[key] = (model, [o[row:row + 1] for o in outputs])
+    while len(_ORACLE_ROWS) > _ORACLE_ROWS_SIZE:
+        _ORACLE_ROWS.popitem(last=False)
+
+
 def oracle_outputs(model, inputs):
     """Keras's outputs for ``inputs``, computed once for the same model, weights and batch.
 
     A check runs each batch on several runtimes and signature forms; calling Keras again for each
-    took about a fifth of a numeric test's time. The entry keeps the model itself and is used only
-    for that object (an ``id`` may be reused once a model is freed) with the same weights. Any
-    other callable (a ``tf.function`` around the model) is called every time."""
+    took about a fifth of a numeric test's time, and a batch-1 form feeds every row of a batch on
+    its own: such a row is answered from the batch's outputs. The entry keeps the model itself and
+    is used only for that object (an ``id`` may be reused once a model is freed) with the same
+    weights. Any other callable (a ``tf.function`` around the model) is called every time."""
     if not hasattr(model, "get_weights"):
         return keras_outputs(model, inputs)
-    key = (id(model), _digest(model.get_weights()), _digest(inputs))
-    entry = _ORACLE.get(key)
+    weights = _digest(model.get_weights())
+    key = (id(model), weights, _digest(inputs))
+    entry = _ORACLE.get(key) or _ORACLE_ROWS.get(key)
     if entry is None or entry[0] is not model:
         entry = _ORACLE[key] = (model, keras_outputs(model, inputs))
         while len(_ORACLE) > _ORACLE_SIZE:
             _ORACLE.popitem(last=False)
-    _ORACLE.move_to_end(key)
+        _remember_rows(model, weights, inputs, entry[1])
+    if key in _ORACLE:
+        _ORACLE.move_to_end(key)
     return [output.copy() for output in entry[1]]
 
 

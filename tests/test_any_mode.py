@@ -13,6 +13,8 @@ from models import FEATURES, UNITS, embedding_model, masking_model
 
 import masked_lstm_rewriter as mlr
 
+pytestmark = pytest.mark.grid  # a sample of each parametrized grid (tests/grid.py)
+
 ANY = mlr.make_rewriter("any")
 
 LAYERS = {

@@ -13,10 +13,12 @@ import onnx
 import pytest
 import tensorflow as tf
 
-from kerasutil import LENGTHS, STEPS, keras, op_counts, post_padded_tokens, randomize_weights, session
+from kerasutil import LENGTHS, ONCE_PER_SUITE, STEPS, keras, op_counts, post_padded_tokens, randomize_weights, session
 from models import UNITS, embedding_model
 
 from masked_lstm_rewriter import cli
+
+pytestmark = pytest.mark.grid  # a sample of each parametrized grid (tests/grid.py)
 
 
 def save_model(model, spec, path):
@@ -83,6 +85,7 @@ def test_drop_in_command_converts_and_reports(saved_model, tmp_path, mode):
 ], ids=["no model", "missing model", "missing model file", "unknown option", "no output directory",
         "unwritable output", "no output", "bad mask mode", "bad runtime", "runtime as tf2onnx target",
         "unreadable model", "verify without onnx"])
+@ONCE_PER_SUITE
 def test_bad_input_is_one_line_and_a_documented_status(saved_model, tmp_path, args, message, status):
     values = {"missing": tmp_path / "missing", "out": tmp_path / "model.onnx", "model": saved_model[0],
               "tmp": tmp_path}
@@ -96,6 +99,7 @@ def test_bad_input_is_one_line_and_a_documented_status(saved_model, tmp_path, ar
     assert os.listdir(tmp_path) == [], "no partial output"
 
 
+@ONCE_PER_SUITE
 def test_help_and_version_are_the_plugins_and_quick():
     done = run("masked_lstm_rewriter", "--help")
     assert done.returncode == 0
@@ -123,6 +127,7 @@ def test_tf2onnx_target_keeps_its_meaning(saved_model, tmp_path):
 
 
 @pytest.mark.parametrize("signal_name, status", [("SIGTERM", 143), ("SIGINT", 130)])
+@ONCE_PER_SUITE
 def test_an_interrupted_run_leaves_no_file(saved_model, tmp_path, signal_name, status):
     """Stopped while the partial output exists, the run removes it and says so in one line."""
     out = tmp_path / "model.onnx"
@@ -143,6 +148,7 @@ def test_an_interrupted_run_leaves_no_file(saved_model, tmp_path, signal_name, s
     assert len(lines) == 1 and lines[0].startswith("masked_lstm_rewriter: error: "), stderr[-2000:]
 
 
+@ONCE_PER_SUITE
 def test_debug_shows_the_traceback(tmp_path):
     done = run("masked_lstm_rewriter", "--saved-model", tmp_path, "--output", tmp_path / "model.onnx", "--debug")
     assert done.returncode == 1

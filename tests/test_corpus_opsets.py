@@ -13,6 +13,8 @@ import pytest
 from masked_lstm_rewriter.corpus import check, manifest
 from masked_lstm_rewriter.corpus.test_corpus import CORPUS, ENTRIES, MAX_ERRORS, convert_in_process
 
+pytestmark = pytest.mark.grid  # a sample of each parametrized grid (tests/grid.py)
+
 SWEEP_OPSETS = (13, 18)
 MODELS = list({entry["case"]: entry for entry in reversed(ENTRIES)}.values())  # each case's first format
 

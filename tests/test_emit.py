@@ -9,6 +9,8 @@ from models import UNITS, embedding_model, initial_state_model
 
 import masked_lstm_rewriter as mlr
 
+pytestmark = pytest.mark.grid  # a sample of each parametrized grid (tests/grid.py)
+
 
 def lstm_nodes(onnx_model):
     return [n for n in onnx_model.graph.node if n.op_type == "LSTM"]

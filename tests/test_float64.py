@@ -31,6 +31,8 @@ from models import FEATURES, UNITS
 import masked_lstm_rewriter as mlr
 from masked_lstm_rewriter.targets import DTYPE_REASONS
 
+pytestmark = pytest.mark.grid  # a sample of each parametrized grid (tests/grid.py)
+
 try:
     import openvino as ov
 except ImportError:  # pragma: no cover - openvino is in .[test]

@@ -26,6 +26,8 @@ import runtimes
 import signatures
 from fuzzgen import UNMASKED, BatchCase, LayerCase, ModelCase
 
+pytestmark = pytest.mark.grid  # a sample of each parametrized grid (tests/grid.py)
+
 FUZZ_BATCHES = 4
 FUZZ_MODELS = int(os.environ.get("MLR_FUZZ_EXAMPLES", "50"))  # x FUZZ_BATCHES = 200 model/batch cases
 CI_SETTINGS = settings(max_examples=FUZZ_MODELS, deadline=None, derandomize=True, database=None,

@@ -17,6 +17,8 @@ import fuzz_adversarial as fa
 import signatures
 from kerasutil import keras_outputs
 
+pytestmark = pytest.mark.grid  # a sample of each parametrized grid (tests/grid.py)
+
 ADVERSARIAL_CASES = int(os.environ.get("MLR_ADVERSARIAL_CASES", "120"))
 CASES = fa.draw_cases(ADVERSARIAL_CASES, seed=0)
 

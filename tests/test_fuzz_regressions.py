@@ -17,6 +17,8 @@ from kerasutil import assert_matches_keras, convert, keras, mask_from_lengths, o
 
 import masked_lstm_rewriter as mlr
 
+pytestmark = pytest.mark.grid  # a sample of each parametrized grid (tests/grid.py)
+
 # Fixed bug: the rewriter mapped Keras's softplus to the recurrent op's Softplus activation, which
 # onnxruntime computes as log(1 + exp(x)): inf for x > 88, where Keras gives x. Such layers now
 # stay Loops (whose stand-alone Softplus op is right): fuzzgen checks that they do, for that reason.

@@ -19,6 +19,8 @@ from test_any_mode import KINDS, batch
 
 import masked_lstm_rewriter as mlr
 
+pytestmark = pytest.mark.grid  # a sample of each parametrized grid (tests/grid.py)
+
 ANY = mlr.make_rewriter("any")
 
 CELLS = {

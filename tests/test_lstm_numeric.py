@@ -11,6 +11,8 @@ from models import (UNITS, computed_mask_model, embedding_model, explicit_mask_m
 
 import masked_lstm_rewriter as mlr
 
+pytestmark = pytest.mark.grid  # a sample of each parametrized grid (tests/grid.py)
+
 
 def lstm(**options):
     return keras.layers.LSTM(UNITS, **options)

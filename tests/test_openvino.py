@@ -23,6 +23,8 @@ import masked_lstm_rewriter as mlr
 ov = pytest.importorskip("openvino")
 from runtimes import run_onnxruntime, run_openvino  # noqa: E402
 
+pytestmark = pytest.mark.grid  # a sample of each parametrized grid (tests/grid.py)
+
 SHAPES = ["dynamic", "static"]
 
 

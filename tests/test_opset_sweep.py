@@ -30,7 +30,7 @@ from kerasutil import (ATOL, LENGTHS, MAX_ERRORS, STEPS, convert, keras, max_err
 import masked_lstm_rewriter as mlr
 from masked_lstm_rewriter.emit.node import MIN_OPSET
 
-pytestmark = pytest.mark.usefixtures("plugin_off")
+pytestmark = [pytest.mark.usefixtures("plugin_off"), pytest.mark.grid]
 
 ACCEPTED = sorted(constants.OPSET_TO_IR_VERSION)  # every opset tf2onnx 1.17 makes a model at
 UNITS, FEATURES, VOCAB = 3, 2, 20

@@ -24,6 +24,8 @@ from models import FEATURES, UNITS, token_mask
 
 import masked_lstm_rewriter as mlr
 
+pytestmark = pytest.mark.grid  # a sample of each parametrized grid (tests/grid.py)
+
 VALUES = {"+inf": np.inf, "-inf": -np.inf, "1e30": 1e30, "nan": np.nan}
 MODES = ["post", "any"]
 K = keras.layers

@@ -23,6 +23,8 @@ from masked_lstm_rewriter import pipeline as rewrite
 from masked_lstm_rewriter.pipeline import snapshot
 from masked_lstm_rewriter.read import loop as loop_reader
 
+pytestmark = pytest.mark.grid  # a sample of each parametrized grid (tests/grid.py)
+
 INJECTED = "injected failure"
 
 

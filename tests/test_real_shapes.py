@@ -34,7 +34,7 @@ from kerasutil import FLAVOUR, check_whole_model, convert, keras, post_padded_to
 from conftest import CONVERSION_BUDGET
 from models import AddOverTime
 
-pytestmark = pytest.mark.usefixtures("plugin_off", "conversion_budget")
+pytestmark = [pytest.mark.usefixtures("plugin_off", "conversion_budget"), pytest.mark.grid]
 
 layers = keras.layers
 FEATURES = 9          # spectral bins (257 in the public model)

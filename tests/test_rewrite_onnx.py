@@ -14,7 +14,7 @@ import runtimes
 from kerasutil import FLAVOUR, LENGTHS, STEPS, assert_matches_keras, convert, keras, op_counts, randomize_weights
 from models import FEATURES, UNITS, embedding_model, explicit_mask_model, initial_state_model, masking_model
 
-pytestmark = pytest.mark.usefixtures("plugin_off")
+pytestmark = [pytest.mark.usefixtures("plugin_off"), pytest.mark.grid]
 NATIVE = ("LSTM", "GRU", "RNN")
 
 

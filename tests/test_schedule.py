@@ -22,6 +22,8 @@ import signatures
 from masked_lstm_rewriter.plan.schedule import MIN_BATCH, SCHEDULE_NAME, SEGMENTS
 from masked_lstm_rewriter.sessions import onnxruntime_session
 
+pytestmark = pytest.mark.grid  # a sample of each parametrized grid (tests/grid.py)
+
 
 @pytest.fixture(autouse=True)
 def onnxruntime_only(monkeypatch):

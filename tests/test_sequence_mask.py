@@ -11,6 +11,8 @@ from models import FEATURES, UNITS
 
 import masked_lstm_rewriter as mlr
 
+pytestmark = pytest.mark.grid  # a sample of each parametrized grid (tests/grid.py)
+
 
 def lengths_model(maxlen, embedding, layer):
     """An LSTM masked by sequence_mask(lengths, maxlen) built in a Lambda layer."""

@@ -20,6 +20,8 @@ from models import FEATURES, UNITS
 
 import masked_lstm_rewriter as mlr
 
+pytestmark = pytest.mark.grid  # a sample of each parametrized grid (tests/grid.py)
+
 layers = keras.layers
 RECURRENT = ("LSTM", "GRU", "RNN")
 LENGTHS = [7, 3, 0, 1, 6, 7]  # full rows, an empty row, and lengths in between

@@ -25,6 +25,8 @@ import masked_lstm_rewriter as mlr
 from masked_lstm_rewriter.plan.batch import BROADCAST_NAME
 from masked_lstm_rewriter.read import loop, trip
 
+pytestmark = pytest.mark.grid  # a sample of each parametrized grid (tests/grid.py)
+
 
 def check(case, verdict=None):
     """The case is refused or exact; ``verdict`` names which it must be."""

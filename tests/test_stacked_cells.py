@@ -18,6 +18,8 @@ import masked_lstm_rewriter as mlr
 from masked_lstm_rewriter.failure import Refusal
 from masked_lstm_rewriter.read.body import BodyMatch, is_masked_recurrent_body, read_body
 
+pytestmark = pytest.mark.grid  # a sample of each parametrized grid (tests/grid.py)
+
 MODES = ["post", "any"]
 K = keras.layers
 

@@ -23,6 +23,8 @@ from test_cli import run, save_model
 
 import masked_lstm_rewriter as mlr
 
+pytestmark = pytest.mark.grid  # a sample of each parametrized grid (tests/grid.py)
+
 STEPS = 50
 LENGTHS = [50, 17, 0, 1, 33, 50, 2, 9]  # 8 rows: full, empty, and lengths in between
 ANY = mlr.make_rewriter("any")

@@ -39,7 +39,7 @@ RECURRENT = {"LSTM": keras.layers.LSTM, "GRU": keras.layers.GRU}
 keras3_only = pytest.mark.skipif(FLAVOUR != "keras3", reason="Keras 3's TimeDistributed (tf_keras reshapes)")
 
 
-pytestmark = pytest.mark.usefixtures("plugin_off")
+pytestmark = [pytest.mark.usefixtures("plugin_off"), pytest.mark.grid]
 
 
 def tagger(kind="LSTM", seed=0):

@@ -24,6 +24,8 @@ from models import FEATURES, UNITS
 import masked_lstm_rewriter as mlr
 import runtimes
 
+pytestmark = pytest.mark.grid  # a sample of each parametrized grid (tests/grid.py)
+
 STEPS = 6
 LAYERS = {
     "gru": (lambda: keras.layers.GRU(UNITS, return_sequences=True), {"GRU": 1}),

@@ -14,6 +14,8 @@ import tensorflow as tf
 from kerasutil import check_whole_model, keras, post_padded_tokens, randomize_weights, token_spec
 from models import padded_features
 
+pytestmark = pytest.mark.grid  # a sample of each parametrized grid (tests/grid.py)
+
 layers = keras.layers
 LENGTHS = [9, 4, 0, 6, 1]  # a full row, an empty one, lengths in between
 STEPS = 9

@@ -23,6 +23,7 @@ loop was left alone:
 ``test_read_select.py``, ``test_read_onnx_trip.py``, ``test_read_linear_onnx.py``, ``test_graph_onnx.py``
                            the ONNX Loop's readers on hand-built Loops (``_onnx_graphs.py``)
 ``test_cli_rewrite.py``    the rewrite command; ``test_verify_onnx.py``: verify against an ONNX file
+``test_grid.py``           the sampler of the slow grids keeps every value of every parameter
 ========================== ===================================================================
 
 **No Keras.** TensorFlow 2.21 imports all of Keras (or tf_keras) when it is imported itself, so
