@@ -149,7 +149,7 @@ def _runtimes_needing_a_target(rewriter) -> set:
 
 
 def check_conversion(model, spec, inputs, rewriter="default", ops=None, opset=15):
-    """Converts ``model`` with its declared ``spec`` and with the sampled static signature forms
+    """Converts ``model`` with its declared ``spec`` and with the static signature forms sampled for the test
     (:mod:`signatures`), and checks each conversion on every runtime (:mod:`runtimes`) against
     Keras on ``inputs``, at every position. ``ops``: the expected native op counts
     (``{"LSTM": 2}``), or a function of the signature form that gives them, checked with no

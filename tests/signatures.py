@@ -6,10 +6,11 @@ builds a different graph then (a static batch makes it fuse ``MatMul`` + ``Add``
 A numeric test names its model's declared (dynamic) spec and a batch; :func:`signature` gives
 the spec of another form and the batches to feed it (a batch-1 form feeds the rows one by one).
 
-Which forms a test runs: always ``dynamic``, plus a sample of the static ones picked by a stable
-hash of the test's id (derandomized, so CI is repeatable), one by default; ``MLR_SIGNATURES=all``
-runs every form, ``MLR_SIGNATURES=dynamic`` none but the declared one, and a comma-separated list
-of form names exactly those.
+Which forms a test runs: always ``dynamic``, plus, for a share of the tests (``MLR_SIGNATURE_SHARE``,
+half by default), a sample of the static ones (``MLR_SIGNATURE_SAMPLES``, one by default), both
+picked by a stable hash of the test's id (derandomized, so CI is repeatable; every static form is
+run by many tests); ``MLR_SIGNATURES=all`` runs every form in every test, ``MLR_SIGNATURES=dynamic``
+none but the declared one, and a comma-separated list of form names exactly those.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ FORMS = {
 }
 STATIC_FORMS = tuple(form for form in FORMS if form != "dynamic")
 SAMPLED = int(os.environ.get("MLR_SIGNATURE_SAMPLES", "1"))
+SHARE = float(os.environ.get("MLR_SIGNATURE_SHARE", "0.5"))  # of the tests that add static forms
 # the declared form and one static form per test (MLR_SIGNATURES=all passes for every numeric test)
 DEFAULT = "sample"
 
@@ -50,7 +52,10 @@ def forms_for(test_id: str = None) -> tuple:
             raise ValueError(f"MLR_SIGNATURES: unknown forms {unknown}; known: {list(FORMS)}")
         return forms
     test_id = test_id or os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0]
-    start = int(hashlib.sha256(test_id.encode()).hexdigest(), 16) % len(STATIC_FORMS)
+    digest = int(hashlib.sha256(test_id.encode()).hexdigest(), 16)
+    if (digest >> 128) % 1000 >= SHARE * 1000:
+        return ("dynamic",)
+    start = digest % len(STATIC_FORMS)
     return ("dynamic",) + tuple(STATIC_FORMS[(start + i) % len(STATIC_FORMS)] for i in range(SAMPLED))
 
 
