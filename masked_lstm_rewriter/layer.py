@@ -84,6 +84,9 @@ class MaskedRecurrentLayer:
     writes_sequence: bool
     last_output: Optional[str]  # While output: last output
     x_time_major: Optional[str] = None  # x, where the source reads it batch-major (a cuDNN op)
+    # with output_carried: a masked step before a row's first valid step outputs the top cell's
+    # initial h (Keras on JAX carries the state as the output), not zeros (Keras on TensorFlow)
+    output_starts_from_state: bool = False
 
     left_as = "a Loop"  # what tf2onnx keeps when the layer is not rewritten
     remedy = None       # what a user can do instead then, besides what the reason says

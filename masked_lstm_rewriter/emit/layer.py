@@ -31,7 +31,9 @@ Then the fix-ups make every output Keras's at every position:
 * with ``zero_output_for_mask`` (``Bidirectional``), or in reverse, masked steps are zeros;
 * a ``go_backwards`` layer returns its sequence in reversed time order; a ``Bidirectional``
   layer reverses it back, so that pair of reversals is skipped;
-* a row with no valid step keeps the initial state in Keras: ``Where(length > 0, h, initial_h)``.
+* a row with no valid step keeps the initial state in Keras: ``Where(length > 0, h, initial_h)``;
+* where the carried output starts from the initial state (Keras on JAX), the steps before a row's
+  first valid step output the top cell's initial ``h`` instead of zeros.
 
 Only ``Where`` selects values by the mask (never arithmetic): padded inputs may hold anything,
 ``-inf`` and NaN included.
@@ -43,6 +45,7 @@ import dataclasses
 from typing import Optional
 
 import numpy as np
+from onnx import TensorProto
 from tf2onnx import utils
 from tf2onnx.graph_builder import GraphBuilder
 
@@ -190,9 +193,24 @@ def _keras_outputs(g, layer: MaskedRecurrentLayer, out: NodeOutputs, masks: Mask
         # masked steps output zeros (zero_output_for_mask)
         sequence = g.make_node("Where", [masks.mask_tm, out.y, _zero(g)]).output[0]
         last_output = time_step(gb, sequence, -1)
+    if layer.output_starts_from_state and not layer.top.zero_initial_state:
+        sequence, last_output = _from_initial_state(g, layer.top, masks, sequence, last_output)
     if not layer.writes_sequence:
         sequence = in_time_order = gb.make_unsqueeze({"data": last_output, "axes": [0]})
     return sequence, in_time_order, last_output
+
+
+def _from_initial_state(g, top: RecurrentCell, masks: MaskTensors, sequence: str, last_output: str) -> tuple:
+    """(sequence, last output) of a forward layer whose output starts from the top cell's initial h:
+    that h at each step before a row's first valid step (every step of an empty row), where the
+    carried output starts from zeros. A step is before the first valid one while the running count
+    of valid steps is 0."""
+    counted = g.make_node("Cast", [masks.mask_tm], attr={"to": TensorProto.INT32}).output[0]
+    running = g.make_node("CumSum", [counted, _const(g, "time_axis", np.array(0, np.int32))]).output[0]
+    before_first = g.make_node("Equal", [running, _const(g, "no_step", np.array(0, np.int32))]).output[0]
+    sequence = g.make_node("Where", [before_first, top.initial_h, sequence]).output[0]
+    last_output = g.make_node("Where", [masks.has_steps, last_output, top.initial_h]).output[0]
+    return sequence, last_output
 
 
 def time_step(gb, sequence, index):

@@ -171,7 +171,8 @@ def _read_layer(graph, loop, body, reads: _StepReads) -> LoopLayer:
     states = {i: new for i, new in carried.items() if i != output_index or _is_state(carried, i)}
     stack = state_stack(body, states, h_top, x_item)
     cells = resolve_cells(graph, loop, read_cells(body, x_item, stack, states), lambda i: loop.output[i - 2])
-    output_carried = _output_carried(graph, loop, body, carried, out_select, cells[-1], sequence)
+    output_carried, starts_from_state = _output_carried(graph, loop, body, carried, out_select, h_top, cells[-1],
+                                                        sequence)
     sequence_output = _check_outputs_used(graph, loop, body, set(states) | {output_index} - {None}, sequence)
     time_axis = time_axis_of(graph, [x_tm, _outside_name(loop, body, reads.x.input[0])])
     check_loop_trip_count(graph, loop, body, counters, invariants, time_axis)
@@ -181,9 +182,13 @@ def _read_layer(graph, loop, body, reads: _StepReads) -> LoopLayer:
         if mask_reversed != x_reversed:
             raise Refusal("only one of the input and the mask is reversed in time", reads.mask)
         mask, mask_layout = _batch_major_mask(graph, mask_tm, time_axis)
+    if starts_from_state and x_reversed:
+        raise Refusal("a backward layer's output at masked steps repeats a state that starts from a given "
+                      "initial state", loop)
     return LoopLayer(
         layer=loop_layer_name(loop), while_node=loop, cells=cells, direction="reverse" if x_reversed else "forward",
         x_reader=reads.x, mask=mask, mask_post_padded=False, output_carried=output_carried,
+        output_starts_from_state=starts_from_state,
         sequence_outputs=[] if sequence_output is None else [sequence_output], writes_sequence=sequence is not None,
         last_output=None if output_index is None else loop.output[output_index - 2], mask_layout=mask_layout,
         **_layer_input(graph, x_tm, x_tm if x_reversed or x_tm != reads.x.input[0] else None, projection))
@@ -265,18 +270,20 @@ def _carried(graph, loop, body, variables: list, mask_item) -> tuple:
     return carried, zero_output
 
 
-def _output_carried(graph, loop, body, carried: dict, out_select, top, sequence) -> bool:
-    """Does a masked step output the last output (else zeros, Keras's ``zero_output_for_mask``)?"""
+def _output_carried(graph, loop, body, carried: dict, out_select, h_top: str, top, sequence) -> tuple:
+    """(does a masked step output the last output, else zeros (Keras's ``zero_output_for_mask``); does
+    that output start from the top cell's initial h, which the loop carries as the output (Keras on
+    JAX), rather than from zeros)."""
     if out_select is None:
-        return True
+        return True, False
     names, old = body.input_names, skip_identity(body, out_select.old)
     if old in names and names.index(old) in carried:
-        if _is_state(carried, names.index(old)) and not top.zero_initial_state:
-            raise Refusal("the output at masked steps repeats the state, which starts from a given initial "
-                          "state (Keras repeats the last output, zeros before the first step)", loop)
-        return True
+        if _same_value(body, carried[names.index(old)]) != _same_value(body, h_top):
+            raise Refusal("the output at masked steps repeats another value than the layer's output "
+                          f"({old}: the state of a lower cell?)", loop)
+        return True, _is_state(carried, names.index(old)) and not top.zero_initial_state
     if _is_zeros_in_body(graph, loop, body, old):
-        return False
+        return False, False
     raise Refusal("the output at masked steps is computed in an unrecognised way", producer(body, sequence))
 
 

@@ -19,9 +19,7 @@ from _onnx_files import (DATA, JAX_FILES, NATIVE_OPS, ONNXSIM_FILES, TF2ONNX_116
                          assert_same_outputs, check_refuses, check_rewrites, name_of, op_counts, run, runtimes)
 
 # JAX-backend exports that stay Loops, and why (the file says what its output is at masked steps)
-JAX_LOOPS = {
-    "init_state_lstm_seq_t6": "the output at masked steps repeats the state",
-}
+JAX_LOOPS = {}
 STACKED = {"keras3_stacked_cells_op15": 2, "tf_keras_stacked_cells_op15": 2}
 
 
@@ -61,9 +59,44 @@ def test_jax_exports_become_native_and_equal_keras(path, mode):
     assert report.rewritten
 
 
-@pytest.mark.parametrize("case", sorted(JAX_LOOPS))
-def test_jax_exports_that_stay_loops_say_why(case):
-    check_refuses(onnx.load(os.path.join(DATA, "jax", f"{case}.onnx")), JAX_LOOPS[case])
+def test_a_jax_output_that_starts_from_the_initial_state_keeps_it_before_the_first_valid_step():
+    """Keras on JAX outputs the state at masked steps, so a row's steps before its first valid one
+    show the given initial h (TensorFlow's Keras shows zeros there): pre-padded rows and an empty
+    row, fed h0 that is not zero."""
+    original = onnx.load(os.path.join(DATA, "jax", "init_state_lstm_seq_t6.onnx"))
+    rewritten, _ = check_rewrites(original, "any", natives=1)
+    rng = np.random.default_rng(3)
+    mask = np.array([[0, 0, 1, 1, 1, 1], [0, 0, 0, 0, 0, 0], [1, 1, 1, 1, 1, 1], [0, 1, 0, 1, 1, 0]], bool)
+    feeds = {"features": rng.normal(size=(4, 6, 3)).astype(np.float32), "mask": mask,
+             "h0": rng.normal(size=(4, 3)).astype(np.float32), "c0": rng.normal(size=(4, 3)).astype(np.float32)}
+    expected = run(original, feeds, "onnxruntime")
+    assert np.allclose(expected[0][1], feeds["h0"][1]) and np.allclose(expected[0][0, :2], feeds["h0"][0])
+    for runtime in runtimes():
+        assert_same_outputs(expected, run(rewritten, feeds, runtime), f"the file, {runtime}")
+
+
+def _masked_output_repeats_the_other_state(model):
+    """``model`` whose Loop body outputs, at masked steps, the LSTM's other kept state (c) instead of
+    the h it repeats."""
+    doctored = onnx.ModelProto()
+    doctored.CopyFrom(model)
+    body = next(n for n in doctored.graph.node if n.op_type == "Loop").attribute[0].g
+    producers = {out: node for node in body.node for out in node.output}
+    node = producers[body.output[-1].name]
+    while node.op_type != "Where":
+        node = producers[node.input[0]]
+    inputs = {i.name for i in body.input}
+    slot = next(k for k in (1, 2) if node.input[k] in inputs)  # the kept value: Where(mask, new, old) or negated
+    kept = {name for n in body.node if n.op_type == "Where" for name in n.input[1:] if name in inputs}
+    node.input[slot] = next(iter(kept - {node.input[slot]}))
+    return doctored
+
+
+def test_a_masked_output_that_repeats_another_state_stays_a_loop():
+    """Masked steps that output a value other than the layer's own output (here an LSTM's c) cannot be
+    the native op's: the Loop stays, with the reason."""
+    original = onnx.load(os.path.join(DATA, "jax", "init_state_lstm_seq_t6.onnx"))
+    check_refuses(_masked_output_repeats_the_other_state(original), "the output at masked steps repeats another value")
 
 
 def _by_outputs(model) -> dict:
