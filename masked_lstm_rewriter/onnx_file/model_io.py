@@ -7,15 +7,19 @@ from __future__ import annotations
 import logging
 import os
 
+import numpy as np
 import onnx
-from onnx import shape_inference
+from onnx import helper, shape_inference
 from tf2onnx import utils
 from tf2onnx.graph import GraphUtil
 
 logger = logging.getLogger("masked_lstm_rewriter")
 
 PROTOBUF_LIMIT = 2 ** 31 - 1   # bytes: a larger model is saved with its tensors in a file beside it
+HUGE_TENSOR = 2 ** 31 - 1      # bytes: a tensor protobuf cannot write alone (tf2onnx's graph cannot hold it)
 _LARGE = 1 << 20               # bytes: initializers left out of shape inference (their shapes are enough)
+INLINE_BYTES = 1024            # tensors up to this size stay in the model file when the rest go beside it
+_DATA_FIELDS = ("raw_data", "float_data", "int32_data", "int64_data", "double_data", "uint64_data", "string_data")
 
 
 class ModelError(ValueError):
@@ -47,6 +51,7 @@ def opset_of(model: onnx.ModelProto) -> int:
 def to_graph(model: onnx.ModelProto):
     """tf2onnx's graph of ``model``, with the shapes and types ONNX's shape inference gives."""
     inferred = _with_inferred_shapes(model)
+    _huge_tensors_as_inputs(inferred.graph)
     _constants_as_tensors(inferred.graph)
     for node in inferred.graph.node:
         for attribute in node.attribute:
@@ -98,30 +103,51 @@ def _with_inferred_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
     inference serializes the model, which protobuf cannot do past 2 GB), then given it back."""
     stripped = onnx.ModelProto()
     stripped.CopyFrom(model)
-    large = {}
+    large = set()
     for tensor in stripped.graph.initializer:
-        if tensor.ByteSize() > _LARGE:
-            large[tensor.name] = tensor.raw_data or None
-            tensor.ClearField("raw_data")
+        if tensor_bytes(tensor) > _LARGE:
+            large.add(tensor.name)
+            for field in _DATA_FIELDS:
+                tensor.ClearField(field)
     try:
         inferred = shape_inference.infer_shapes(stripped)
     except Exception as error:  # pylint: disable=broad-except  (shapes are an aid, not a need)
         logger.info("ONNX shape inference failed (%s); reading the model without it", error)
         inferred = stripped
     if large:
-        originals = {t.name: t for t in model.graph.initializer if t.name in large}
+        originals = {t.name: t for t in model.graph.initializer if t.name in large and tensor_bytes(t) < HUGE_TENSOR}
         for tensor in inferred.graph.initializer:
             if tensor.name in originals:
                 tensor.CopyFrom(originals[tensor.name])
     return inferred
 
 
+def _huge_tensors_as_inputs(graph: onnx.GraphProto) -> None:
+    """Each initializer past 2 GB (an embedding table, not a recurrent layer's weights) as a graph
+    input of its type and shape: tf2onnx's graph cannot hold it (it makes each initializer a node
+    attribute, which protobuf cannot write past 2 GB), and no reader needs its values. A layer that
+    would read it finds no constant and stays a Loop; the model keeps the initializer
+    (:mod:`.splice` changes only what the rewrite changed)."""
+    huge = [t for t in graph.initializer if tensor_bytes(t) >= HUGE_TENSOR]
+    for tensor in huge:
+        graph.input.append(helper.make_tensor_value_info(tensor.name, tensor.data_type, list(tensor.dims)))
+    kept = [t for t in graph.initializer if tensor_bytes(t) < HUGE_TENSOR]
+    if huge:
+        del graph.initializer[:]
+        graph.initializer.extend(kept)
+
+
 def save(model: onnx.ModelProto, path: str, final_path: str) -> None:
     """Write ``model`` to ``path`` (to become ``final_path``); past protobuf's 2 GB, its tensors go to
     ``<final name>.data`` beside it (``model`` then refers to that file for them)."""
     if _needs_external_data(model):
+        # small tensors stay inline: runtimes read an Unsqueeze's axes or a Reshape's shape while
+        # loading the model, and onnxruntime refuses to read them from the data file then
+        data = os.path.join(os.path.dirname(os.path.abspath(path)), os.path.basename(final_path) + ".data")
         onnx.save_model(model, path, save_as_external_data=True, all_tensors_to_one_file=True,
-                        location=os.path.basename(final_path) + ".data", size_threshold=0)
+                        location=os.path.basename(data), size_threshold=INLINE_BYTES)
+        if os.path.exists(data):  # not written when every tensor is small
+            os.chmod(data, 0o666 & ~_umask())  # as an ordinary new file (onnx writes it 0600)
     else:
         onnx.save_model(model, path)
 
@@ -129,5 +155,19 @@ def save(model: onnx.ModelProto, path: str, final_path: str) -> None:
 def _needs_external_data(model: onnx.ModelProto) -> bool:
     """Is ``model`` past what protobuf can write in one file? (``ByteSize()`` itself fails past 2 GB, so
     the initializers are measured first.)"""
-    tensors = sum(t.ByteSize() for t in model.graph.initializer)
+    tensors = sum(tensor_bytes(t) for t in model.graph.initializer)
     return tensors >= PROTOBUF_LIMIT or model.ByteSize() >= PROTOBUF_LIMIT
+
+
+def tensor_bytes(tensor: onnx.TensorProto) -> int:
+    """The size of ``tensor``'s data, from its shape and type: ``ByteSize()`` fails on a tensor past 2 GB."""
+    if tensor.data_type == onnx.TensorProto.STRING or tensor.data_location == onnx.TensorProto.EXTERNAL:
+        return tensor.ByteSize()
+    count = int(np.prod(tensor.dims, dtype=np.int64)) if len(tensor.dims) else 1
+    return count * helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

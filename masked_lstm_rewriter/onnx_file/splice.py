@@ -35,8 +35,10 @@ def splice(original: onnx.ModelProto, graph) -> onnx.ModelProto:
     raw = _raw_outputs(graph)
     for node in graph.get_nodes():
         if (node.type == "Const" and node.output[0] in initializers) or \
-                (node.type == "Placeholder" and node.output[0] in inputs) or node.output[0] in raw.values():
-            continue  # tf2onnx's graph holds initializers and graph inputs as nodes, and an Identity per output
+                (node.type == "Placeholder" and node.output[0] in inputs | initializers) or \
+                node.output[0] in raw.values():
+            continue  # tf2onnx's graph holds initializers (one past 2 GB as an input) and graph inputs as nodes,
+            # and an Identity per output
         index = by_outputs.get(tuple(raw.get(o, o) for o in node.output))
         if index is None:
             node.update_proto()
@@ -55,14 +57,26 @@ def splice(original: onnx.ModelProto, graph) -> onnx.ModelProto:
                                                               list(main.initializer) + new_constants)
     del main.node[:]
     main.node.extend(_in_order(nodes, {id(n): i for i, n in enumerate(kept_nodes)}, main))
-    del main.initializer[:]
-    main.initializer.extend(constants)
+    _keep_only(main.initializer, constants)
     names = {o for n in main.node for o in n.output} | {t.name for t in main.initializer} | \
         {i.name for i in main.input}
     kept_info = [info for info in main.value_info if info.name in names]
     del main.value_info[:]
     main.value_info.extend(kept_info)
     return model
+
+
+def _keep_only(initializers, constants: list) -> None:
+    """``initializers`` (a graph's, in place) made ``constants``: the others deleted where they are and
+    the new ones appended; re-adding a tensor past 2 GB would make protobuf serialize it, which it cannot."""
+    names = {t.name for t in constants}
+    for index in reversed(range(len(initializers))):
+        if initializers[index].name not in names:
+            del initializers[index]
+    present = {t.name for t in initializers}
+    for tensor in constants:
+        if tensor.name not in present:
+            initializers.add().CopyFrom(tensor)
 
 
 def _raw_outputs(graph) -> dict:
