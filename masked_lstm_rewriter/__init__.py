@@ -15,7 +15,9 @@ one for an ONNX file (``rewrite_onnx``), :mod:`.verification` checks a conversio
 
 Importing the package is cheap: the names below load their module (and with it tf2onnx and
 TensorFlow) when first used, so that a process can import ``masked_lstm_rewriter.corpus`` or
-the command line before it chooses its Keras flavour.
+the command line before it chooses its Keras flavour. Where TensorFlow, tf2onnx or a runtime is
+not installed, that first use raises :class:`.dependencies.MissingDependency`, naming the extra
+that brings it.
 """
 
 import importlib
@@ -25,6 +27,7 @@ _EXPORTS = {
     "make_rewriter": "plugin", "rewrite_masked_lstm": "plugin", "enable": "plugin", "disable": "plugin",
     "enabled_mode": "plugin", "last_report": "report", "ConversionReport": "report", "LayerReport": "report",
     "GUARD_MESSAGE": "plan.masks", "MASK_MODES": "plan.masks", "TARGETS": "targets",
+    "MissingDependency": "dependencies",
 }
 __all__ = list(_EXPORTS)
 __version__ = "0.1.0"
@@ -35,7 +38,9 @@ def __getattr__(name):
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    from .dependencies import needed  # pylint: disable=import-outside-toplevel
+    with needed():  # TensorFlow or tf2onnx not installed: one error naming the extra that brings it
+        value = getattr(importlib.import_module(f".{module}", __name__), name)
     globals()[name] = value
     return value
 

@@ -10,17 +10,24 @@ ONNX file, or ``verify`` a conversion.
 tf2onnx option passes through unchanged, and the plugin's options have names tf2onnx does not
 use. ``MODEL``, if given first, is short for ``--keras`` (a ``.keras`` / ``.h5`` file) or
 ``--saved-model`` (a directory). The output is written to a hidden file next to it and renamed
-only on success, so a failed or interrupted run leaves no file. Bad input gives one line
+only on success, so a failed or interrupted run leaves no file. Once the file is renamed into place
+the conversion is done: a Ctrl-C or SIGTERM arriving from the rename on is ignored, and the run
+ends with status 0 (never a failure status beside a written file). Bad input gives one line
 ``masked_lstm_rewriter: error: ...`` and the exit status in :data:`EXIT_CODES`; ``--debug``
 shows the traceback too (and is also tf2onnx's debug mode).
+
+While it works, a conversion shows progress lines on standard error (loading, converting,
+writing), with the plugin's warnings; ``-v`` adds tf2onnx's INFO lines and what the plugin did to
+each layer; ``-q`` shows nothing but the one-line errors (:mod:`.cli_logging`). Model files and
+output paths are checked before TensorFlow loads (:mod:`.cli_input`).
 """
+
 
 from __future__ import annotations
 
 import argparse
 import contextlib
 import io
-import logging
 import os
 import signal
 import sys
@@ -28,17 +35,24 @@ import traceback
 from importlib import metadata
 from typing import Optional
 
+from . import dependencies
+from .cli_input import environment_choice, keras_on_tensorflow, legacy_keras_hint, model_file_problem
+from .cli_logging import command_logging, progress, quiet_run, rename, verbosity
+
 PROG = "masked_lstm_rewriter"
 INPUT_OPTIONS = ("--saved-model", "--keras", "--graphdef", "--input", "--tflite", "--tfjs", "--checkpoint")
 MASK_MODES = ("post", "any")          # masks.MASK_MODES, without importing TensorFlow for --help
 RUNTIMES = ("onnxruntime", "openvino")  # emit.TARGETS, likewise
+MASK_MODE_ENV, RUNTIME_ENV = "TF2ONNX_MASKED_LSTM", "TF2ONNX_MASKED_LSTM_TARGET"
+QUIET = ("-q", "--quiet")
 EXIT_CODES = {0: "converted (or verified)", 1: "the conversion failed (or verify found a difference)",
-              2: "bad arguments: no model, a missing file, an unwritable output, an unknown option",
+              2: "bad arguments: no model, a missing or malformed model file, an unwritable output, an unknown "
+                 "option, a bad environment variable",
               130: "interrupted (Ctrl-C)", 143: "terminated (SIGTERM)"}
 
 HELP = f"""usage: python -m {PROG} [convert] [MODEL] --output FILE [options] [tf2onnx options]
-       python -m {PROG} rewrite ONNX --output FILE [--mask-mode post|any] [--runtime ...] [--schedule]
-       python -m {PROG} verify REFERENCE ONNX [--runtime onnxruntime|openvino|all] [--tolerance T]
+       python -m {PROG} rewrite ONNX --output FILE [--mask-mode post|any] [--runtime ...] [--schedule] [-q]
+       python -m {PROG} verify REFERENCE ONNX [--runtime onnxruntime|openvino|all] [--tolerance T] [-q]
        python -m {PROG} --version
 
 Convert a TensorFlow/Keras model to ONNX with tf2onnx, its masked LSTM, GRU and SimpleRNN layers
@@ -53,14 +67,17 @@ MODEL                   a .keras or .h5 file (short for --keras FILE) or a Saved
 plugin options:
   --mask-mode post|any  post: masks padded at the end, checked at run time (a model fed another
                         mask fails with a clear error); any: exact for every mask, a little slower.
-                        Default: $TF2ONNX_MASKED_LSTM, else "any" for --runtime openvino, else post
+                        Default: ${MASK_MODE_ENV}, else "any" for --runtime openvino, else post
   --runtime onnxruntime|openvino
                         the runtime the model is for (default: any runtime). openvino keeps as
                         Loops the layers OpenVINO cannot run natively. Default:
-                        $TF2ONNX_MASKED_LSTM_TARGET
+                        ${RUNTIME_ENV}
   --schedule            length-aware schedule for long-tailed batches (needs --runtime onnxruntime)
+  -q, --quiet           print nothing but errors: no report, no progress, no warnings, no
+                        TensorFlow or tf2onnx messages
+  -v, --verbose         also show tf2onnx's INFO lines and what the plugin did to each layer (also
+                        tf2onnx's --verbose)
   --debug               show the traceback of an error (also tf2onnx's --debug)
-  -v, --verbose         also show what the plugin did to each layer (also tf2onnx's --verbose)
   --version             show the versions and exit
   -h, --help            show this help and exit
 
@@ -73,17 +90,30 @@ meaning there (see python -m tf2onnx.convert --help), among them --saved-model D
 examples:
   python -m {PROG} model.keras -o model.onnx
   python -m {PROG} --saved-model saved_model_dir --output model.onnx --mask-mode any --opset 17
-  python -m {PROG} model.keras -o model.onnx --runtime openvino
+  python -m {PROG} model.keras -o model.onnx --runtime openvino -q
   python -m {PROG} verify model.keras model.onnx --runtime all
   python -m {PROG} verify original.onnx rewritten.onnx
 
+While it converts, it shows progress lines on standard error (loading, converting, writing) and
+the plugin's warnings; tf2onnx's INFO lines only with -v. The run ends with a report on standard
+output: each recurrent layer, rewritten (into what) or left as a Loop (why).
+
 exit status: {"; ".join(f"{code} {meaning}" for code, meaning in EXIT_CODES.items())}.
-The run ends with a report: each masked recurrent layer, rewritten (into what) or left as a Loop (why).
+No output file is left behind unless the status is 0; once the file is in place, a Ctrl-C no longer
+stops the run (it ends with 0).
 """
 
 
 class UsageError(Exception):
     """Bad command-line input: reported in one line, exit status 2."""
+
+
+class Failed(Exception):
+    """The work failed: reported in one line (its cause's traceback with ``--debug``), exit status ``code``."""
+
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.code = code
 
 
 class Interrupted(BaseException):
@@ -99,36 +129,55 @@ class Interrupted(BaseException):
 
 
 STOPPED: list = []  # the Interrupted of the signal that stopped this run, if any
+WRITTEN: list = []  # not empty once the output is being renamed into place: the run is done, signals wait
 SIGNALS = {signal.SIGINT: (130, "interrupted"), signal.SIGTERM: (143, "terminated")}
 
 
 def main(argv: Optional[list] = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
+    quiet = any(arg in QUIET for arg in args) and not any(arg in ("-h", "--help", "--version") for arg in args)
     STOPPED.clear()
+    WRITTEN.clear()
     previous = {number: signal.signal(number, _stop) for number in SIGNALS}
+    kept: list = []  # what the run said on stderr under --quiet that is still shown: its errors
     try:
-        if args and args[0] == "verify":
-            return _verify(args[1:])
-        if args and args[0] == "rewrite":
-            return _rewrite(args[1:])
-        return _convert_command(args[1:] if args and args[0] == "convert" else args)
+        with quiet_run(quiet, kept, keep_all=debug):
+            if args and args[0] == "verify":
+                return _verify(args[1:])
+            if args and args[0] == "rewrite":
+                return _rewrite(args[1:])
+            return _convert_command(args[1:] if args and args[0] == "convert" else args)
     except UsageError as error:
         return _fail(2, str(error), debug)
+    except ModuleNotFoundError as error:  # TensorFlow, tf2onnx or a runtime not installed: the extra that brings it
+        return _fail(2, dependencies.explain(error), debug)
+    except Failed as failure:  # with --debug, the traceback of what failed (a verdict has none)
+        return _fail(failure.code, str(failure), debug and failure.__cause__ is not None, failure.__cause__)
     except Interrupted as stop:
         return _fail(stop.code, str(stop), debug)
     finally:
         for number, handler in previous.items():
             signal.signal(number, handler)
+        if kept:
+            print("\n".join(kept), file=sys.stderr)
 
 
 def _stop(signum, frame):  # pylint: disable=unused-argument
     STOPPED.append(Interrupted(*SIGNALS[signum]))
-    raise STOPPED[-1]
+    if not WRITTEN:  # else the output is (being) renamed into place: the run is done, and ends with 0
+        raise STOPPED[-1]
 
 
-def _fail(code: int, message: str, debug: bool) -> int:
-    if debug and sys.exc_info()[0] is not None:
+def _output_written() -> None:
+    """Called just before the output is renamed into place: from now on, signals no longer stop the run."""
+    WRITTEN.append(True)
+
+
+def _fail(code: int, message: str, debug: bool, cause: Optional[BaseException] = None) -> int:
+    if debug and cause is not None:
+        traceback.print_exception(type(cause), cause, cause.__traceback__)
+    elif debug and sys.exc_info()[0] is not None:
         traceback.print_exc()
     print(f"{PROG}: error: {message}", file=sys.stderr)
     return code
@@ -141,18 +190,28 @@ def _convert_command(args: list) -> int:
     if "--version" in args:
         print(_versions())
         return 0
-    mask_mode, args = _pop_option(args, "--mask-mode", os.environ.get("TF2ONNX_MASKED_LSTM", "").strip() or None,
-                                  MASK_MODES)
-    runtime, args = _pop_option(args, "--runtime", os.environ.get("TF2ONNX_MASKED_LSTM_TARGET", "").strip() or None,
-                                RUNTIMES)
+    quiet = any(arg in QUIET for arg in args)
+    args = [arg for arg in args if arg not in QUIET]
+    mask_mode, args = _pop_option(args, "--mask-mode", MASK_MODE_ENV, MASK_MODES)
+    runtime, args = _pop_option(args, "--runtime", RUNTIME_ENV, RUNTIMES)
     schedule = "--schedule" in args
     args = [arg for arg in args if arg != "--schedule"]
     args = _expand_model(_short_output(args))
     _check_target(args)
     _check_paths(args)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's start-up chatter, before it loads
-    _check_with_tf2onnx_parser(args)
-    return _convert(args, mask_mode, runtime, schedule)
+    renames: dict = {}
+    with command_logging(verbosity(args), quiet, renames):
+        named = keras_on_tensorflow()
+        if named:
+            progress("KERAS_BACKEND=%s: converting with Keras on TensorFlow (the model file is the same on "
+                     "every backend)", named)
+        progress("loading %s", next(path for name, path in _inputs(args)))
+        _check_with_tf2onnx_parser(args)
+        report = _convert(args, mask_mode, runtime, schedule, renames)
+    if not quiet:
+        print(report if report is not None else f"{PROG}: no graph was rewritten")
+    return 0
 
 
 def _versions() -> str:
@@ -164,9 +223,10 @@ def _versions() -> str:
     return ", ".join(found)
 
 
-def _pop_option(args: list, name: str, default: Optional[str], choices: tuple) -> tuple:
-    """(the value of our own option ``name``, the other arguments, for tf2onnx)."""
-    value, rest = default, []
+def _pop_option(args: list, name: str, variable: str, choices: tuple) -> tuple:
+    """(the value of our own option ``name``, else of the environment ``variable``; the other
+    arguments, for tf2onnx)."""
+    value, rest = None, []
     it = iter(args)
     for arg in it:
         if arg == name:
@@ -177,9 +237,18 @@ def _pop_option(args: list, name: str, default: Optional[str], choices: tuple) -
             value = arg.split("=", 1)[1]
         else:
             rest.append(arg)
-    if value is not None and value not in choices:
+    if value is None:
+        return _environment_choice(variable, choices), rest
+    if value not in choices:
         raise UsageError(f"{name} must be one of {', '.join(choices)}, not {value!r}")
     return value, rest
+
+
+def _environment_choice(variable: str, choices: tuple) -> Optional[str]:
+    try:
+        return environment_choice(variable, choices)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
 
 
 def _short_output(args: list) -> list:
@@ -223,18 +292,32 @@ def _option(args: list, name: str) -> Optional[str]:
     return None
 
 
+def _inputs(args: list) -> list:
+    """(option, path) of each model input option given."""
+    return [(name, _option(args, name)) for name in INPUT_OPTIONS if _option(args, name)]
+
+
 def _check_paths(args: list) -> None:
-    from .output_file import OutputError, check_writable  # pylint: disable=import-outside-toplevel
-    inputs = [(name, _option(args, name)) for name in INPUT_OPTIONS if _option(args, name)]
+    inputs = _inputs(args)
     if not inputs:
         raise UsageError(f"no model given: python -m {PROG} MODEL --output FILE (a .keras or .h5 file, a SavedModel "
                          "directory), or --saved-model, --keras, --graphdef ...; --help for more")
     for name, path in inputs:
         if name != "--checkpoint" and not os.path.exists(path):
             raise UsageError(f"{name} {path}: no such file or directory")
+        problem = model_file_problem(path) if name == "--keras" else None
+        if problem:
+            raise UsageError(problem)
     output = _option(args, "--output")
     if output is None:
         raise UsageError("--output FILE (or -o FILE) is required")
+    _check_output(output)
+
+
+def _check_output(output: str) -> None:
+    from .output_file import OutputError, check_writable  # pylint: disable=import-outside-toplevel
+    if not output:
+        raise UsageError("--output: an empty file name")
     try:
         check_writable(output)
     except OutputError as error:
@@ -250,61 +333,51 @@ def _check_with_tf2onnx_parser(args: list) -> None:
     try:
         with contextlib.redirect_stderr(captured), contextlib.redirect_stdout(captured):
             convert.get_args()
-    except SystemExit as done:
+    except SystemExit:
         lines = [line for line in captured.getvalue().splitlines() if line.strip()]
         raise UsageError(lines[-1].split("error: ", 1)[-1] if lines else "bad arguments") from None
     finally:
         sys.argv = saved
 
 
-def _convert(args: list, mask_mode: Optional[str], runtime: Optional[str], schedule: bool) -> int:
+def _convert(args: list, mask_mode: Optional[str], runtime: Optional[str], schedule: bool, renames: dict):
+    """tf2onnx's ``main`` under the plugin, writing to a hidden file renamed to ``--output`` at the
+    end; returns the report. ``renames`` gets hidden path -> output, for the log records."""
     from tf2onnx import convert  # pylint: disable=import-outside-toplevel
     from . import enable, last_report  # pylint: disable=import-outside-toplevel
+    from .cli_logging import conversion_progress  # pylint: disable=import-outside-toplevel
     from .output_file import atomic_path  # pylint: disable=import-outside-toplevel
     from .report import start_conversion  # pylint: disable=import-outside-toplevel
     output = _option(args, "--output")
     saved = sys.argv
     try:
-        with _plugin_logging("-v" in args or "--verbose" in args), atomic_path(output) as partial:
+        with atomic_path(output, before_rename=_output_written) as partial:
+            renames[partial] = output
             start_conversion()
-            with enable(mask_mode, runtime, schedule):
+            with enable(mask_mode, runtime, schedule), conversion_progress(output, partial):
                 sys.argv = [PROG] + _replace_option(args, "--output", partial)
                 convert.main()
             if STOPPED:  # the signal's exception was lost in TensorFlow: the output is not kept
                 raise STOPPED[-1]
     except (Exception, SystemExit) as error:  # pylint: disable=broad-except
-        if STOPPED:
-            raise STOPPED[-1] from error
-        if isinstance(error, SystemExit) and not error.code:
-            error = RuntimeError("tf2onnx stopped without writing a model")
-        message = [line for line in str(error).strip().splitlines() if line.strip()]
-        return _fail(1, f"conversion failed: {message[-1] if message else type(error).__name__}", "--debug" in args)
+        _conversion_failed(error, args, renames)
     finally:
         sys.argv = saved
-    report = last_report()
-    print(report if report is not None else f"{PROG}: no graph was rewritten")
-    return 0
+    return last_report()
 
 
-@contextlib.contextmanager
-def _plugin_logging(verbose: bool):
-    """The plugin's warnings (and with ``verbose`` its INFO records) on stderr, once each.
-
-    tf2onnx's ``main`` configures the root logger for its own records; ours are shown by this
-    handler only, whatever it does."""
-    logger = logging.getLogger("masked_lstm_rewriter")
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(f"{PROG}: %(levelname)s: %(message)s"))
-    saved = logger.level, logger.propagate
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO if verbose else logging.WARNING)
-    logger.propagate = False
-    try:
-        yield
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(saved[0])
-        logger.propagate = saved[1]
+def _conversion_failed(error: BaseException, args: list, renames: dict) -> None:
+    """Raises what the command line says about a failed conversion."""
+    if STOPPED:
+        raise STOPPED[-1] from error
+    if isinstance(error, SystemExit) and not error.code:
+        error = RuntimeError("tf2onnx stopped without writing a model")
+    lines = [line for line in str(error).strip().splitlines() if line.strip()]
+    message = rename(lines[-1] if lines else type(error).__name__, renames)
+    hint = legacy_keras_hint(_option(args, "--keras"), message)
+    if hint:
+        raise UsageError(f"{message}; {hint}") from error
+    raise Failed(1, f"conversion failed: {message}") from error
 
 
 def _replace_option(args: list, name: str, value: str) -> list:
@@ -325,6 +398,38 @@ def _replace_option(args: list, name: str, value: str) -> list:
 
 def _rewrite(args: list) -> int:
     """``rewrite IN.onnx -o OUT.onnx``: the recurrent Loops of an ONNX file as native ops."""
+    parser = _rewrite_parser()
+    try:
+        parsed = parser.parse_args(args)
+    except SystemExit as done:  # --help
+        return int(done.code or 0)
+    if parsed.mask_mode not in (None,) + MASK_MODES:  # argparse checks the choices of a given value only
+        _environment_choice(MASK_MODE_ENV, MASK_MODES)
+    if not os.path.isfile(parsed.model):
+        raise UsageError(f"{parsed.model}: no such file")
+    _check_output(parsed.output)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from .onnx_file import ModelError, rewrite_onnx  # pylint: disable=import-outside-toplevel
+    from .onnx_file.model_io import save  # pylint: disable=import-outside-toplevel
+    from .output_file import OutputError, atomic_path  # pylint: disable=import-outside-toplevel
+    try:
+        with command_logging(int(parsed.verbose), parsed.quiet, {}):
+            rewritten, report = rewrite_onnx(parsed.model, mask_mode=parsed.mask_mode, runtime=parsed.runtime,
+                                             schedule=parsed.schedule)
+            with atomic_path(parsed.output, before_rename=_output_written) as partial:
+                save(rewritten, partial, parsed.output)
+    except (ModelError, OutputError, ValueError) as error:
+        raise UsageError(str(error)) from None
+    except Exception as error:  # pylint: disable=broad-except
+        if STOPPED:
+            raise STOPPED[-1] from error
+        raise Failed(1, f"rewrite failed: {type(error).__name__}: {error}") from error
+    if not parsed.quiet:
+        print(report)
+    return 0
+
+
+def _rewrite_parser() -> argparse.ArgumentParser:
     parser = _OneLineParser(prog=f"python -m {PROG} rewrite", allow_abbrev=False,
                             description="Rewrite the recurrent Loops of an ONNX file (converted by stock tf2onnx, "
                                         "or by Keras 3's export on the JAX backend) into native ONNX LSTM, GRU and "
@@ -333,55 +438,48 @@ def _rewrite(args: list) -> int:
     parser.add_argument("model", metavar="ONNX", help="the ONNX file to rewrite (its external data beside it)")
     parser.add_argument("-o", "--output", required=True, metavar="FILE",
                         help="the ONNX file to write (written only if the rewrite succeeds)")
-    parser.add_argument("--mask-mode", choices=MASK_MODES,
-                        default=os.environ.get("TF2ONNX_MASKED_LSTM", "").strip() or None,
+    parser.add_argument("--mask-mode", choices=MASK_MODES, default=os.environ.get(MASK_MODE_ENV, "").strip() or None,
                         help="post: masks padded at the end, checked at run time; any: exact for every mask "
-                             "(default: \"any\" for --runtime openvino, else post)")
+                             f"(default: ${MASK_MODE_ENV}, else \"any\" for --runtime openvino, else post)")
     parser.add_argument("--runtime", choices=RUNTIMES, help="the runtime the model is for (default: any runtime)")
     parser.add_argument("--schedule", action="store_true",
                         help="length-aware schedule for long-tailed batches (needs --runtime onnxruntime)")
+    parser.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors (no report, no warnings)")
     parser.add_argument("-v", "--verbose", action="store_true", help="also show what was done to each layer")
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
-    try:
-        parsed = parser.parse_args(args)
-    except SystemExit as done:  # --help
-        return int(done.code or 0)
-    if not os.path.isfile(parsed.model):
-        raise UsageError(f"{parsed.model}: no such file")
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from .onnx_file import ModelError, rewrite_onnx  # pylint: disable=import-outside-toplevel
-    from .output_file import OutputError  # pylint: disable=import-outside-toplevel
-    try:
-        with _plugin_logging(parsed.verbose):
-            _, report = rewrite_onnx(parsed.model, parsed.output, mask_mode=parsed.mask_mode,
-                                     runtime=parsed.runtime, schedule=parsed.schedule)
-    except (ModelError, OutputError, ValueError) as error:
-        raise UsageError(str(error)) from None
-    except Exception as error:  # pylint: disable=broad-except
-        if STOPPED:
-            raise STOPPED[-1] from error
-        return _fail(1, f"rewrite failed: {type(error).__name__}: {error}", parsed.debug)
-    print(report)
-    return 0
+    return parser
 
 
 def _verify(args: list) -> int:
     parser = _OneLineParser(prog=f"python -m {PROG} verify", allow_abbrev=False,
-                                     description="Check that an ONNX model gives the outputs of the model it came "
-                                                 "from (a Keras model, a SavedModel, or the original ONNX file "
-                                                 "run on onnxruntime): every output at every position, on batches "
-                                                 "with post-padded, pre-padded and holed masks, empty and full rows.",
-                                     epilog="exit status: 0 verified; 1 a difference past the tolerance, or the "
-                                            "guard fired where it should not (or not where it should); 2 bad input")
+                            description="Check that an ONNX model gives the outputs of the model it came "
+                                        "from (a Keras model, a SavedModel, or the original ONNX file "
+                                        "run on onnxruntime): every output at every position, on batches "
+                                        "with post-padded, pre-padded and holed masks, empty and full rows.",
+                            epilog="exit status: 0 verified; 1 a difference past the tolerance, or the "
+                                   "guard fired where it should not (or not where it should); 2 bad input")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from . import verification  # pylint: disable=import-outside-toplevel
     verification.add_arguments(parser)
+    parser.add_argument("-q", "--quiet", action="store_true",
+                        help="print nothing but errors (no table, no progress; the verdict if it fails)")
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
     try:
         parsed = parser.parse_args(args)
     except SystemExit as done:  # --help
         return int(done.code or 0)
-    return verification.run(parsed)
+    problem = model_file_problem(parsed.model)
+    if problem:
+        raise UsageError(problem)
+    if not parsed.quiet:
+        return verification.run(parsed)
+    table = io.StringIO()
+    with contextlib.redirect_stdout(table):
+        code = verification.run(parsed)
+    lines = table.getvalue().strip().splitlines()
+    if code == 1 and lines:  # the verdict: "NOT verified: ..."
+        raise Failed(1, lines[-1])
+    return code
 
 
 class _OneLineParser(argparse.ArgumentParser):

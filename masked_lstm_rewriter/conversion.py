@@ -21,9 +21,10 @@ import tensorflow as tf
 import tf2onnx
 from tf2onnx import tf_loader, utils
 
-from . import keras_source, output_file
+from . import backend_process, keras_source, output_file
 from .plugin import enable
 from .report import ConversionReport, last_report, start_conversion
+from .targets import TARGETS
 
 logger = logging.getLogger("masked_lstm_rewriter")
 
@@ -43,20 +44,32 @@ def convert(model, output_path=None, *, mask_mode: Optional[str] = None, runtime
             **tf2onnx_options) -> Converted:
     """Convert ``model`` to ONNX with its masked recurrent layers as native ops.
 
-    ``model``: a Keras model (Keras 3 or tf_keras; ``Sequential``, functional or subclassed), or
-    the path of a ``.keras`` / ``.h5`` file or of a SavedModel directory.
+    ``model``: a Keras model (Keras 3 on any backend, or tf_keras; ``Sequential``, functional or
+    subclassed), or the path of a ``.keras`` / ``.h5`` file or of a SavedModel directory. A Keras 3
+    model on JAX or torch (or a path, where this process's Keras is on one) is converted in a
+    child process on TensorFlow (:mod:`.backend_process`).
     ``output_path``: where to write the ONNX file (written only if the conversion succeeds).
     ``mask_mode``: ``"post"``, ``"any"``, or None for the runtime's default (``"any"`` for
     OpenVINO, else ``"post"``). ``runtime``: None (any runtime), ``"onnxruntime"`` or
-    ``"openvino"`` (as ``target`` in :func:`.make_rewriter`). ``schedule``: the length-aware
-    schedule, with ``runtime="onnxruntime"`` only.
+    ``"openvino"`` (as in :func:`.make_rewriter`). ``schedule``: the length-aware schedule, with
+    ``runtime="onnxruntime"`` only.
     ``input_signature``: ``tf.TensorSpec``s; by default the model's own inputs, dynamic in batch
     and time (a SavedModel keeps its serving signature). Other keyword arguments go to tf2onnx
-    (``from_keras``'s, such as ``inputs_as_nchw`` or ``target``; for a SavedModel also ``tag``,
-    ``signature_def``).
+    (``from_keras``'s, such as ``inputs_as_nchw`` or ``target``, tf2onnx's workarounds for rs4 ...
+    tensorrt; for a SavedModel also ``tag``, ``signature_def``).
     """
+    if tf2onnx_options.get("target") in TARGETS:
+        raise ValueError(f"target= is tf2onnx's option (rs4, rs5, rs6, caffe2, tensorrt, nhwc); for the runtime "
+                         f"the model is for, use runtime={tf2onnx_options['target']!r}")
     if output_path is not None:
         output_file.check_writable(output_path)  # before the work, not after it
+    if backend_process.needs_tensorflow_process(model):  # a Keras 3 model on JAX or torch
+        onnx_model, report = backend_process.convert_in_tensorflow_process(
+            model, mask_mode=mask_mode, runtime=runtime, schedule=schedule, opset=opset,
+            input_signature=input_signature)
+        if output_path is not None:
+            save(onnx_model, output_path)
+        return Converted(onnx_model, report)
     start_conversion()
     with enable(mask_mode, runtime, schedule):
         if isinstance(model, (str, os.PathLike)) and keras_source.is_saved_model(model):

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""What the last conversion did with each masked recurrent layer, for scripts to assert on.
+"""What the last conversion did with each recurrent layer it saw, for scripts to assert on: the
+masked ones, and those without a mask that stock tf2onnx would leave as Loops.
 
     onnx_model, _ = tf2onnx.convert.from_keras(model, ..., custom_rewriter=[mlr.rewrite_masked_lstm])
     report = mlr.last_report()
@@ -18,11 +19,13 @@ from typing import Optional
 
 @dataclasses.dataclass(frozen=True)
 class LayerReport:
-    """One masked recurrent layer: rewritten (into what) or left as a Loop (why)."""
+    """One recurrent layer: rewritten (into what) or left as a Loop (why)."""
 
     layer: str
     rewritten: bool
-    detail: str   # "LSTM direction=reverse" (or GRU, RNN) or the reason it stayed a Loop
+    # rewritten: the cell kinds and what was emitted ("LSTM, forward", or for a backward layer "LSTM,
+    # backward: a forward node over each row reversed within its length"); else why it stayed a Loop
+    detail: str
     mask_mode: str
     not_for: tuple = ()  # rewritten: runtimes that cannot run it exactly (detail says how to convert for them)
     masked: bool = True  # False: a layer without a mask, which stock tf2onnx leaves a Loop
@@ -46,12 +49,23 @@ class ConversionReport:
     def left_as_loop(self) -> tuple:
         return tuple(layer for layer in self.layers if not layer.rewritten)
 
+    @property
+    def masked(self) -> tuple:
+        return tuple(layer for layer in self.layers if layer.masked)
+
     def __str__(self):
+        return "\n".join([self.headline()] + [f"  {layer}" for layer in self.layers])
+
+    def headline(self) -> str:
+        """"masked_lstm_rewriter: 3 recurrent layer(s) (2 masked, 1 without a mask): 3 native, 0 left as Loop"."""
         if not self.layers:
-            return "masked_lstm_rewriter: no masked recurrent layer found"
-        lines = [f"masked_lstm_rewriter: {len(self.rewritten)} masked recurrent layer(s) rewritten, "
-                 f"{len(self.left_as_loop)} left as Loop"]
-        return "\n".join(lines + [f"  {layer}" for layer in self.layers])
+            return ("masked_lstm_rewriter: no recurrent layer to rewrite (no masked layer, none that tf2onnx "
+                    "leaves as a Loop)")
+        kept = {layer.left_as for layer in self.left_as_loop}
+        left = "left as Loop" if kept <= {"a Loop"} else "left as tf2onnx made them"
+        unmasked = len(self.layers) - len(self.masked)
+        return (f"masked_lstm_rewriter: {len(self.layers)} recurrent layer(s) ({len(self.masked)} masked, {unmasked} "
+                f"without a mask): {len(self.rewritten)} native, {len(self.left_as_loop)} {left}")
 
 
 class _Recorder(threading.local):

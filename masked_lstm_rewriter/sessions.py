@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Optional
 
+from .dependencies import how_to_install, needed
+
 RUNTIMES = ("onnxruntime", "openvino")
 # OpenVINO: exact float32 arithmetic (no bf16/f16 inference precision). Not INFERENCE_NUM_THREADS=1:
 # with it, OpenVINO 2026.4's synchronous inference drops every runtime error (the guard's included)
@@ -26,7 +28,9 @@ def runtime_available(runtime: str) -> tuple:
     try:
         __import__(runtime)
     except ImportError as error:
-        return False, f"{runtime} is not installed ({error}); pip install {runtime}"
+        if isinstance(error, ModuleNotFoundError) and error.name == runtime:
+            return False, f"{runtime} is not installed: {how_to_install(runtime)}"
+        return False, f"{runtime} cannot be imported ({error})"
     return True, ""
 
 
@@ -36,7 +40,8 @@ def onnxruntime_session(model, threads: Optional[int] = 1, shared_threads: bool 
     ``threads``: its intra- and inter-op threads (None: onnxruntime's default). ``shared_threads``:
     use the process's global thread pool instead (``onnxruntime.set_global_thread_pool_sizes``,
     which the caller sets first), as a timing harness running several sessions does."""
-    import onnxruntime as ort  # pylint: disable=import-outside-toplevel
+    with needed():
+        import onnxruntime as ort  # pylint: disable=import-outside-toplevel
     options = ort.SessionOptions()
     options.log_severity_level = QUIET
     if shared_threads:
@@ -54,7 +59,8 @@ def openvino_compiled(model, shapes: Optional[dict] = None, threads: Optional[in
     in exact float32. ``shapes`` (input name -> shape) makes its inputs static first; ``threads``
     sets its inference threads (for timing). A path is read from its bytes unless ``from_memory``
     is False: OpenVINO 2026.4 reads tf2onnx's masked Loop from memory but not from a path."""
-    import openvino as ov  # pylint: disable=import-outside-toplevel
+    with needed():
+        import openvino as ov  # pylint: disable=import-outside-toplevel
     core = ov.Core()
     if not isinstance(model, str):
         source = core.read_model(model.SerializeToString(), b"")

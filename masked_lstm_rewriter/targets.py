@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """The runtimes a conversion can target, each one entry holding every constraint measured on it.
 
-A model converted for a target is exact there; without one (``target=None``), on every runtime
+A model converted for a target is exact there; without one (``runtime=None``), on every runtime
 listed here. The reader, the planner, the emitter and the plugin consult this module only:
 
 * :func:`target_refusal` keeps a layer a Loop for the chosen target (what its native ops cannot
@@ -83,9 +83,11 @@ def runtime(name: str) -> Runtime:
     return _BY_NAME[name]
 
 
-def check_target(target: Optional[str]) -> None:
-    if target is not None and target not in TARGETS:
-        raise ValueError(f"target must be None (any runtime) or one of {TARGETS}, not {target!r}")
+def check_runtime(runtime: Optional[str], keyword: str = "runtime") -> None:
+    """A ``ValueError`` unless ``runtime`` is None (any runtime) or one of :data:`TARGETS`; it names
+    ``keyword``, the argument as the caller gave it."""
+    if runtime is not None and runtime not in TARGETS:
+        raise ValueError(f"{keyword} must be one of {', '.join(TARGETS)}, not {runtime!r} (or None: any runtime)")
 
 
 def default_mask_mode(target: Optional[str]) -> str:
@@ -152,7 +154,7 @@ def not_for(layer, target: Optional[str], scheduled: bool) -> list:
     """The :class:`Veto` of each thing that keeps another runtime from running the rewritten ``layer``
     exactly, seeing the whole plan: its native ops (convert for that runtime), then the schedule
     (convert without it)."""
-    found = [Veto(other, reason, f"convert with target={other!r}") for other in TARGETS
+    found = [Veto(other, reason, f"convert with runtime={other!r}") for other in TARGETS
              if other != target and (reason := target_refusal(layer, other))]
     if scheduled:
         found += [Veto(other, note, "convert without schedule=True",

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """``verify``: does an ONNX model compute what the model it was converted or rewritten from computes?
 
-    result = verify(model, "model.onnx", runtimes=("onnxruntime", "openvino"))
+    result = verify(model, "model.onnx", runtime=("onnxruntime", "openvino"))   # or "all"
     result = verify("original.onnx", "rewritten.onnx")
     print(result)          # a table, one line per output, batch kind and runtime, then a verdict
     assert result.ok
@@ -37,6 +37,8 @@ import numpy as np
 
 from . import verify_batches
 from .corpus.check import first_line
+from .dependencies import how_to_install, needed
+from .keywords import NOT_GIVEN, renamed
 from .sessions import RUNTIMES, onnxruntime_session, openvino_compiled, runtime_available
 from .verify_batches import OutputDifference, output_difference
 from .verify_reference import Reference, has_guard, load_onnx, load_reference
@@ -166,19 +168,45 @@ class _Plan:
     tolerance: float
 
 
-def verify(model, onnx_model, *, runtimes=("onnxruntime",), tolerance: float = DEFAULT_TOLERANCE, seed: int = 0,
-           rows: int = ROWS, steps: int = STEPS, progress: Optional[Callable] = None) -> Verification:
+def verify(model, onnx_model, *, runtime="onnxruntime", tolerance: float = DEFAULT_TOLERANCE, seed: int = 0,
+           rows: int = ROWS, steps: int = STEPS, progress: Optional[Callable] = None,
+           runtimes=NOT_GIVEN) -> Verification:
     """Run the reference ``model`` (a Keras model, a ``.keras``/``.h5`` path, a SavedModel directory,
     or the original ONNX model: an ``.onnx`` path or ``onnx.ModelProto``) and ``onnx_model`` (a path
-    or ``onnx.ModelProto``) on the same batches, ``onnx_model`` on each of ``runtimes``
-    ("onnxruntime", "openvino"), and compare every output (see the module docstring). Dynamic
-    dimensions get ``rows`` x ``steps``; ``progress(message)`` is called before each step (default:
-    an INFO log). Raises :class:`.keras_source.SourceError` for a model or file that cannot be read."""
-    say = progress or (lambda message: logger.info("verify: %s", message))
-    runtimes = (runtimes,) if isinstance(runtimes, str) else tuple(runtimes)
-    unknown = [runtime for runtime in runtimes if runtime not in RUNTIMES]
-    if unknown or min(rows, steps) < 1:
-        raise ValueError(f"runtimes must be some of {RUNTIMES} (not {unknown}), rows and steps positive")
+    or ``onnx.ModelProto``) on the same batches, ``onnx_model`` on ``runtime`` ("onnxruntime",
+    "openvino", a list of them, or "all": each one installed), and compare every output (see the
+    module docstring). Dynamic dimensions get ``rows`` x ``steps``; ``progress(message)`` is called
+    before each step (default: an INFO log). ``runtimes=``: the deprecated name of ``runtime``.
+    Raises :class:`.keras_source.SourceError` for a model or file that cannot be read, and
+    :class:`.dependencies.MissingDependency` when TensorFlow or tf2onnx is not installed."""
+    runtime, keyword = renamed("verify", "runtime", runtime, "runtimes", runtimes, default="onnxruntime")
+    names, skipped = runtime_names(runtime, keyword)
+    if min(rows, steps) < 1:
+        raise ValueError(f"rows and steps must be positive, not {rows} and {steps}")
+    with needed():
+        result = _verify(model, onnx_model, names, tolerance, (rows, steps, seed),
+                         progress or (lambda message: logger.info("verify: %s", message)))
+    result.notes[:0] = skipped
+    return result
+
+
+def runtime_names(runtime, keyword: str = "runtime") -> tuple:
+    """(the runtimes ``runtime`` names, a note for each one "all" skips because it is not installed).
+    ``runtime``: a name, a list of names, or "all" (each one installed; all of them if none is, so
+    that each says why it cannot run). The error names ``keyword``, the argument as it was given."""
+    if isinstance(runtime, str) and runtime == "all":
+        available = {name: runtime_available(name) for name in RUNTIMES}
+        installed = tuple(name for name in RUNTIMES if available[name][0])
+        return installed or RUNTIMES, [f"skipping {name}: {available[name][1]}" for name in RUNTIMES
+                                       if installed and name not in installed]
+    names = (runtime,) if isinstance(runtime, str) or runtime is None else tuple(runtime)
+    if not names or any(not isinstance(name, str) or name not in RUNTIMES for name in names):
+        raise ValueError(f"{keyword} must be one of {', '.join(RUNTIMES)}, a list of them, or 'all'; not {runtime!r}")
+    return names, []
+
+
+def _verify(model, onnx_model, runtimes: tuple, tolerance: float, shape: tuple, say) -> Verification:
+    """:func:`verify`, its arguments checked (``shape``: the batches' rows, steps and seed)."""
     proto, onnx_label = load_onnx(onnx_model)
     output_names = [output.name for output in proto.graph.output]
     reference = load_reference(model, output_names)
@@ -195,7 +223,7 @@ def verify(model, onnx_model, *, runtimes=("onnxruntime",), tolerance: float = D
         logger.debug("verify: input %s", role.describe())
     plan = _Plan(roles, output_names, result.guarded, tolerance)
     runners = _runners(runtimes, proto, result, say)
-    batches = verify_batches.make_batches(roles, rows, steps, seed) if runners else []
+    batches = verify_batches.make_batches(roles, *shape) if runners else []
     for number, batch in enumerate(batches, 1):
         result.checks += _verify_batch(reference, runners, batch, plan, say, f"batch {number}/{len(batches)}")
     return result
@@ -322,12 +350,12 @@ def run(args) -> int:
     from .keras_source import SourceError  # pylint: disable=import-outside-toplevel
     runtimes = _installed_runtimes(args.runtime)
     if not runtimes:
-        why = "no runtime is installed: pip install onnxruntime" if args.runtime == "all" \
+        why = f"no runtime is installed: {how_to_install('onnxruntime')}" if args.runtime == "all" \
             else runtime_available(args.runtime)[1]
         print(f"{PROG}: error: {why}", file=sys.stderr)
         return 2
     try:
-        result = verify(args.model, args.onnx, runtimes=runtimes, tolerance=args.tolerance, seed=args.seed,
+        result = verify(args.model, args.onnx, runtime=runtimes, tolerance=args.tolerance, seed=args.seed,
                         rows=args.rows, steps=args.steps, progress=_print_progress)
     except SourceError as error:
         if getattr(args, "debug", False):  # the command line's --debug

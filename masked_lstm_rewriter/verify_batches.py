@@ -5,17 +5,20 @@ Each input of the reference (:class:`InputSpec`) gets a role from its dtype and 
 (:class:`InputRole`); what reads it comes from the reference's :class:`InputHints` (a Keras
 model's layers, an ONNX reference's own graph) or else from the ONNX model's graph:
 
-* token ids (integer ``[batch, time]``): drawn from ``[1, vocabulary)`` at valid steps, 0 (the
-  ``mask_zero`` padding id) at padded ones. The vocabulary is the ``input_dim`` of the
-  ``Embedding`` that reads the input (the smallest one in the model when none reads it directly),
-  else the row count of the table an ONNX ``Gather`` takes the ids into, else
-  :data:`DEFAULT_VOCABULARY`; ids past it make Keras fail. Token ids always get padded batches:
-  a mask may also be computed from them (``tokens > 0``).
+* token ids (integer ``[batch, time]``, or float ``[batch, time]`` that an ``Embedding`` or an ONNX
+  ``Gather`` reads: tf_keras's ``Input`` is float32 unless told otherwise): drawn from
+  ``[1, vocabulary)`` at valid steps, 0 (the ``mask_zero`` padding id) at padded ones. The
+  vocabulary is the ``input_dim`` of the ``Embedding`` that reads the input (for integer ids, the
+  smallest one in the model when none reads it directly), else the row count of the table an ONNX
+  ``Gather`` takes the ids into (a SavedModel's only source), else :data:`DEFAULT_VOCABULARY`; an
+  id outside ``[0, vocabulary)`` makes TensorFlow fail. Token ids always get padded batches: a mask
+  may also be computed from them (``tokens > 0``).
 * a mask (boolean ``[batch, time]``): the batch's valid steps themselves.
 * features (rank 3 or more): random normal; at padded steps the ``mask_value`` of the ``Masking``
   layer that reads them, if one does (an ONNX reference: the constant an ``Equal`` compares them
   with, else 0, Masking's default), else random too (an explicit mask ignores them).
-* anything else (initial states, ...): random.
+* anything else (initial states, ...): random; integers are never negative (ids in
+  ``[1, vocabulary)`` where an ``Embedding`` or a ``Gather`` reads them, else 0 or 1).
 
 A model with token ids, a mask or masked features gets padded batches (:data:`PADDED_KINDS`):
 rows post-padded to different lengths (a partial, a full, an empty and a one-step row first),
@@ -197,12 +200,12 @@ def input_array(role: InputRole, rows: int, steps: int, mask: Optional[np.ndarra
     shape = concrete_shape(role, rows, steps)
     if role.kind == MASK:
         values = mask if mask is not None else np.ones(shape, bool)
-    elif role.kind == TOKENS:
+    elif role.kind == TOKENS or (np.issubdtype(role.dtype, np.integer) and role.vocabulary):
         values = rng.integers(1, max(role.vocabulary or DEFAULT_VOCABULARY, 2), size=shape)
-        if mask is not None:
-            values[~mask] = 0
+        if mask is not None and role.kind in (TOKENS, FEATURES):
+            values[~mask] = 0 if role.mask_value is None else role.mask_value
     elif np.issubdtype(role.dtype, np.integer):
-        values = rng.integers(0, 2, size=shape)
+        values = rng.integers(0, 2, size=shape)  # 0 and 1: valid ids of any vocabulary
     elif role.dtype == np.bool_:
         values = rng.random(shape) < 0.5
     else:
@@ -268,8 +271,9 @@ class InputHints:
     """What a reference knows of the layers reading each of its inputs. This one knows nothing (a
     SavedModel): the ONNX model's graph is read instead."""
 
-    def vocabulary(self, index: int) -> Optional[int]:  # pylint: disable=unused-argument
-        """Token ids of input ``index`` are valid below this; None: unknown."""
+    def vocabulary(self, index: int, direct: bool = False) -> Optional[int]:  # pylint: disable=unused-argument
+        """Token ids of input ``index`` are valid below this; None: unknown. ``direct``: only from a
+        layer that reads the input itself (else also the model's smallest vocabulary)."""
         return None
 
     def mask_value(self, index: int, sole_features: bool) -> Optional[float]:  # pylint: disable=unused-argument
@@ -283,8 +287,8 @@ class KerasHints(InputHints):
     def __init__(self, model):
         self.model = model
 
-    def vocabulary(self, index: int) -> Optional[int]:
-        return keras_vocabulary(self.model, index)
+    def vocabulary(self, index: int, direct: bool = False) -> Optional[int]:
+        return keras_vocabulary(self.model, index, direct)
 
     def mask_value(self, index: int, sole_features: bool) -> Optional[float]:
         return keras_mask_value(self.model, index, sole_features)
@@ -307,9 +311,11 @@ def input_roles(specs: list, onnx_model, hints=None) -> list:
         shape = merged_shape(spec.name, onnx_dims, spec.shape)
         kind = input_kind(spec.dtype, len(shape))
         vocabulary = mask_value = None
-        if kind == TOKENS:
-            vocabulary = hints.vocabulary(index) or onnx_vocabulary(onnx_model, onnx_name)
-        elif kind == FEATURES:
+        if kind == TOKENS or np.issubdtype(spec.dtype, np.integer) or (kind == OTHER and len(shape) == 2):
+            # integer ids, or float [batch, time] ids (tf_keras's default Input dtype) if an Embedding reads them
+            vocabulary = hints.vocabulary(index, kind != TOKENS) or onnx_vocabulary(onnx_model, onnx_name)
+            kind = TOKENS if kind == OTHER and len(shape) == 2 and vocabulary else kind
+        if kind == FEATURES:
             mask_value = hints.mask_value(index, features == 1)
             mask_value = onnx_mask_value(onnx_model, onnx_name) if mask_value is None else mask_value
         roles.append(InputRole(spec.name, onnx_name, spec.dtype, onnx_dtype, shape, kind, vocabulary, mask_value))
@@ -354,11 +360,12 @@ def match_inputs(names: list, onnx_names: list) -> list:
     return list(onnx_names)
 
 
-def keras_vocabulary(model, index: int) -> Optional[int]:
-    """The smallest ``input_dim`` of the Embeddings that read input ``index``, or of all the
-    model's Embeddings when none reads it directly (ids below it are valid for each)."""
+def keras_vocabulary(model, index: int, direct_only: bool = False) -> Optional[int]:
+    """The smallest ``input_dim`` of the Embeddings that read input ``index``, or (unless
+    ``direct_only``) of all the model's Embeddings when none reads it directly (ids below it are
+    valid for each)."""
     direct, every = _layers_of(model, index, "Embedding")
-    sizes = [layer.input_dim for layer in (direct or every)]
+    sizes = [layer.input_dim for layer in (direct if direct or direct_only else every)]
     return min(sizes) if sizes else None
 
 
@@ -400,10 +407,13 @@ def _reads(layer, tensor) -> bool:
 
 def onnx_vocabulary(onnx_model, input_name: str) -> Optional[int]:
     """The smallest row count of a constant [rows, dim] table a ``Gather`` looks up with indices
-    computed from ``input_name`` (an embedding), or None."""
+    computed from ``input_name`` (an embedding), or None. A float input must be cast to integers
+    first (Keras's Embedding casts float ids): a float state is not looked up."""
     graph = onnx_model.graph
     tables = {name: tensor.dims for name, tensor in _constants(graph).items() if len(tensor.dims) == 2}
-    computed = _computed_from(graph, input_name)
+    computed = set()
+    for start in _integer_ids(graph, input_name):
+        computed |= _computed_from(graph, start)
     sizes = [tables[node.input[0]][0] for node in graph.node
              if node.op_type == "Gather" and node.input[0] in tables and node.input[1] in computed]
     return min(sizes) if sizes else None
@@ -428,6 +438,16 @@ def _constants(graph) -> dict:
     values.update({node.output[0]: attr.t for node in graph.node if node.op_type == "Constant"
                    for attr in node.attribute if attr.name == "value"})
     return values
+
+
+def _integer_ids(graph, source: str) -> list:
+    """``source`` if it is not a float input of ``graph``, else the outputs of its ``Cast``\\ s to integers."""
+    from onnx import TensorProto  # pylint: disable=import-outside-toplevel
+    floats = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.BFLOAT16}
+    if not any(value.name == source and value.type.tensor_type.elem_type in floats for value in graph.input):
+        return [source]
+    return [node.output[0] for node in graph.node if node.op_type == "Cast" and node.input[0] == source
+            and any(attr.name == "to" and attr.i not in floats | {TensorProto.BOOL} for attr in node.attribute)]
 
 
 def _computed_from(graph, source: str, depth: int = 8) -> set:

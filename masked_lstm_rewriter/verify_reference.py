@@ -58,8 +58,8 @@ class KerasReference(Reference):
     def run(self, inputs: list) -> list:
         return keras_outputs(self.model, inputs)
 
-    def vocabulary(self, index: int) -> Optional[int]:
-        return keras_vocabulary(self.model, index)
+    def vocabulary(self, index: int, direct: bool = False) -> Optional[int]:
+        return keras_vocabulary(self.model, index, direct)
 
     def mask_value(self, index: int, sole_features: bool) -> Optional[float]:
         return keras_mask_value(self.model, index, sole_features)
@@ -125,7 +125,7 @@ class OnnxReference(Reference):
         feeds = {spec.name: np.asarray(x).astype(spec.dtype) for spec, x in zip(self.specs, inputs)}
         return self.session.run(self.output_names, feeds)
 
-    def vocabulary(self, index: int) -> Optional[int]:
+    def vocabulary(self, index: int, direct: bool = False) -> Optional[int]:  # pylint: disable=unused-argument
         return onnx_vocabulary(self.proto, self.specs[index].name)
 
     def mask_value(self, index: int, sole_features: bool) -> Optional[float]:

@@ -101,7 +101,7 @@ STACK_WIRINGS = ("skip", "summary", "concat", "mask above")  # need a layer abov
 EXPLICIT_MASKS = ("explicit", "computed")  # mask sources passed as mask= to each layer
 VOCAB = 20
 MAX_ROWS, MAX_STEPS = 16, 20
-# The length-aware schedule (make_rewriter(target="onnxruntime", schedule=True): the fuzzer runs
+# The length-aware schedule (make_rewriter(runtime="onnxruntime", schedule=True): the fuzzer runs
 # onnxruntime), which the "long-tailed" batches run: for half the cases by a stable hash
 # (scheduled()); MLR_FUZZ_SCHEDULE=1 for every case, 0 for none
 SCHEDULE = os.environ.get("MLR_FUZZ_SCHEDULE", "half")
@@ -585,7 +585,7 @@ def convert_and_report(model, spec, mode, case: ModelCase, result: CaseResult):
     except the refused ones, which must stay Loops for their reason; anything else left as a Loop
     is recorded as a failure. It is not for OpenVINO when the conversion says a layer is not (the
     schedule; an activation OpenVINO does not compile)."""
-    rewriter = mlr.make_rewriter(mode, target="onnxruntime", schedule=True) if scheduled(case) else \
+    rewriter = mlr.make_rewriter(mode, runtime="onnxruntime", schedule=True) if scheduled(case) else \
         mlr.make_rewriter(mode)
     onnx_model = convert(model, spec, rewriter=rewriter)
     report = mlr.last_report()
@@ -608,7 +608,7 @@ def convert_and_report(model, spec, mode, case: ModelCase, result: CaseResult):
 
 
 def openvino_conversion(model, spec, mode, onnx_model, for_openvino, case: ModelCase):
-    """(model, kept a Loop): the conversion a user deploying on OpenVINO makes (``target="openvino"``,
+    """(model, kept a Loop): the conversion a user deploying on OpenVINO makes (``runtime="openvino"``,
     no schedule; ``onnx_model`` where that is the same), and whether it kept a layer as stock
     tf2onnx's Loop for the target. (None, False) when the suite leaves OpenVINO out, or when an
     unmasked model keeps stock tf2onnx's own native op with an activation OpenVINO does not compile
@@ -617,7 +617,7 @@ def openvino_conversion(model, spec, mode, onnx_model, for_openvino, case: Model
         return None, False
     converted, kept = onnx_model, False
     if not for_openvino:
-        converted = convert(model, spec, rewriter=mlr.make_rewriter(mode, target="openvino"))
+        converted = convert(model, spec, rewriter=mlr.make_rewriter(mode, runtime="openvino"))
         kept = bool(mlr.last_report().left_as_loop)
     if case.unmasked and uncompiled_nodes(converted, "openvino"):
         return None, False

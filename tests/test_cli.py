@@ -48,6 +48,15 @@ def run(module, *args, env_mode=None, env=None):
                           env=env, timeout=300, check=False)
 
 
+PROGRESS = ("loading ", "converting with tf2onnx", "rewrote ", "no masked recurrent layer to rewrite", "writing ")
+
+
+def said(stderr: str) -> list:
+    """The lines the command line said on stderr, but for its progress lines."""
+    return [line for line in stderr.splitlines() if line.startswith("masked_lstm_rewriter")
+            and not line.startswith(tuple(f"masked_lstm_rewriter: {stage}" for stage in PROGRESS))]
+
+
 def check_native(path, tokens, expected):
     onnx_model = onnx.load(str(path))
     counts = op_counts(onnx_model)
@@ -64,7 +73,7 @@ def test_drop_in_command_converts_and_reports(saved_model, tmp_path, mode):
     done = run("masked_lstm_rewriter", "--saved-model", path, "--output", out, "--mask-mode", mode)
     assert done.returncode == 0, done.stderr[-2000:]
     check_native(out, tokens, expected)
-    assert "2 masked recurrent layer(s) rewritten, 0 left as Loop" in done.stdout
+    assert "2 recurrent layer(s) (2 masked, 0 without a mask): 2 native, 0 left as Loop" in done.stdout
     assert f"mask_mode={mode}" in done.stdout
     assert os.listdir(tmp_path) == ["model.onnx"]
 
@@ -92,7 +101,7 @@ def test_bad_input_is_one_line_and_a_documented_status(saved_model, tmp_path, ar
     done = run("masked_lstm_rewriter", *[a.format(**values) for a in args])
     assert done.returncode == status, done.stderr[-2000:]
     assert status in cli.EXIT_CODES
-    lines = [line for line in done.stderr.splitlines() if line.startswith("masked_lstm_rewriter")]
+    lines = said(done.stderr)
     assert len(lines) == 1 and message in lines[0] and lines[0].startswith("masked_lstm_rewriter: error:"), \
         done.stderr[-2000:]
     assert "Traceback" not in done.stderr and done.stdout == ""
@@ -144,8 +153,38 @@ def test_an_interrupted_run_leaves_no_file(saved_model, tmp_path, signal_name, s
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == status, stderr[-2000:]
     assert os.listdir(tmp_path) == []
-    lines = [line for line in stderr.splitlines() if line.startswith("masked_lstm_rewriter")]
+    lines = said(stderr)
     assert len(lines) == 1 and lines[0].startswith("masked_lstm_rewriter: error: "), stderr[-2000:]
+
+
+@ONCE_PER_SUITE
+def test_quiet_prints_nothing_but_errors(saved_model, tmp_path):
+    """``-q``: no report, no progress, no warnings, and not TensorFlow's start-up lines either
+    (written by its C++ code, past Python's streams); a failure still says what failed, in one line."""
+    path, tokens, expected = saved_model
+    out = tmp_path / "model.onnx"
+    done = run("masked_lstm_rewriter", "--saved-model", path, "-o", out, "-q")
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+    check_native(out, tokens, expected)
+    failed = run("masked_lstm_rewriter", "--saved-model", tmp_path, "-o", tmp_path / "other.onnx", "--quiet")
+    assert failed.returncode == 1 and failed.stdout == ""
+    assert failed.stderr.startswith("masked_lstm_rewriter: error: conversion failed") and \
+        len(failed.stderr.splitlines()) == 1, failed.stderr
+
+
+@ONCE_PER_SUITE
+def test_progress_lines_and_no_tf2onnx_info_by_default(saved_model, tmp_path):
+    """A conversion says what it is doing, through the plugin's logger; tf2onnx's INFO lines
+    (shown with -v) are not shown, nor the hidden file the output is written to first."""
+    path = saved_model[0]
+    out = tmp_path / "model.onnx"
+    done = run("masked_lstm_rewriter", "--saved-model", path, "-o", out)
+    assert done.returncode == 0, done.stderr[-2000:]
+    ours = [line.split(": ", 1)[1] for line in done.stderr.splitlines() if line.startswith("masked_lstm_rewriter: ")]
+    assert ours == [f"loading {path}", "converting with tf2onnx", "rewrote 2 of 2 recurrent layer(s); optimizing",
+                    f"writing {out}"], done.stderr
+    assert " - INFO - " not in done.stderr and ".partial-" not in done.stderr + done.stdout
+    assert done.stdout.startswith("masked_lstm_rewriter: ")  # the report
 
 
 @ONCE_PER_SUITE
@@ -285,7 +324,7 @@ def test_graphdef_with_lowered_control_flow_is_reported(frozen_graph, tmp_path):
                "--output", out)
     assert done.returncode == 0, done.stderr[-2000:]
     assert op_counts(onnx.load(str(out)))["Loop"] == 2
-    assert "0 masked recurrent layer(s) rewritten, 2 left as Loop" in done.stdout
+    assert "2 recurrent layer(s) (2 masked, 0 without a mask): 0 native, 2 left as Loop" in done.stdout
     assert "lower_control_flow=False" in done.stdout
 
 

@@ -177,10 +177,10 @@ def test_openvino_default_is_exact_in_single_thread_synchronous_inference():
 
 def test_explicit_post_for_openvino_warns(caplog):
     with caplog.at_level("WARNING", logger="masked_lstm_rewriter"):
-        assert mlr.make_rewriter("post", target="openvino").mask_mode == "post"
+        assert mlr.make_rewriter("post", runtime="openvino").mask_mode == "post"
     assert "INFERENCE_NUM_THREADS=1" in caplog.text
-    assert mlr.make_rewriter(target="openvino").mask_mode == "any"
-    assert mlr.make_rewriter().mask_mode == "post" and mlr.make_rewriter(target="onnxruntime").mask_mode == "post"
+    assert mlr.make_rewriter(runtime="openvino").mask_mode == "any"
+    assert mlr.make_rewriter().mask_mode == "post" and mlr.make_rewriter(runtime="onnxruntime").mask_mode == "post"
 
 
 def test_opsets_before_13_keep_the_loop_with_a_reason():

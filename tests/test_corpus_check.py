@@ -52,7 +52,7 @@ def test_another_op_type_and_a_loop_are_both_named():
 
 def report_of(*refusals, rewritten=1):
     """A conversion report: ``rewritten`` layers made native, one layer left as a Loop per reason."""
-    return ConversionReport(tuple(LayerReport(f"native_{i}", True, "GRU direction=forward", "post")
+    return ConversionReport(tuple(LayerReport(f"native_{i}", True, "GRU, forward", "post")
                                   for i in range(rewritten)) +
                             tuple(LayerReport(f"loop_{i}", False, reason, "post") for i, reason in enumerate(refusals)))
 
@@ -157,7 +157,7 @@ def test_an_unmasked_model_has_no_guard_and_no_lengths():
 
 
 def test_an_unmasked_entry_reports_its_layers_as_unmasked():
-    unmasked = ConversionReport((LayerReport("gru", True, "GRU direction=forward", "post", masked=False),))
+    unmasked = ConversionReport((LayerReport("gru", True, "GRU, forward", "post", masked=False),))
     convert.check_report(UNMASKED, unmasked)
     with pytest.raises(check.CorpusFailure, match="marks a layer of a model without a mask as masked"):
         convert.check_report(UNMASKED, report_of())

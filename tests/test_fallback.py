@@ -134,6 +134,6 @@ def test_cell_state_with_a_non_saturating_gate_stays_a_loop(caplog, recurrent_ac
     assert_matches_keras(model, onnx_model, spec, inputs)
 
 
-def test_unknown_target_is_refused():
-    with pytest.raises(ValueError, match="target must be"):
-        mlr.make_rewriter("post", target="tensorrt")
+def test_unknown_runtime_is_refused():
+    with pytest.raises(ValueError, match="runtime must be one of onnxruntime, openvino, not 'tensorrt'"):
+        mlr.make_rewriter("post", runtime="tensorrt")

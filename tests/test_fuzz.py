@@ -6,7 +6,7 @@ of FUZZ_BATCHES batches each, so at least 200 model/batch cases per Keras flavou
 draws the signature its model is converted with (half dynamic, half a static form) and its
 wiring (a stack, a lower sequence read elsewhere too, parallel layers), and half the cases, by
 another stable hash, are converted with the length-aware schedule. Every case also runs on
-OpenVINO, converted as for it (``target="openvino"``, no schedule). One sampled model in
+OpenVINO, converted as for it (``runtime="openvino"``, no schedule). One sampled model in
 fuzzgen.UNMASKED_SHARE has no mask (by a stable hash, in place of a masked one: the sample keeps its
 size), and UNMASKED_CASES, a few fixed unmasked models, make sure every option of the unmasked path
 is run (the sample's share draws many layers the rewriter refuses). Set MLR_FUZZ_EXAMPLES=N for N

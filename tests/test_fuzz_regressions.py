@@ -239,7 +239,7 @@ def test_shared_layer_inputs_on_openvino(wiring, form):
 
 def test_a_loop_kept_for_openvino_that_overflows_is_not_compared():
     """Found by the fuzzer with OpenVINO (seed 31): a linear recurrent activation is native for
-    onnxruntime but stays stock tf2onnx's Loop for target="openvino"; that Loop's arithmetic
+    onnxruntime but stays stock tf2onnx's Loop for runtime="openvino"; that Loop's arithmetic
     select turned an overflow at a step Keras discards into NaN on OpenVINO. tf2onnx's, as with
     every layer refused (test_a_model_of_refused_layers_is_stock_tf2onnx_even_where_its_loop_overflows)."""
     case = ModelCase(layers=(LayerCase(kind="LSTM", units=1, direction="bidirectional", merge_mode=None,

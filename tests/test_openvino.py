@@ -102,7 +102,7 @@ def test_single_thread_synchronous_inference_drops_runtime_errors():
 
 def test_hard_sigmoid_for_openvino_stays_a_loop_that_openvino_runs(caplog):
     """OpenVINO compiles no HardSigmoid inside its LSTM: by default the layer is native (for
-    onnxruntime) and the report says to target OpenVINO; with ``target="openvino"`` it stays the
+    onnxruntime) and the report says to target OpenVINO; with ``runtime="openvino"`` it stays the
     Loop, which OpenVINO runs exactly."""
     model, spec, inputs = embedding_model(
         keras.layers.LSTM(UNITS, return_sequences=True, recurrent_activation="hard_sigmoid"))
@@ -111,7 +111,7 @@ def test_hard_sigmoid_for_openvino_stays_a_loop_that_openvino_runs(caplog):
     with pytest.raises(Exception, match="Unsupported activation function"):
         run_openvino(native, {"tokens": inputs[0]}, static=False)
     with caplog.at_level(logging.WARNING, logger="masked_lstm_rewriter"):
-        targeted = convert(model, spec, rewriter=mlr.make_rewriter("post", target="openvino"))
+        targeted = convert(model, spec, rewriter=mlr.make_rewriter("post", runtime="openvino"))
     assert op_counts(targeted)["Loop"] == 1
     reason = mlr.last_report().left_as_loop[0].detail
     assert "OpenVINO" in reason and "HardSigmoid" in reason, reason
@@ -127,7 +127,7 @@ def test_loops_load_from_memory_not_from_a_path(tmp_path):
     model, spec, inputs = embedding_model(
         keras.layers.LSTM(UNITS, return_sequences=True, recurrent_activation="hard_sigmoid"))
     core = ov.Core()
-    for onnx_model in (convert(model, spec, rewriter=mlr.make_rewriter("post", target="openvino")),
+    for onnx_model in (convert(model, spec, rewriter=mlr.make_rewriter("post", runtime="openvino")),
                        convert(model, spec, rewriter=None)):
         path = str(tmp_path / "loop.onnx")
         onnx.save(onnx_model, path)

@@ -152,12 +152,13 @@ def test_last_report_lists_rewritten_and_skipped_layers():
                                      keras.layers.SimpleRNN(UNITS, activation="swish"))
     convert(model, spec, rewriter=mlr.make_rewriter("any"))
     report = mlr.last_report()
-    assert sorted(r.detail for r in report.rewritten) == ["GRU direction=forward", "LSTM direction=forward",
-                                                          "LSTM direction=reverse"]
+    assert sorted(r.detail for r in report.rewritten) == [
+        "GRU, forward", "LSTM, backward: a forward node over each row reversed within its length", "LSTM, forward"]
     assert all(r.mask_mode == "any" for r in report.rewritten)
     (skipped,) = report.left_as_loop
     assert "simple_rnn" in skipped.layer and "activation" in skipped.detail
-    assert "1 left as Loop" in str(report)
+    assert str(report).splitlines()[0] == ("masked_lstm_rewriter: 4 recurrent layer(s) (4 masked, 0 without a mask): "
+                                           "3 native, 1 left as Loop")
     # the next conversion starts a new report
     plain, plain_spec, _ = masked_model()
     convert(plain, plain_spec)

@@ -212,7 +212,7 @@ def test_a_failed_first_layer_leaves_the_schedule_to_the_next(caplog, monkeypatc
     model, spec, _ = two_layer_model()
     INJECTIONS["after the first rewiring"](monkeypatch)
     with caplog.at_level(logging.WARNING, logger="masked_lstm_rewriter"):
-        onnx_model = convert(model, spec, rewriter=mlr.make_rewriter("post", target="onnxruntime", schedule=True))
+        onnx_model = convert(model, spec, rewriter=mlr.make_rewriter("post", runtime="onnxruntime", schedule=True))
     counts = op_counts(onnx_model)
     assert (counts["Loop"], counts["LSTM"], counts["TopK"]) == (1, 2, 0), counts  # TopK: in a branch
     assert sum(n.op_type == "If" and "_plan" in n.name for n in onnx_model.graph.node) == 1

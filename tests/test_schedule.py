@@ -29,7 +29,7 @@ pytestmark = pytest.mark.grid  # a sample of each parametrized grid (tests/grid.
 def onnxruntime_only(monkeypatch):
     """The exactness tests run on onnxruntime: OpenVINO 2026.4 computes some layers inside the
     schedule's If wrongly (pinned below), which is why the schedule is off by default, made only
-    with target="onnxruntime", and OpenVINO named in each scheduled layer's report."""
+    with runtime="onnxruntime", and OpenVINO named in each scheduled layer's report."""
     monkeypatch.setattr(runtimes, "runtimes", lambda: ("onnxruntime",))
 
 STEPS = 40
@@ -57,7 +57,7 @@ def schedule_taken(onnx_model, feeds) -> list:
 
 
 def scheduled(mode="post"):
-    return mlr.make_rewriter(mode, target="onnxruntime", schedule=True)
+    return mlr.make_rewriter(mode, runtime="onnxruntime", schedule=True)
 
 
 SCHEDULED = scheduled()
@@ -304,13 +304,13 @@ def test_a_scheduled_layer_is_reported_not_for_openvino(caplog):
     assert mlr.last_report().layers[0].not_for == ()
 
 
-@pytest.mark.parametrize("target", [None, "openvino"])
-def test_the_schedule_needs_target_onnxruntime(target):
-    """A model any runtime may be given (no target), or one for OpenVINO, gets no schedule: it would
+@pytest.mark.parametrize("runtime", [None, "openvino"])
+def test_the_schedule_needs_runtime_onnxruntime(runtime):
+    """A model any runtime may be given (no runtime), or one for OpenVINO, gets no schedule: it would
     be wrong there with no error."""
-    with pytest.raises(ValueError, match=f"schedule=True needs target='onnxruntime' \\(not {target!r}\\): the "
+    with pytest.raises(ValueError, match=f"schedule=True needs runtime='onnxruntime' \\(not {runtime!r}\\): the "
                                          "schedule is exact on onnxruntime only \\(OpenVINO 2026.4"):
-        mlr.make_rewriter("post", target=target, schedule=True)
+        mlr.make_rewriter("post", runtime=runtime, schedule=True)
 
 
 def _openvino_error(model, spec, inputs):

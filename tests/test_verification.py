@@ -210,14 +210,36 @@ def test_a_model_on_disk_verifies(post_model, tmp_path, kind):
     assert statuses(result)["pre-padded"] == GUARD_EXPECTED
 
 
+@pytest.mark.parametrize("kind", ["Keras model", "SavedModel"])
+def test_float_token_ids_are_fed_within_the_vocabulary(tmp_path, kind):
+    """tf_keras's ``Input`` is float32 unless told otherwise, so ids often reach an Embedding as
+    floats: they are token ids too (the Embedding or, for a SavedModel, the ONNX Gather says the
+    vocabulary), never a negative one, which made tf_keras fail ("indices[0,9] = -1 is not in [0, 3)")."""
+    tokens = keras.Input(shape=(None,), name="tokens")  # float32
+    model = keras.Model(tokens, lstm()(keras.layers.Embedding(VOCAB, 4, mask_zero=True)(tokens)))
+    randomize_weights(model)
+    spec = [tf.TensorSpec((None, None), tf.float32, name="tokens")]
+    reference = model
+    if kind == "SavedModel":
+        reference = str(tmp_path / "saved")
+        function = tf.function(lambda tokens: model(tokens, training=False), input_signature=spec)
+        module = tf.Module()
+        module.weights = list(model.weights)
+        tf.saved_model.save(module, reference, signatures={"serving_default": function})
+    result = verify(reference, convert(model, spec))
+    assert result.ok, result.format()
+    assert statuses(result) == {"single": MATCHED, "post-padded": MATCHED, "pre-padded": GUARD_EXPECTED,
+                                "holes": GUARD_EXPECTED}
+
+
 def test_the_openvino_runtime(post_model):
     pytest.importorskip("openvino")
     model, _, onnx_model = post_model
-    result = verify(model, onnx_model, runtimes=("openvino",))
+    result = verify(model, onnx_model, runtime="openvino")
     assert result.ok, result.format()
     assert statuses(result, "openvino") == {"single": MATCHED, "post-padded": MATCHED,
                                             "pre-padded": GUARD_EXPECTED, "holes": GUARD_EXPECTED}
-    assert not verify(model, bypass_guard(onnx_model), runtimes=("openvino",)).ok
+    assert not verify(model, bypass_guard(onnx_model), runtime=("openvino",)).ok
 
 
 def test_the_default_progress_is_an_info_log(post_model, caplog):

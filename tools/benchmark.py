@@ -74,7 +74,7 @@ VOCAB, EMBED, UNITS = 1000, 64, 128
 MODELS = ("lstm", "bilstm", "gru")
 MODEL_NAMES = {"lstm": "LSTM", "bilstm": "Bidirectional", "gru": "GRU"}
 NATIVE_OPS = {"lstm": "LSTM", "bilstm": "LSTM", "gru": "GRU"}  # the Keras layer, and the plugin's ONNX op
-# "sched": the plugin in "post" mode with the length-aware schedule (make_rewriter(target="onnxruntime", schedule=True))
+# "sched": the plugin in "post" mode with the length-aware schedule (make_rewriter(runtime="onnxruntime", schedule=True))
 VARIANTS = ("loop", "post", "any", "unmasked", "sched")
 # OpenVINO (headline rows): the plugin's "post" model and stock tf2onnx's Loop, compiled with the
 # models' own dynamic shapes, as a user loading the file does
@@ -424,7 +424,7 @@ def convert_all(tf, tf2onnx, mlr, keras_models: dict, repeats: int, quiet: bool)
     """Converts each model each way `repeats` times, interleaved; returns (protos, seconds)."""
     spec = (tf.TensorSpec((None, None), tf.int32, name="tokens"),)
     ways = {"loop": (0, None), "post": (0, lambda: [mlr.make_rewriter("post")]),
-            "sched": (0, lambda: [mlr.make_rewriter("post", target="onnxruntime", schedule=True)]),
+            "sched": (0, lambda: [mlr.make_rewriter("post", runtime="onnxruntime", schedule=True)]),
             "any": (0, lambda: [mlr.make_rewriter("any")]),
             # with the plugin: the native op wherever the plugin makes one (Keras 3's GRU, which stock
             # leaves a Loop even unmasked); stock's native LSTM stays as stock made it

@@ -12,7 +12,7 @@ batch 1 and 32, fill 1.0 and 0.5. Prints, per cell, each side's median and the r
 base with the p10-p90 of the per-round ratios.
 
 ``--schedule SIDE...`` converts that side (or both) with the length-aware schedule,
-``make_rewriter("post", target="onnxruntime", schedule=True)``: ``--schedule current`` against
+``make_rewriter("post", runtime="onnxruntime", schedule=True)``: ``--schedule current`` against
 the same revision gives the schedule's cost over the plugin without it.
 
     .venv/bin/python tools/compare_revisions.py BASE [--models lstm bilstm gru] [--budget SECONDS]
@@ -41,7 +41,7 @@ def parse_args(argv=None):
     parser.add_argument("--models", nargs="+", choices=benchmark.MODELS, default=list(benchmark.MODELS))
     parser.add_argument("--budget", type=float, default=8.0, metavar="SECONDS", help="timing per cell (default 8)")
     parser.add_argument("--schedule", nargs="+", choices=("base", "current"), default=[],
-                        help="convert these sides with schedule=True (target onnxruntime)")
+                        help="convert these sides with schedule=True (runtime onnxruntime)")
     parser.add_argument("--convert", metavar="DIR", help=argparse.SUPPRESS)  # child: convert into DIR
     parser.add_argument("--tree", help=argparse.SUPPRESS)  # child: with the package of this tree
     return parser.parse_args(argv)
@@ -63,7 +63,8 @@ def convert_into(folder: str, tree: str, models: list, scheduled: bool) -> None:
     mlr = importlib.import_module("masked_lstm_rewriter")
 
     spec = (tf.TensorSpec((None, None), tf.int32, name="tokens"),)
-    rewriter = mlr.make_rewriter("post", **({"target": "onnxruntime", "schedule": True} if scheduled else {}))
+    # positional: a revision before runtime= (which had target=) takes it as well as today's
+    rewriter = mlr.make_rewriter("post", *(("onnxruntime", True) if scheduled else ()))
     for model in models:
         masked, _ = benchmark.build_pair(keras, model)
         with quiet_stderr(True):

@@ -24,6 +24,7 @@ not depend on it, and both must give Keras's numbers.
 from __future__ import annotations
 
 import logging
+import re
 
 from .. import targets
 from ..sessions import RUNTIMES, onnxruntime_session, openvino_runner
@@ -235,8 +236,36 @@ def uncompiled_nodes(model_proto, runtime: str) -> list:
 
 def first_line(error) -> str:
     """The telling line of an error: the first, or for OpenVINO's nested 'Exception from <source
-    file>' lines the last, which names the cause."""
-    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    file>' lines the last, which names the cause; for TensorFlow's and Keras's headed errors
+    ("Graph execution error:", "Exception encountered when calling ..."), the cause line after
+    the header (:func:`tensorflow_cause`)."""
+    text = ANSI_ESCAPE.sub("", str(error))
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     if lines and lines[0].startswith("Exception from "):
         lines = [line for line in lines if not line.startswith("Exception from ")][-1:] or lines
+    if lines and lines[0].startswith(TENSORFLOW_HEADERS):
+        return tensorflow_cause(text) or lines[0]
     return (lines or [type(error).__name__])[0]
+
+
+# the first line of TensorFlow's and Keras's errors whose cause comes on a later line
+TENSORFLOW_HEADERS = ("Graph execution error", "Exception encountered when calling", "{{function_node ")
+# lines of those errors that are not the cause: where it happened, stack frames (indented), the arguments
+_NOT_THE_CAUSE = ("Graph execution error", "Detected at node", "Node:", "<stack traces unavailable>",
+                  "Call arguments received", "Arguments received", "Exception encountered when calling")
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")  # Keras 3 makes parts of its messages bold
+
+
+def tensorflow_cause(text: str) -> str:
+    """The line of a TensorFlow or Keras error ``text`` that says what went wrong (its last line that
+    is not indented and not a header, such as ``indices[0,9] = -1 is not in [0, 50)``), without
+    TensorFlow's node and op decorations, prefixed with the Keras layer that raised it if named;
+    "" when there is none."""
+    causes = [line.strip() for line in text.splitlines()
+              if line.strip() and not line[0].isspace() and not line.startswith(_NOT_THE_CAUSE)]
+    if not causes:
+        return ""
+    cause = re.sub(r"^\{\{function_node [^}]*\}\}\s*", "", causes[-1])
+    cause = re.sub(r"\s*\[Op:[^\]]*\].*$", "", cause).strip() or causes[-1]
+    layer = re.search(r"^Exception encountered when calling (.+?)\.?$", text, re.MULTILINE)
+    return f"{layer.group(1)}: {cause}" if layer else cause

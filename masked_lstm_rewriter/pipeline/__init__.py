@@ -103,13 +103,25 @@ def _rewrite(graph, layer, snapshot: GraphSnapshot, emit, mask_mode: str, masked
                masked, layer.left_as, layer.remedy)
         return
     what = "masked " if masked else ""
-    detail = f"{layer.kinds} direction={layer.direction}"
-    logger.info("%s%s rewritten into %s (direction=%s, %s)", what, layer.describe(), _native_ops(layer),
-                layer.direction, f"mask_mode={mask_mode}" if masked else "no mask")
+    detail = f"{layer.kinds}, {emitted(layer, masked)}"
+    logger.info("%s%s rewritten into %s (%s; %s)", what, layer.describe(), _native_ops(layer),
+                emitted(layer, masked), f"mask_mode={mask_mode}" if masked else "no mask")
     for veto in vetoes:
         logger.info("%s%s%s: for %s, %s (%s)", what, layer.describe(), veto.what, veto.runtime, veto.remedy, veto.reason)
         detail += f"; for {veto.runtime}, {veto.remedy}"
     record(layer.layer, True, detail, mask_mode, tuple(dict.fromkeys(veto.runtime for veto in vetoes)), masked)
+
+
+def emitted(layer, masked: bool = True) -> str:
+    """What the native nodes run over: "forward", or for a backward layer (``go_backwards``, a
+    ``Bidirectional``'s backward half) "backward: a forward node over each row reversed within its
+    length" (no mask: over the sequence reversed in time). Every node is emitted with ONNX's
+    ``direction="forward"``: for a masked layer, ``"reverse"`` would start each row in its padding."""
+    if layer.direction == "forward":
+        return "forward"
+    nodes = "a forward node" if len(layer.cells) == 1 else "forward nodes"
+    over = "each row reversed within its length" if masked else "the sequence reversed in time"
+    return f"backward: {nodes} over {over}"
 
 
 def _native_ops(layer) -> str:

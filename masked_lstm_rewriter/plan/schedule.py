@@ -33,7 +33,7 @@ schedule makes the cost follow the valid steps (packed sequences):
 
 Every index is computed in the graph from the lengths; nothing depends on how a runtime treats
 padded steps (OpenVINO ignores ``sequence_lens`` with dynamic shapes). Opt-in, and for
-onnxruntime only (``make_rewriter(target="onnxruntime", schedule=True)``): OpenVINO 2026.4
+onnxruntime only (``make_rewriter(runtime="onnxruntime", schedule=True)``): OpenVINO 2026.4
 computes some layers inside the layer's If wrongly, with no error (``NOT_FOR``;
 tests/test_schedule.py pins it). Its stale reads follow its memory reuse around If outputs whose
 shapes grow from one run to the next: a copy after the If moves the wrong half from one layer to

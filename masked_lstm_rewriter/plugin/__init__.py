@@ -21,7 +21,8 @@ from typing import Optional
 from tf2onnx import tfonnx
 
 from .. import targets
-from ..patches import generic_path, tf2onnx_keras, time_distributed
+from ..keywords import NOT_GIVEN, renamed
+from ..patches import generic_path, keras_export, tf2onnx_keras, time_distributed
 from ..pipeline import rewrite_graph
 from ..plan.masks import MASK_MODES
 from ..report import finish_conversion
@@ -38,50 +39,58 @@ def _check_mask_mode(mask_mode: str) -> None:
         raise ValueError(f"mask_mode must be one of {MASK_MODES} (or None: the runtime's default), not {mask_mode!r}")
 
 
-def resolve_mask_mode(mask_mode: Optional[str], target: Optional[str]) -> str:
-    """The mask mode to use: ``mask_mode`` if given, else the target runtime's default.
+def resolve_mask_mode(mask_mode: Optional[str], runtime: Optional[str], keyword: str = "runtime") -> str:
+    """The mask mode to use: ``mask_mode`` if given, else the runtime's default (``keyword``: how the
+    caller named the runtime argument, for the error).
 
     OpenVINO's default is ``"any"``: its synchronous single-thread inference drops the
     ``"post"`` guard's error and returns garbage for a pre-padded batch. Asking for ``"post"``
     there anyway is allowed, with a WARNING saying so."""
-    targets.check_target(target)
+    targets.check_runtime(runtime, keyword)
     if mask_mode is None:
-        return targets.default_mask_mode(target)
+        return targets.default_mask_mode(runtime)
     _check_mask_mode(mask_mode)
-    guard_note = targets.runtime(target).guard_note if target else None
+    guard_note = targets.runtime(runtime).guard_note if runtime else None
     if mask_mode == "post" and guard_note:
-        logger.warning("mask_mode='post' for %s: %s", targets.runtime(target).title, guard_note)
+        logger.warning("mask_mode='post' for %s: %s", targets.runtime(runtime).title, guard_note)
     return mask_mode
 
 
-def resolve_options(mask_mode: Optional[str], target: Optional[str], schedule: bool) -> str:
-    """The mask mode to use (:func:`resolve_mask_mode`), after checking that ``schedule`` goes with ``target``."""
-    mask_mode = resolve_mask_mode(mask_mode, target)
-    if schedule and target != targets.SCHEDULE_TARGET:
-        raise ValueError(f"schedule=True needs target={targets.SCHEDULE_TARGET!r} (not {target!r}): the schedule is "
-                         f"exact on onnxruntime only ({'; '.join(targets.NOT_FOR.values())})")
+def resolve_options(mask_mode: Optional[str], runtime: Optional[str], schedule: bool, keyword: str = "runtime") -> str:
+    """The mask mode to use (:func:`resolve_mask_mode`), after checking that ``schedule`` goes with ``runtime``."""
+    mask_mode = resolve_mask_mode(mask_mode, runtime, keyword)
+    if schedule and runtime != targets.SCHEDULE_TARGET:
+        raise ValueError(f"schedule=True needs {keyword}={targets.SCHEDULE_TARGET!r} (not {runtime!r}): the schedule "
+                         f"is exact on onnxruntime only ({'; '.join(targets.NOT_FOR.values())})")
     return mask_mode
 
 
-def make_rewriter(mask_mode: Optional[str] = None, target: Optional[str] = None, schedule: bool = False):
+def make_rewriter(mask_mode: Optional[str] = None, runtime: Optional[str] = None, schedule: bool = False, *,
+                  target=NOT_GIVEN):
     """A tf2onnx custom rewriter ``(graph, ops) -> ops`` for masked Keras LSTM, GRU and SimpleRNN loops.
 
     ``mask_mode``: ``"post"`` (post-padded masks, checked at run time), ``"any"`` (every mask),
-    or None for the target's default (``"any"`` for OpenVINO, else ``"post"``).
-    ``target``: None for a model any runtime runs exactly where it compiles it; ``"openvino"`` to
+    or None for the runtime's default (``"any"`` for OpenVINO, else ``"post"``).
+    ``runtime``: None for a model any runtime runs exactly where it compiles it; ``"openvino"`` to
     also keep as Loops the layers OpenVINO's native recurrent ops cannot run (their activations);
-    ``"onnxruntime"`` for a model meant for onnxruntime only.
+    ``"onnxruntime"`` for a model meant for onnxruntime only. (``target=``: its deprecated name.)
     ``schedule``: emit the length-aware schedule (:mod:`..plan.schedule`), which runs long-tailed batches
     of 8 rows or more in length-ordered segments, chosen at run time. Off by default, and only with
-    ``target="onnxruntime"``: OpenVINO 2026.4 computes some layers inside its ``If`` wrongly, with
+    ``runtime="onnxruntime"``: OpenVINO 2026.4 computes some layers inside its ``If`` wrongly, with
     no error (``targets.NOT_FOR``), so a scheduled model is made for onnxruntime on request only,
     and each scheduled layer's report names OpenVINO in ``not_for``."""
-    mask_mode = resolve_options(mask_mode, target, schedule)
+    runtime, keyword = renamed("make_rewriter", "runtime", runtime, "target", target)
+    return _make_rewriter(mask_mode, runtime, schedule, keyword)
+
+
+def _make_rewriter(mask_mode: Optional[str], runtime: Optional[str], schedule: bool, keyword: str = "runtime"):
+    """:func:`make_rewriter`, its runtime argument given as ``keyword`` (named by its errors)."""
+    mask_mode = resolve_options(mask_mode, runtime, schedule, keyword)
 
     def rewrite_masked_lstm(graph, ops):
         for source in SOURCES:
             source.observe(graph)
-        rewrite_graph(graph, ops, SOURCES, mask_mode, target, schedule)
+        rewrite_graph(graph, ops, SOURCES, mask_mode, runtime, schedule)
         if is_main_graph(graph):
             time_distributed.warn_traced_over_batch(graph, ops)
             finish_conversion()
@@ -89,7 +98,7 @@ def make_rewriter(mask_mode: Optional[str] = None, target: Optional[str] = None,
 
     setattr(rewrite_masked_lstm, _MARK, True)
     rewrite_masked_lstm.mask_mode = mask_mode
-    rewrite_masked_lstm.target = target
+    rewrite_masked_lstm.runtime = rewrite_masked_lstm.target = runtime  # .target: the attribute's old name
     rewrite_masked_lstm.schedule = schedule
     return rewrite_masked_lstm
 
@@ -131,18 +140,21 @@ class _Enabled(contextlib.AbstractContextManager):
         return False
 
 
-def enable(mask_mode: Optional[str] = None, target: Optional[str] = None, schedule: bool = False) -> _Enabled:
+def enable(mask_mode: Optional[str] = None, runtime: Optional[str] = None, schedule: bool = False, *,
+           target=NOT_GIVEN) -> _Enabled:
     """Apply the rewrite in every tf2onnx conversion of this process from now on.
 
-    ``mask_mode`` and ``target`` as in :func:`make_rewriter`; the default mask mode is the
-    target's (``"any"`` for OpenVINO, else ``"post"``). Enabling again changes the mode; the
+    ``mask_mode``, ``runtime`` and ``schedule`` as in :func:`make_rewriter` (``target=``: the
+    deprecated name of ``runtime``); the default mask mode is the runtime's (``"any"`` for
+    OpenVINO, else ``"post"``). Enabling again changes the mode; the
     rewrite is never applied twice (not even when a caller also passes it in ``custom_rewriter``).
     Use the result as a context manager to restore the previous state on exit. It also applies
     the fixes Keras 3 models need to convert at all (:mod:`.time_distributed`, :mod:`.tf2onnx_keras`),
     and traces Keras's generic recurrent code where a GPU is visible (:mod:`.generic_path`).
     """
+    runtime, keyword = renamed("enable", "runtime", runtime, "target", target)
     previous = _enabled_rewriter
-    _install(make_rewriter(mask_mode, target, schedule))
+    _install(_make_rewriter(mask_mode, runtime, schedule, keyword))
     return _Enabled(previous)
 
 
@@ -154,6 +166,7 @@ def _install(rewriter) -> None:
         tfonnx.process_parsed_graph = _with_rewriter(_original_process_parsed_graph)
     _enabled_rewriter = rewriter
     time_distributed.install()
+    keras_export.install(rewriter.mask_mode, rewriter.runtime, rewriter.schedule)
     tf2onnx_keras.install()
     generic_path.install()  # after tf2onnx_keras: it wraps the functions in force
 
@@ -167,6 +180,7 @@ def disable() -> None:
     _enabled_rewriter = None
     generic_path.uninstall()  # before tf2onnx_keras: it gives back tf2onnx_keras's functions
     time_distributed.uninstall()
+    keras_export.uninstall()
     tf2onnx_keras.uninstall()
 
 

@@ -28,6 +28,12 @@ a masked step keeps the states and repeats the previous output (zeros before the
 step), as Keras does; a backward loop runs over the time-reversed input and mask and returns its
 sequence in that reversed order.
 
+:class:`WhileLoop` is the While source's case for the shared verbs of ``_harness.py``
+(``check_rewrites``, ``check_refuses``): its references are :func:`reference` and the Loop stock
+tf2onnx makes of the same function, on post-padded batches and, in ``"any"``, pre-padded and holed
+ones (:data:`LAYOUTS`); refused, it stays that one Loop. :class:`FunctionCase`, its base, serves
+other sources traced from a ``tf.function`` (the cuDNN op's, in ``test_read_cudnn.py``).
+
 The library's internal names (the body reader) are imported here and nowhere else in the tier,
 so that a restructuring of the package changes one import block (it accepts both the flat
 layout and the read/ plan/ emit/ subpackages).
@@ -45,6 +51,7 @@ import tensorflow as tf
 import tf2onnx
 
 import masked_lstm_rewriter as mlr
+from _harness import runner
 
 # the library's internals the reader-level tests use (the body reader): the only such import of the tier
 from masked_lstm_rewriter.failure import Refusal
@@ -309,19 +316,19 @@ class Converted:
         return dict(zip(self.outputs, got))
 
 
-def convert(fn, signature, mode: Optional[str] = "post", opset: int = OPSET, target=None, returned=()) -> Converted:
+def convert(fn, signature, mode: Optional[str] = "post", opset: int = OPSET, runtime=None, returned=()) -> Converted:
     """Convert ``fn`` with the plugin's rewriter (``mode=None``: stock tf2onnx, no rewriter)."""
-    rewriters = [] if mode is None else [mlr.make_rewriter(mode, target=target)]
+    rewriters = [] if mode is None else [mlr.make_rewriter(mode, runtime=runtime)]
     model, _ = tf2onnx.convert.from_function(fn, input_signature=signature, opset=opset,
                                              custom_rewriter=rewriters)
     return Converted(model, mlr.last_report() if mode is not None else None, tuple(returned))
 
 
 @functools.lru_cache(maxsize=None)
-def convert_loop(spec: Loop, mode: Optional[str] = "post", opset: int = OPSET, target=None) -> tuple:
+def convert_loop(spec: Loop, mode: Optional[str] = "post", opset: int = OPSET, runtime=None) -> tuple:
     """(Converted, weights) for the loop ``spec`` describes (cached: tests only read the result)."""
     fn, signature, weights = masked_loop(spec)
-    return convert(fn, signature, mode, opset=opset, target=target, returned=spec.returned), weights
+    return convert(fn, signature, mode, opset=opset, runtime=runtime, returned=spec.returned), weights
 
 
 def reasons(converted: Converted) -> list:
@@ -337,6 +344,69 @@ def assert_matches_reference(spec: Loop, converted: Converted, weights: dict, ma
     assert set(got) == set(expected)
     for name, value in expected.items():
         np.testing.assert_allclose(got[name], value, atol=atol, rtol=1e-5, err_msg=f"output {name!r}")
+
+
+# --- the cases of the shared verbs (_harness.py) -------------------------------------------------
+
+LAYOUTS = {"post": POST_PADDED, "pre": POST_PADDED[:, ::-1].copy(), "holes": NOT_POST_PADDED}  # full and empty rows
+SEEDS = (1, 7)  # two batches of each layout
+
+
+class FunctionCase:
+    """A ``tf.function`` holding one recurrent layer, for ``check_rewrites`` / ``check_refuses``: its
+    reference is numpy's masked recurrence; refused, what it holds stays (one ``replaces`` op, no
+    native node, one layer reported). Subclasses convert it."""
+
+    replaces = "Loop"
+    atol, rtol = 1e-5, 1e-5
+
+    def __init__(self, spec: Loop):
+        self.spec = spec
+        self.weights = weights_of(spec)
+
+    def convert(self, mode: Optional[str]) -> Converted:
+        raise NotImplementedError
+
+    def rewrite(self, mode: str) -> tuple:
+        converted = self.convert(mode)
+        return converted.model, converted.report
+
+    def batches(self, layout: str) -> list:
+        """Two batches of ``LAYOUTS[layout]`` (none but post-padded ones for a mask made from lengths)."""
+        if self.spec.mask == "lengths" and layout != "post":
+            return []
+        return [self._with_references(*batch(self.spec, LAYOUTS[layout], seed)) for seed in SEEDS]
+
+    def _with_references(self, feeds: dict, mask: np.ndarray) -> tuple:
+        expected = reference(self.spec, self.weights, feeds["x"], mask)
+        return feeds, {"numpy's masked recurrence": [expected[name] for name in self.spec.returned]}
+
+    def assert_kept(self, model, report) -> None:
+        ops = [node.op_type for node in model.graph.node]
+        assert ops.count(self.replaces) == 1 and not set(NATIVE_OPS) & set(ops), ops
+        assert len(report.layers) == 1, str(report)
+
+
+class WhileLoop(FunctionCase):
+    """The While source's case: the loop ``spec`` describes (:func:`convert_loop`, cached), referenced
+    by numpy's masked recurrence and by the Loop stock tf2onnx makes of it."""
+
+    def __init__(self, spec: Loop, opset: int = OPSET, runtime=None):
+        super().__init__(spec)
+        self.opset, self.runtime = opset, runtime
+        self._stock = None
+
+    def convert(self, mode: Optional[str]) -> Converted:
+        return convert_loop(self.spec, mode, opset=self.opset, runtime=self.runtime)[0]
+
+    def _with_references(self, feeds: dict, mask: np.ndarray) -> tuple:
+        feeds, expected = super()._with_references(feeds, mask)
+        if self._stock is None:
+            stock = self.convert(None)
+            assert "Loop" in stock.ops() and not stock.native_nodes(), stock.ops()
+            self._stock = runner(stock.model, "onnxruntime")
+        expected["stock tf2onnx's Loop"] = self._stock(feeds)
+        return feeds, expected
 
 
 # --- the reader (internal) -----------------------------------------------------------------------

@@ -8,13 +8,22 @@ loops Keras writes for masked recurrent layers directly in TensorFlow (``_graphs
 each with tf2onnx in well under a second, and checks, as onnxscript's rewriter tests and
 OpenVINO's transformation tests do, either the rewritten graph (its nodes, and its outputs
 against a numpy oracle and against the Loop tf2onnx makes without the plugin) or the reason the
-loop was left alone:
+loop was left alone. Every source of layers (TensorFlow While loops, Keras 3's cuDNN op, ONNX
+Loops in a file) is checked with the same two verbs of ``_harness.py``, beside its own rules:
 
 ========================== ===================================================================
+``_harness.py``            ``check_rewrites(case, mode, natives)``: rewrites, and the numbers match
+                           (nothing the source read left, the native nodes, every output against
+                           the case's references at every position on every runtime and mask
+                           layout the mode takes, the guard failing in "post");
+                           ``check_refuses(case, reason, mode)``: left as it was, with the reason.
+                           The cases: ``_graphs.WhileLoop``, ``test_read_cudnn.CudnnOp``,
+                           ``_onnx_files.OnnxFile``
 ``test_read_cells.py``     the body reader on each cell kind: LSTM, GRU (both reset_after), SimpleRNN
 ``test_read_refusals.py``  one refusal per kind of failure, asserted by its stable text
 ``test_emit_post.py``      mask_mode="post": guard Split, one native node, weights, numbers, guard error
 ``test_emit_any.py``       mask_mode="any": no guard, the reordering, numbers on pre-padded batches
+``test_read_cudnn.py``     Keras 3's cuDNN op: native and exact, or refused with its reason and the fix
 ``test_plan_masks.py``     per-mask plans: sequence_mask (no guard, no reordering), Masking, a [1, T] mask
 ``test_plugin_entry.py``   graphs without a masked loop are left alone; enable()/disable()
 ``test_no_keras.py``       the tier never imports Keras

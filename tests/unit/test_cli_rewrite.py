@@ -19,7 +19,7 @@ def test_rewrites_and_reports(tmp_path, capsys):
     output = tmp_path / "native.onnx"
     assert cli.main(["rewrite", STOCK, "-o", str(output), "--mask-mode", "any"]) == 0
     out = capsys.readouterr().out
-    assert "1 masked recurrent layer(s) rewritten, 0 left as Loop" in out and "mask_mode=any" in out
+    assert "1 recurrent layer(s) (1 masked, 0 without a mask): 1 native, 0 left as Loop" in out and "mask_mode=any" in out
     counts = op_counts(onnx.load(str(output)))
     assert counts["GRU"] == 1 and counts["Loop"] == 0
 

@@ -11,11 +11,10 @@ For each cell kind, the converted graph (f) is checked against what it must be (
   padding column (-1e4 into i, +1e4 into f) when the cell state is an output, GRU's recurrent
   bias as ``Rb`` for ``reset_after=True``;
 * its outputs equal the numpy oracle and the Loop stock tf2onnx makes of the same function, at
-  every position of a post-padded batch (a full row, an empty row, lengths in between);
-* a batch that is not post-padded makes onnxruntime fail with the guard's message.
+  every position of post-padded batches (a full row, an empty row, lengths in between), and a
+  batch that is not post-padded makes onnxruntime fail with the guard's message
+  (``check_rewrites`` and ``assert_guard_fails`` of ``_harness.py``).
 """
-
-import re
 
 import numpy as np
 import pytest
@@ -23,6 +22,7 @@ import pytest
 import masked_lstm_rewriter as mlr
 
 import _graphs as G
+from _harness import assert_guard_fails, check_rewrites, native_nodes
 
 KINDS = [pytest.param(G.Loop("LSTM"), id="lstm"), pytest.param(G.Loop("GRU", reset_after=True), id="gru-reset_after"),
          pytest.param(G.Loop("GRU", reset_after=False), id="gru-reset_before"), pytest.param(G.Loop("RNN"), id="simple_rnn")]
@@ -90,37 +90,28 @@ def test_weights_are_keras_weights_in_onnx_gate_order(spec):
 
 def test_no_padding_column_without_the_cell_state():
     spec = G.Loop("LSTM", outputs=("seq", "last", "h"))
-    converted, weights = G.convert_loop(spec, "post")
-    (node,) = converted.native_nodes()
-    assert G.initializers(converted.model)[node.input[1]].shape == (1, 4 * spec.units, spec.features)
-    G.assert_matches_reference(spec, converted, weights, G.POST_PADDED)
+    model, _ = check_rewrites(G.WhileLoop(spec), "post", natives=["LSTM"])
+    (node,) = native_nodes(model)
+    assert G.initializers(model)[node.input[1]].shape == (1, 4 * spec.units, spec.features)
 
 
 @pytest.mark.parametrize("spec", KINDS)
 def test_outputs_equal_the_oracle_and_the_stock_loop(spec):
-    """f against f_ref twice: numpy's masked recurrence, and tf2onnx's own Loop of the same function."""
-    converted, weights = G.convert_loop(spec, "post")
-    G.assert_matches_reference(spec, converted, weights, G.POST_PADDED)
-    stock, _ = G.convert_loop(spec, None)
-    assert "Loop" in stock.ops() and not stock.native_nodes()
-    feeds, _ = G.batch(spec, G.POST_PADDED, seed=7)
-    got, expected = converted.run(feeds), stock.run(feeds)
-    for name in spec.returned:
-        np.testing.assert_allclose(got[name], expected[name], atol=1e-5, rtol=1e-5, err_msg=name)
+    """f against f_ref twice: numpy's masked recurrence, and tf2onnx's own Loop of the same function
+    (the While case's two references)."""
+    check_rewrites(G.WhileLoop(spec), "post", natives=[spec.kind])
 
 
 @pytest.mark.parametrize("spec", [pytest.param(G.Loop("LSTM"), id="lstm"), pytest.param(G.Loop("RNN"), id="simple_rnn")])
 def test_guard_fails_a_batch_that_is_not_post_padded(spec):
-    converted, weights = G.convert_loop(spec, "post")
-    with pytest.raises(Exception, match=re.escape(mlr.GUARD_MESSAGE)):
-        G.assert_matches_reference(spec, converted, weights, G.NOT_POST_PADDED)
+    """Pre-padded rows, and rows with holes (``G.NOT_POST_PADDED`` among them)."""
+    case = G.WhileLoop(spec)
+    assert_guard_fails(case, case.rewrite("post")[0])
 
 
 def test_backward_loop_runs_forward_over_rows_reversed_in_place():
     """go_backwards: ReverseSequence by each row's length, never a direction="reverse" node."""
-    spec = G.Loop("LSTM", backward=True)
-    converted, weights = G.convert_loop(spec, "post")
-    (node,) = converted.native_nodes()
-    assert G.attributes(node)["direction"] == "forward" and "ReverseSequence" in converted.ops()
-    assert converted.report.layers[0].detail == "LSTM direction=reverse"
-    G.assert_matches_reference(spec, converted, weights, G.POST_PADDED)
+    model, report = check_rewrites(G.WhileLoop(G.Loop("LSTM", backward=True)), "post", natives=["LSTM"])
+    (node,) = native_nodes(model)
+    assert G.attributes(node)["direction"] == "forward" and "ReverseSequence" in [n.op_type for n in model.graph.node]
+    assert report.layers[0].detail == "LSTM, backward: a forward node over each row reversed within its length"

@@ -51,7 +51,8 @@ def test_graph_without_a_masked_loop_is_left_alone(fn, outputs, mode):
     stock = G.convert(function, SIGNATURE, None, returned=outputs)
     rewritten = G.convert(function, SIGNATURE, mode, returned=outputs)
     assert rewritten.ops() == stock.ops() and not rewritten.native_nodes()
-    assert rewritten.report.layers == () and str(rewritten.report) == "masked_lstm_rewriter: no masked recurrent layer found"
+    assert rewritten.report.layers == () and str(rewritten.report) == \
+        "masked_lstm_rewriter: no recurrent layer to rewrite (no masked layer, none that tf2onnx leaves as a Loop)"
     x = RNG.normal(size=(2, 4, 3)).astype(np.float32)
     got, expected = rewritten.run({"x": x}), stock.run({"x": x})
     for name in outputs:
@@ -84,7 +85,7 @@ def test_the_rewriter_is_never_applied_twice():
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"mask_mode": "pre"}, "mask_mode must be one of"),
-    ({"schedule": True}, "schedule=True needs target='onnxruntime'"),
+    ({"schedule": True}, "schedule=True needs runtime='onnxruntime'"),
 ])
 def test_make_rewriter_rejects_bad_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message):

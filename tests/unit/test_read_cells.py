@@ -5,12 +5,14 @@ Each test builds a masked loop in raw TensorFlow (``_graphs.masked_loop``), lets
 While body to the reader alone (``_graphs.read_bodies``: nothing is rewritten) and checks what
 the reader made of it: the cell kind, the activations in the ONNX op's order, GRU's
 ``linear_before_reset``, and how the loop writes its outputs. Then, as a whole, the same loop is
-rewritten into one native node whose outputs equal the numpy oracle at every position.
+rewritten into one native node whose outputs equal the numpy oracle and stock tf2onnx's Loop at
+every position (``check_rewrites`` of ``_harness.py``).
 """
 
 import pytest
 
 import _graphs as G
+from _harness import check_rewrites, native_nodes
 
 CELLS = [
     pytest.param(G.Loop("LSTM"), ("LSTM", ("Sigmoid", "Tanh", "Tanh"), 0), id="lstm"),
@@ -31,12 +33,9 @@ def test_reader_reads_the_cell_kind_and_activations(spec, expected):
 
 @pytest.mark.parametrize("spec, expected", CELLS)
 def test_each_cell_kind_is_rewritten_into_its_native_op_exactly(spec, expected):
-    converted, weights = G.convert_loop(spec, "post")
-    assert [n.op_type for n in converted.native_nodes()] == [expected[0]]
-    assert "Loop" not in converted.ops()
-    assert [(layer.layer, layer.rewritten, layer.detail) for layer in converted.report.layers] == [
-        (spec.kind.lower(), True, f"{expected[0]} direction=forward")]
-    G.assert_matches_reference(spec, converted, weights, G.POST_PADDED)
+    _, report = check_rewrites(G.WhileLoop(spec), "post", natives=[expected[0]])
+    assert [(layer.layer, layer.rewritten, layer.detail) for layer in report.layers] == [
+        (spec.kind.lower(), True, f"{expected[0]}, forward")]
 
 
 @pytest.mark.parametrize("kind, activation, recurrent, expected", [
@@ -49,8 +48,7 @@ def test_reader_reads_other_supported_activations(kind, activation, recurrent, e
     spec = G.Loop(kind, activation=activation, recurrent_activation=recurrent)
     (read,) = G.read_bodies(*G.masked_loop(spec)[:2])
     assert (read.reason, read.kind, read.activations) == (None, kind, expected)
-    converted, weights = G.convert_loop(spec, "post")
-    G.assert_matches_reference(spec, converted, weights, G.POST_PADDED)
+    check_rewrites(G.WhileLoop(spec), "post", natives=[kind])
 
 
 def test_reader_sees_a_backward_loop_as_the_same_cell():
@@ -61,11 +59,9 @@ def test_reader_sees_a_backward_loop_as_the_same_cell():
 
 def test_a_larger_cell_reads_the_same():
     """Nothing in the reader depends on the sizes: 5 units over 7 features."""
-    spec = G.Loop("LSTM", units=5, features=7, seed=3)
-    converted, weights = G.convert_loop(spec, "post")
-    (node,) = converted.native_nodes()
+    model, _ = check_rewrites(G.WhileLoop(G.Loop("LSTM", units=5, features=7, seed=3)), "post", natives=["LSTM"])
+    (node,) = native_nodes(model)
     assert {a.name: a.i for a in node.attribute if a.name == "hidden_size"} == {"hidden_size": 5}
-    G.assert_matches_reference(spec, converted, weights, G.POST_PADDED)
 
 
 def test_reader_reads_a_loop_that_keeps_only_the_last_output():
@@ -73,6 +69,4 @@ def test_reader_reads_a_loop_that_keeps_only_the_last_output():
     spec = G.Loop("RNN", sequence=False)
     (read,) = G.read_bodies(*G.masked_loop(spec)[:2])
     assert (read.reason, read.kind, read.writes_sequence) == (None, "RNN", False)
-    converted, weights = G.convert_loop(spec, "post")
-    assert [n.op_type for n in converted.native_nodes()] == ["RNN"] and "Loop" not in converted.ops()
-    G.assert_matches_reference(spec, converted, weights, G.POST_PADDED)
+    check_rewrites(G.WhileLoop(spec), "post", natives=["RNN"])

@@ -2,15 +2,15 @@
 """The cuDNN reader (read/cudnn.py), on graphs built as Keras 3 writes its cuDNN path
 (keras/src/backend/tensorflow/rnn.py: ``_cudnn_lstm``, ``_cudnn_gru``) in plain TensorFlow: the
 native node computes what Keras's generic path computes (numpy's masked recurrence), and each
-op it does not read is refused with its reason."""
-
-import dataclasses
+op it does not read is refused with its reason and the fix. :class:`CudnnOp` is the cuDNN source's
+case for the shared verbs of ``_harness.py`` (``check_rewrites``, ``check_refuses``)."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from _graphs import NOT_POST_PADDED, POST_PADDED, Loop, assert_matches_reference, convert, reasons, weights_of
+from _graphs import OPSET, FunctionCase, Loop, convert, weights_of
+from _harness import check_refuses, check_rewrites
 
 CUDNN_GATES = {"LSTM": (0, 1, 2, 3), "GRU": (1, 0, 2)}  # cuDNN's gate blocks, by Keras's index (GRU: r, z, h)
 
@@ -54,28 +54,35 @@ def cudnn_function(spec: Loop, time_major=False, op="CudnnRNNV3", lengths="mask"
     return tf.function(fn, input_signature=signature, autograph=False), signature, weights
 
 
+READ = "Keras's cuDNN op {op} (the model was traced with a GPU): "  # how the reader's refusals start
+FIX = ("masked_lstm_rewriter.convert", 'CUDA_VISIBLE_DEVICES=""')  # what every refusal says to do instead
+
+
+class CudnnOp(FunctionCase):
+    """``cudnn_function(spec, **options)`` converted with the plugin: referenced by numpy's masked
+    recurrence (Keras's generic path); refused, the op stays, and its reason ends with the fix."""
+
+    def __init__(self, spec: Loop = Loop(), opset: int = OPSET, **options):
+        super().__init__(spec)
+        self.replaces = options.get("op", "CudnnRNNV3")
+        self.opset = opset
+        self.fn, self.signature, _ = cudnn_function(spec, **options)
+
+    def convert(self, mode):
+        return convert(self.fn, self.signature, mode, opset=self.opset, returned=self.spec.returned)
+
+    def assert_kept(self, model, report) -> None:
+        super().assert_kept(model, report)
+        assert all(fix in layer.detail for layer in report.layers for fix in FIX), str(report)
+
+
 @pytest.mark.parametrize("backward", [False, True])
 @pytest.mark.parametrize("kind", ["LSTM", "GRU"])
 @pytest.mark.parametrize("mode", ["post", "any"])
 def test_native_node_gives_keras_generic_path(kind, backward, mode):
-    spec = Loop(kind=kind, backward=backward)
-    fn, signature, weights = cudnn_function(spec)
-    converted = convert(fn, signature, mode, returned=spec.returned)
-    assert [n.op_type for n in converted.native_nodes()] == [kind]
-    assert "CudnnRNNV3" not in converted.ops()
-    (layer,) = converted.report.layers
-    assert layer.rewritten and layer.masked, layer
-    for mask in (POST_PADDED,) + ((NOT_POST_PADDED,) if mode == "any" else ()):
-        assert_matches_reference(spec, converted, weights, mask)
-
-
-def _refusal(spec=Loop(), **options) -> str:
-    fn, signature, _ = cudnn_function(spec, **options)
-    converted = convert(fn, signature, "post", returned=spec.returned)
-    assert converted.ops().count(options.get("op", "CudnnRNNV3")) == 1
-    (reason,) = reasons(converted)
-    assert "masked_lstm_rewriter.convert" in reason and 'CUDA_VISIBLE_DEVICES=""' in reason, reason
-    return reason
+    _, report = check_rewrites(CudnnOp(Loop(kind=kind, backward=backward)), mode, natives=[kind])
+    (layer,) = report.layers
+    assert layer.masked, layer
 
 
 @pytest.mark.parametrize("options, reason", [
@@ -87,29 +94,18 @@ def _refusal(spec=Loop(), **options) -> str:
 def test_an_op_not_read_is_refused_with_its_reason_and_the_fix(options, reason):
     if options.get("op") == "CudnnRNN":
         options = dict(options, lengths="other")  # the op has no sequence_lengths input
-    assert reason in _refusal(**options)
+    check_refuses(CudnnOp(**options), READ.format(op=options.get("op", "CudnnRNNV3")) + reason)
 
 
-def test_a_backward_layer_whose_output_is_not_reversed_back_is_refused():
-    spec = dataclasses.replace(Loop(), backward=True)
-    fn, signature, _ = cudnn_function(spec)
+def test_a_backward_layer_whose_output_is_not_reversed_back_is_refused(monkeypatch):
     real_reverse = tf.reverse
 
     def without_time_reversal(tensor, axis):  # Keras reverses in time after the rows: leave that out
         return tensor if axis == [1] else real_reverse(tensor, axis)
-    tf.reverse = without_time_reversal
-    try:
-        fn, signature, _ = cudnn_function(spec)
-        converted = convert(fn, signature, "post", returned=spec.returned)
-    finally:
-        tf.reverse = real_reverse
-    assert reasons(converted) and "not reversed in time after its rows" in reasons(converted)[0]
+    monkeypatch.setattr(tf, "reverse", without_time_reversal)  # while the function is traced and converted
+    reason = "the output of a go_backwards layer is not reversed in time after its rows"
+    check_refuses(CudnnOp(Loop(backward=True)), READ.format(op="CudnnRNNV3") + reason)
 
 
 def test_below_opset_13_the_op_is_refused_with_the_opset_and_the_fix():
-    spec = Loop()
-    fn, signature, _ = cudnn_function(spec)
-    converted = convert(fn, signature, "post", opset=12, returned=spec.returned)
-    assert converted.ops().count("CudnnRNNV3") == 1
-    (reason,) = reasons(converted)
-    assert reason.startswith("opset 12") and "masked_lstm_rewriter.convert" in reason, reason
+    check_refuses(CudnnOp(Loop(), opset=12), "opset 12")

@@ -11,12 +11,14 @@ asserted by their stable text (the wording ``masked_lstm_rewriter`` gives in its
 * the emitter's and the plugin's: an LSTM cell state that a non-saturating recurrent activation
   cannot hold, an activation the target runtime cannot compile, an opset before 13.
 
-Every refused loop is left exactly as tf2onnx made it: one Loop, no native op.
+Every refused loop is left exactly as tf2onnx made it: one Loop, no native op, one layer reported
+(``check_refuses`` of ``_harness.py`` on the While source's case, ``_graphs.WhileLoop``).
 """
 
 import pytest
 
 import _graphs as G
+from _harness import check_refuses, check_rewrites
 
 SWISH_RNN = "a gate's activation is not one ONNX RNN supports (it is computed by Mul)"
 SWISH_GRU = "a gate's activation is not one ONNX GRU supports (it is computed by Mul)"
@@ -30,12 +32,6 @@ OPENVINO = "target openvino: OpenVINO's native GRU op compiles only Sigmoid, Tan
 OPSET = "opset 12: the native form is emitted for opset 13 and later"
 
 
-def assert_left_as_loop(converted, reason):
-    """One layer, left as a Loop with ``reason`` (a prefix of its text), and no native op emitted."""
-    assert [(layer.rewritten, layer.detail[:len(reason)]) for layer in converted.report.layers] == [(False, reason)]
-    assert converted.ops().count("Loop") == 1 and not converted.native_nodes()
-
-
 @pytest.mark.parametrize("spec, reason", [
     pytest.param(G.Loop("RNN", activation="swish"), SWISH_RNN, id="swish-rnn"),
     pytest.param(G.Loop("GRU", activation="swish"), SWISH_GRU, id="swish-gru"),
@@ -45,7 +41,7 @@ def assert_left_as_loop(converted, reason):
 def test_body_reader_refuses(spec, reason):
     (read,) = G.read_bodies(*G.masked_loop(spec)[:2])
     assert (read.kind, read.reason[:len(reason)]) == (None, reason)
-    assert_left_as_loop(G.convert_loop(spec, "post")[0], reason)
+    check_refuses(G.WhileLoop(spec), reason)
 
 
 def test_softplus_is_read_but_refused():
@@ -53,7 +49,7 @@ def test_softplus_is_read_but_refused():
     spec = G.Loop("RNN", activation="softplus")
     (read,) = G.read_bodies(*G.masked_loop(spec)[:2])
     assert (read.kind, read.activations, read.reason[:len(SOFTPLUS)]) == ("RNN", ("Softplus",), SOFTPLUS)
-    assert_left_as_loop(G.convert_loop(spec, "post")[0], SOFTPLUS)
+    check_refuses(G.WhileLoop(spec), SOFTPLUS)
 
 
 @pytest.mark.parametrize("spec, reason", [
@@ -65,28 +61,25 @@ def test_a_body_that_reads_is_refused_in_the_main_graph(spec, reason):
     """The body reads as a supported cell; what refuses it is how the main graph runs it."""
     (read,) = G.read_bodies(*G.masked_loop(spec)[:2])
     assert read.reason is None and read.kind == spec.kind
-    assert_left_as_loop(G.convert_loop(spec, "post")[0], reason)
+    check_refuses(G.WhileLoop(spec), reason)
 
 
 def test_the_cell_state_refusal_needs_the_cell_state():
     """Without c among the outputs, a relu recurrent activation is rewritten (and exact)."""
-    spec = G.Loop("LSTM", recurrent_activation="relu", outputs=("seq", "last", "h"))
-    converted, weights = G.convert_loop(spec, "post")
-    assert [n.op_type for n in converted.native_nodes()] == ["LSTM"]
-    G.assert_matches_reference(spec, converted, weights, G.POST_PADDED)
+    check_rewrites(G.WhileLoop(G.Loop("LSTM", recurrent_activation="relu", outputs=("seq", "last", "h"))), "post",
+                   natives=["LSTM"])
 
 
-def test_target_runtime_refusal():
+def test_runtime_refusal():
     spec = G.Loop("GRU", recurrent_activation="softsign")
-    assert_left_as_loop(G.convert_loop(spec, "any", target="openvino")[0], OPENVINO)
-    without_target, _ = G.convert_loop(spec, "any")
-    assert [(layer.rewritten, layer.detail.split(";")[0]) for layer in without_target.report.layers] == [
-        (True, "GRU direction=forward")]
-    assert "for openvino, convert with target='openvino'" in without_target.report.layers[0].detail
+    check_refuses(G.WhileLoop(spec, runtime="openvino"), OPENVINO, "any")
+    _, report = check_rewrites(G.WhileLoop(spec), "any", natives=["GRU"])  # without: native, not for OpenVINO
+    assert [(layer.rewritten, layer.detail.split(";")[0]) for layer in report.layers] == [(True, "GRU, forward")]
+    assert "for openvino, convert with runtime='openvino'" in report.layers[0].detail
 
 
 def test_opset_before_13_is_refused():
-    assert_left_as_loop(G.convert_loop(G.Loop("GRU"), "post", opset=12)[0], OPSET)
+    check_refuses(G.WhileLoop(G.Loop("GRU"), opset=12), OPSET)
 
 
 def test_a_refused_loop_still_computes_the_layer():

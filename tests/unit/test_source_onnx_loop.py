@@ -10,13 +10,15 @@ import os
 
 import numpy as np
 import onnx
+import onnxruntime
 import pytest
 from onnx import helper, numpy_helper
 
 import masked_lstm_rewriter as mlr
 from masked_lstm_rewriter.onnx_file import model_io
-from _onnx_files import (DATA, JAX_FILES, NATIVE_OPS, ONNXSIM_FILES, TF2ONNX_116_FILES, TF2ONNX_FILES,
-                         assert_same_outputs, check_refuses, check_rewrites, name_of, op_counts, run, runtimes)
+from _harness import assert_same_outputs, available_runtimes, check_refuses, check_rewrites, run
+from _onnx_files import (DATA, JAX_FILES, NATIVE_OPS, ONNXSIM_FILES, TF2ONNX_116_FILES, TF2ONNX_FILES, OnnxFile,
+                         feeds_for, name_of, op_counts)
 
 # JAX-backend exports that stay Loops, and why (the file says what its output is at masked steps)
 JAX_LOOPS = {}
@@ -37,7 +39,7 @@ def test_stock_tf2onnx_files_become_native(path, mode):
     """Files of stock tf2onnx 1.17 and 1.16, and of 1.17 after onnx-simplifier (which folds static shapes
     into constants, a Bidirectional's reversal lengths among them)."""
     original = onnx.load(path)
-    check_rewrites(original, mode, natives=STACKED.get(name_of(path), _loops(original)))
+    check_rewrites(OnnxFile(original), mode, natives=STACKED.get(name_of(path), _loops(original)))
 
 
 @pytest.mark.parametrize("mode", ["post", "any"])
@@ -46,7 +48,7 @@ def test_jax_exports_become_native_and_equal_keras(path, mode):
     """Keras's own outputs on the JAX backend (stored with the file) at every position: post-padded
     rows with a full and an empty row, and in "any" rows padded elsewhere."""
     original = onnx.load(path)
-    rewritten, report = check_rewrites(original, mode, natives=_loops(original))
+    rewritten, report = check_rewrites(OnnxFile(original), mode, natives=_loops(original))
     stored = np.load(os.path.splitext(path)[0] + ".npz")
     batches = sorted({key.split(".")[0] for key in stored.files})
     for batch in batches:
@@ -54,7 +56,7 @@ def test_jax_exports_become_native_and_equal_keras(path, mode):
             continue
         feeds = {key.split(".in.", 1)[1]: stored[key] for key in stored.files if key.startswith(f"{batch}.in.")}
         expected = [stored[f"{batch}.out.{k}"] for k in range(len(original.graph.output))]
-        for runtime in runtimes():
+        for runtime in available_runtimes():
             assert_same_outputs(expected, run(rewritten, feeds, runtime), f"Keras (JAX) {batch}, {runtime}")
     assert report.rewritten
 
@@ -64,14 +66,14 @@ def test_a_jax_output_that_starts_from_the_initial_state_keeps_it_before_the_fir
     show the given initial h (TensorFlow's Keras shows zeros there): pre-padded rows and an empty
     row, fed h0 that is not zero."""
     original = onnx.load(os.path.join(DATA, "jax", "init_state_lstm_seq_t6.onnx"))
-    rewritten, _ = check_rewrites(original, "any", natives=1)
+    rewritten, _ = check_rewrites(OnnxFile(original), "any", natives=1)
     rng = np.random.default_rng(3)
     mask = np.array([[0, 0, 1, 1, 1, 1], [0, 0, 0, 0, 0, 0], [1, 1, 1, 1, 1, 1], [0, 1, 0, 1, 1, 0]], bool)
     feeds = {"features": rng.normal(size=(4, 6, 3)).astype(np.float32), "mask": mask,
              "h0": rng.normal(size=(4, 3)).astype(np.float32), "c0": rng.normal(size=(4, 3)).astype(np.float32)}
     expected = run(original, feeds, "onnxruntime")
     assert np.allclose(expected[0][1], feeds["h0"][1]) and np.allclose(expected[0][0, :2], feeds["h0"][0])
-    for runtime in runtimes():
+    for runtime in available_runtimes():
         assert_same_outputs(expected, run(rewritten, feeds, runtime), f"the file, {runtime}")
 
 
@@ -96,7 +98,8 @@ def test_a_masked_output_that_repeats_another_state_stays_a_loop():
     """Masked steps that output a value other than the layer's own output (here an LSTM's c) cannot be
     the native op's: the Loop stays, with the reason."""
     original = onnx.load(os.path.join(DATA, "jax", "init_state_lstm_seq_t6.onnx"))
-    check_refuses(_masked_output_repeats_the_other_state(original), "the output at masked steps repeats another value")
+    check_refuses(OnnxFile(_masked_output_repeats_the_other_state(original)),
+                  "the output at masked steps repeats another value")
 
 
 def _by_outputs(model) -> dict:
@@ -146,14 +149,14 @@ def _with_trip_count(model, count: int):
 
 def test_a_loop_that_may_stop_early_stays_as_it_was():
     original = _with_trip_count(onnx.load(os.path.join(DATA, "tf2onnx", "keras3_emb_lstm_seq_op15.onnx")), 2)
-    rewritten, _ = check_refuses(original, "the loop may stop before its last time step")
+    rewritten, _ = check_refuses(OnnxFile(original), "the loop may stop before its last time step")
     assert rewritten.SerializeToString() == original.SerializeToString()
 
 
 def test_below_opset_13_every_loop_stays_with_the_reason():
     original = onnx.load(os.path.join(DATA, "tf2onnx", "keras3_emb_lstm_seq_op13.onnx"))
     original.opset_import[0].version = 12
-    check_refuses(original, "opset 12")
+    check_refuses(OnnxFile(original), "opset 12")
 
 
 def test_a_loop_of_another_kind_is_left_alone():
@@ -187,14 +190,54 @@ def test_a_file_with_external_data_loads_and_saves(tmp_path):
     assert again.SerializeToString() == rewritten.SerializeToString()
 
 
+EMB_LSTM = os.path.join(DATA, "tf2onnx", "keras3_emb_lstm_seq_op15.onnx")
+
+
+def _same_on_onnxruntime(original_path: str, rewritten_path: str) -> None:
+    """The file as saved (loaded by onnxruntime from its path, data file included) gives the original's outputs."""
+    original = onnx.load(original_path)
+    session = onnxruntime.InferenceSession(rewritten_path, providers=["CPUExecutionProvider"])
+    for lengths in ([6, 3, 0, 1], [2, 2]):
+        feeds = feeds_for(original, lengths, "post")
+        got = session.run(None, {i.name: feeds[i.name] for i in session.get_inputs()})
+        assert_same_outputs(run(original, feeds, "onnxruntime"), got, f"the saved file, rows {lengths}")
+
+
 def test_a_model_past_the_protobuf_limit_is_written_with_its_tensors_beside_it(tmp_path, monkeypatch):
-    monkeypatch.setattr(model_io, "PROTOBUF_LIMIT", 1000)  # every model is "large" now
+    monkeypatch.setattr(model_io, "PROTOBUF_LIMIT", 1000)  # every model is "large" now,
+    monkeypatch.setattr(model_io, "INLINE_BYTES", 100)     # and its weights go to the data file
     output = tmp_path / "native.onnx"
-    mlr.rewrite_onnx(os.path.join(DATA, "tf2onnx", "keras3_emb_lstm_seq_op15.onnx"), str(output))
-    assert (tmp_path / "native.onnx.data").exists()
+    mlr.rewrite_onnx(EMB_LSTM, str(output))
+    data = tmp_path / "native.onnx.data"
+    assert data.exists() and data.stat().st_mode & 0o044, "readable as an ordinary new file"
     reloaded = onnx.load(str(output))
     assert sum(op_counts(reloaded)[op] for op in NATIVE_OPS) == 1
     assert not list(tmp_path.glob(".partial-*"))
+    _same_on_onnxruntime(EMB_LSTM, str(output))
+
+
+def test_a_tensor_past_the_protobuf_limit_is_kept_as_it_was(tmp_path, monkeypatch):
+    """An embedding table past 2 GB cannot enter tf2onnx's graph: the rewrite reads the model without
+    its values (the layer does not need them) and the rewritten model keeps the table as it was.
+    Here the table is grown past every other tensor and the limit lowered to its size
+    (tools/check_large_model.py runs this on a real 2.2 GB model)."""
+    original = onnx.load(EMB_LSTM)
+    initializers = {t.name: t for t in original.graph.initializer}
+    table = next(initializers[n.input[0]] for n in original.graph.node if n.op_type == "Gather" and n.input[0] in initializers)
+    values = numpy_helper.to_array(table)
+    grown = np.concatenate([values, np.zeros((1000, values.shape[1]), values.dtype)])
+    table.CopyFrom(numpy_helper.from_array(grown, table.name))
+    source = str(tmp_path / "grown.onnx")
+    onnx.save(original, source)
+    assert all(model_io.tensor_bytes(t) < model_io.tensor_bytes(table) for t in initializers.values() if t is not table)
+    monkeypatch.setattr(model_io, "HUGE_TENSOR", model_io.tensor_bytes(table))
+    output = tmp_path / "native.onnx"
+    rewritten, report = mlr.rewrite_onnx(source, str(output))
+    assert report.rewritten and not report.left_as_loop, str(report)
+    kept = [t for t in rewritten.graph.initializer if t.name == table.name]
+    assert [t.SerializeToString() for t in kept] == [table.SerializeToString()]
+    assert [i.name for i in rewritten.graph.input] == [i.name for i in original.graph.input]
+    _same_on_onnxruntime(source, str(output))
 
 
 def test_no_file_is_written_when_the_model_cannot_be_read(tmp_path):

@@ -36,10 +36,12 @@ def test_default_mask_mode_comes_from_the_entry():
     assert [targets.default_mask_mode(t) for t in (None, "onnxruntime", "openvino")] == ["post", "post", "any"]
 
 
-def test_check_target_names_the_choices():
-    targets.check_target(None)
-    with pytest.raises(ValueError, match="one of \\('onnxruntime', 'openvino'\\)"):
-        targets.check_target("tensorrt")
+def test_check_runtime_names_the_choices_and_the_keyword():
+    targets.check_runtime(None)
+    with pytest.raises(ValueError, match="^runtime must be one of onnxruntime, openvino, not 'tensorrt'"):
+        targets.check_runtime("tensorrt")
+    with pytest.raises(ValueError, match="^target must be one of onnxruntime, openvino, not 'tensorrt'"):
+        targets.check_runtime("tensorrt", "target")
 
 
 def test_an_activation_the_runtime_does_not_compile_keeps_the_loop_for_it_only():
@@ -61,7 +63,7 @@ def test_not_for_sees_the_native_ops_and_the_schedule():
     hard = Layer((Cell(activations=(HARD, TANH, TANH)),))
     assert targets.not_for(Layer(), "onnxruntime", scheduled=False) == []
     vetoes = targets.not_for(hard, "onnxruntime", scheduled=True)
-    assert [(v.runtime, v.remedy) for v in vetoes] == [("openvino", "convert with target='openvino'"),
+    assert [(v.runtime, v.remedy) for v in vetoes] == [("openvino", "convert with runtime='openvino'"),
                                                        ("openvino", "convert without schedule=True")]
     assert vetoes[1].reason == targets.runtime("openvino").schedule_note
     assert targets.not_for(hard, "openvino", scheduled=False) == []

@@ -10,7 +10,6 @@ import os
 import numpy as np
 import onnx
 import pytest
-from onnx import numpy_helper
 
 import masked_lstm_rewriter as mlr
 from masked_lstm_rewriter import cli, verify_batches
@@ -19,7 +18,7 @@ from masked_lstm_rewriter.keras_source import SourceError
 from masked_lstm_rewriter.plan.masks import GUARD_MESSAGE
 from masked_lstm_rewriter.verification import ERROR, GUARD_EXPECTED, MATCHED, MISMATCH, verify
 from masked_lstm_rewriter.verify_reference import OnnxReference, load_reference
-from _onnx_files import DATA
+from _onnx_files import DATA, perturbed_lstm
 
 STOCK = os.path.join(DATA, "tf2onnx", "keras3_emb_lstm_seq_op15.onnx")        # ids -> Embedding(10) -> LSTM
 INITIAL_STATE = os.path.join(DATA, "tf2onnx", "keras3_initial_state_mask_op15.onnx")  # x, m, h0, c0
@@ -87,18 +86,8 @@ def test_a_model_proto_is_a_reference_too(post):
     assert result.ok and result.model == "the reference ONNX model", result.format()
 
 
-def _perturbed(model):
-    """Copy of ``model`` with the native LSTM's input weights moved by 0.1."""
-    wrong = onnx.ModelProto()
-    wrong.CopyFrom(model)
-    (lstm,) = [node for node in wrong.graph.node if node.op_type == "LSTM"]
-    (weights,) = [init for init in wrong.graph.initializer if init.name == lstm.input[1]]
-    weights.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(weights) + np.float32(0.1), weights.name))
-    return wrong
-
-
 def test_perturbed_weights_fail(post):
-    result = verify(STOCK, _perturbed(post))
+    result = verify(STOCK, perturbed_lstm(post))
     assert not result.ok
     assert statuses(result) == dict(zip(KINDS, (MISMATCH, MISMATCH, GUARD_EXPECTED, GUARD_EXPECTED)))
     assert result.format().splitlines()[-1].startswith("NOT verified: 2 of 4 runs failed")
@@ -125,7 +114,7 @@ def test_a_reference_with_other_inputs_fails_without_running(post):
 def test_the_command_line(post, tmp_path, capsys):
     right, wrong = tmp_path / "right.onnx", tmp_path / "wrong.onnx"
     onnx.save(post, right)
-    onnx.save(_perturbed(post), wrong)
+    onnx.save(perturbed_lstm(post), wrong)
     assert cli.main(["verify", STOCK, str(right), "--rows", "3", "--steps", "4"]) == 0
     out, err = capsys.readouterr()
     assert out.splitlines()[-1].startswith(f"verified: {right} matches {STOCK}") and "batch 1/4" in err

@@ -1,0 +1,151 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Convert a Keras 3 model that lives on another backend (JAX, torch) in a TensorFlow process.
+
+tf2onnx traces TensorFlow graphs, and a process's Keras 3 keeps the backend it was imported with.
+A model on JAX or torch is therefore saved as a ``.keras`` file (the format is the same on every
+backend) and converted by a child process whose Keras runs on TensorFlow; the ONNX model and the
+report come back. A path is converted the same way when this process's Keras is not on
+TensorFlow. Custom layers reach the child by the modules that define them (imported there before
+the model is loaded): they must be importable, not defined in ``__main__``.
+
+    python -m masked_lstm_rewriter.backend_process REQUEST.json     (the child; not for users)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+from typing import Optional
+
+logger = logging.getLogger("masked_lstm_rewriter")
+
+TENSORFLOW = "tensorflow"
+REPORT = "report.json"
+ONNX = "model.onnx"
+
+
+class BackendError(RuntimeError):
+    """The child conversion failed: one line saying why (its last error line)."""
+
+
+def process_backend() -> Optional[str]:
+    """The backend of Keras 3 in this process: what it runs on once imported, else what
+    ``KERAS_BACKEND`` will make it (None: Keras 3 is not imported and the variable is unset)."""
+    keras = sys.modules.get("keras")
+    config = getattr(keras, "config", None)
+    if config is not None and hasattr(config, "backend"):
+        return config.backend()
+    return os.environ.get("KERAS_BACKEND") or None
+
+
+def model_backend(model) -> Optional[str]:
+    """The backend a Keras 3 model object lives on; None for anything else (a tf_keras model, a path)."""
+    if not type(model).__module__.startswith("keras."):
+        return None
+    return process_backend() or TENSORFLOW
+
+
+def needs_tensorflow_process(model) -> bool:
+    """Must ``model`` (a model object or a path) be converted in a child process on TensorFlow?"""
+    backend = process_backend() if isinstance(model, (str, os.PathLike)) else model_backend(model)
+    return backend not in (None, TENSORFLOW)
+
+
+def custom_modules(model) -> list:
+    """The modules defining the model's layer classes that are not Keras's own (imported by the child)."""
+    layers = model._flatten_layers(include_self=True) if hasattr(model, "_flatten_layers") else [model]  # pylint: disable=protected-access
+    modules = sorted({type(layer).__module__ for layer in layers} - {"__main__"})
+    local = sorted({type(layer).__name__ for layer in layers if type(layer).__module__ == "__main__"})
+    if local:
+        raise BackendError(f"layer classes {', '.join(local)} are defined in __main__: a {process_backend()} "
+                           "model is converted in a TensorFlow process, which imports custom layers from their "
+                           "module; move them to an importable module")
+    return [name for name in modules if not name.startswith(("keras.", "keras_"))]
+
+
+def convert_in_tensorflow_process(model, *, mask_mode=None, runtime=None, schedule=False, opset=None,
+                                  input_signature=None, modules=()) -> tuple:
+    """(ONNX model, report) of ``model`` (a Keras 3 model object on any backend, or a ``.keras`` /
+    ``.h5`` file or SavedModel path), converted by :func:`..conversion.convert` in a child process
+    whose Keras runs on TensorFlow."""
+    import onnx  # pylint: disable=import-outside-toplevel
+    from .report import ConversionReport, LayerReport  # pylint: disable=import-outside-toplevel
+    with tempfile.TemporaryDirectory(prefix="mlr-backend-") as folder:
+        if isinstance(model, (str, os.PathLike)):
+            path = os.path.abspath(os.fspath(model))
+        else:
+            modules = list(modules) + custom_modules(model)
+            path = os.path.join(folder, "model.keras")
+            logger.info("model on the %s backend: saved to %s and converted in a TensorFlow process",
+                        model_backend(model), path)
+            model.save(path)
+        request = {"model": path, "folder": folder, "mask_mode": mask_mode, "runtime": runtime, "schedule": schedule,
+                   "opset": opset, "modules": list(modules), "input_signature": _signature_as_json(input_signature)}
+        with open(os.path.join(folder, "request.json"), "w", encoding="utf-8") as file:
+            json.dump(request, file)
+        _run_child(os.path.join(folder, "request.json"))
+        with open(os.path.join(folder, REPORT), encoding="utf-8") as file:
+            layers = tuple(LayerReport(**_tuples(entry)) for entry in json.load(file))
+        return onnx.load(os.path.join(folder, ONNX)), ConversionReport(layers)
+
+
+def _signature_as_json(signature) -> Optional[list]:
+    if signature is None:
+        return None
+    return [{"name": getattr(spec, "name", None), "shape": [None if d is None else int(d) for d in spec.shape],
+             "dtype": getattr(spec.dtype, "name", str(spec.dtype))} for spec in signature]
+
+
+def _tuples(entry: dict) -> dict:
+    return {key: tuple(value) if isinstance(value, list) else value for key, value in entry.items()}
+
+
+def child_env(base=None) -> dict:
+    """The environment of a process whose Keras 3 runs on TensorFlow."""
+    from .flavours import flavour_env  # pylint: disable=import-outside-toplevel
+    env = flavour_env("keras3", base)
+    env["KERAS_BACKEND"] = TENSORFLOW
+    return env
+
+
+def _run_child(request: str) -> None:
+    done = subprocess.run([sys.executable, "-m", __name__, request], capture_output=True, text=True,
+                          env=child_env(), check=False)
+    for line in done.stderr.splitlines():
+        logger.debug("conversion process: %s", line)
+    if done.returncode != 0:
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        raise BackendError(lines[-1] if lines else f"the conversion process exited with status {done.returncode}")
+
+
+def _child(request_path: str) -> None:
+    """The child: convert as the request says, and write the ONNX model and the report beside it."""
+    import importlib  # pylint: disable=import-outside-toplevel
+    with open(request_path, encoding="utf-8") as file:
+        request = json.load(file)
+    for module in request["modules"]:
+        importlib.import_module(module)
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    from .conversion import convert  # pylint: disable=import-outside-toplevel
+    signature = None if request["input_signature"] is None else [
+        tf.TensorSpec(spec["shape"], spec["dtype"], name=spec["name"]) for spec in request["input_signature"]]
+    folder = request["folder"]
+    _, report = convert(request["model"], os.path.join(folder, ONNX), mask_mode=request["mask_mode"],
+                        runtime=request["runtime"], schedule=request["schedule"], opset=request["opset"],
+                        input_signature=signature)
+    with open(os.path.join(folder, REPORT), "w", encoding="utf-8") as file:
+        json.dump([dataclasses.asdict(layer) for layer in report.layers], file)
+
+
+if __name__ == "__main__":
+    try:
+        _child(sys.argv[1])
+    except Exception as error:  # pylint: disable=broad-except  (the parent shows the last line)
+        lines = [line for line in str(error).strip().splitlines() if line.strip()]
+        print(f"{type(error).__name__}: {lines[-1] if lines else ''}", file=sys.stderr)
+        sys.exit(1)

@@ -1,0 +1,91 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The command line's checks of the files and values it is given, made before TensorFlow loads, and
+its hint for a Keras file the Keras in use cannot read.
+
+A ``.keras`` file must be a zip archive holding a ``config.json``, a ``.h5`` / ``.hdf5`` file must
+carry the HDF5 signature: anything else (a truncated download, a text file with a model's name)
+is refused in one line naming the file, instead of Keras's "File not found" or h5py's "file
+signature not found" after seconds of loading.
+"""
+
+from __future__ import annotations
+
+import os
+import zipfile
+from typing import Optional
+
+HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+HDF5_SUFFIXES = (".h5", ".hdf5")
+KERAS_ARCHIVE_SUFFIX = ".keras"
+LEGACY_KERAS_ENV = "TF_USE_LEGACY_KERAS"
+# how Keras 3 fails on a layer saved by tf_keras (Keras 2), e.g. LSTM's {'time_major': False}
+LEGACY_KERAS_SIGNS = ("Unrecognized keyword arguments passed to",)
+
+
+def model_file_problem(path: str) -> Optional[str]:
+    """Why the file at ``path`` cannot be the Keras model its name says, or None (it may be; or it
+    is not a Keras file, or not a regular file: those are judged elsewhere)."""
+    if not os.path.isfile(path):
+        return None
+    lower = path.lower()
+    if lower.endswith(KERAS_ARCHIVE_SUFFIX):
+        return _keras_archive_problem(path)
+    if lower.endswith(HDF5_SUFFIXES) and not _has_hdf5_signature(path):
+        suffix = os.path.splitext(path)[1]
+        return f"{path}: not a valid {suffix} file (no HDF5 signature: not a Keras .h5 model, or truncated?)"
+    return None
+
+
+def _keras_archive_problem(path: str) -> Optional[str]:
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = archive.namelist()
+    except (zipfile.BadZipFile, OSError, ValueError):
+        return f"{path}: not a valid .keras file (not a zip archive; truncated?)"
+    if "config.json" not in names:
+        return f"{path}: not a valid .keras file (a zip archive without a Keras model's config.json)"
+    return None
+
+
+def _has_hdf5_signature(path: str) -> bool:
+    """The HDF5 signature at the start of the file, or after a user block (at 512, 1024, 2048, ... bytes)."""
+    size = os.path.getsize(path)
+    offset = 0
+    with open(path, "rb") as handle:
+        while offset + len(HDF5_SIGNATURE) <= size:
+            handle.seek(offset)
+            if handle.read(len(HDF5_SIGNATURE)) == HDF5_SIGNATURE:
+                return True
+            offset = 512 if offset == 0 else offset * 2
+    return False
+
+
+def legacy_keras_hint(model_path: Optional[str], message: str) -> Optional[str]:
+    """What to do when Keras 3 failed to load a tf_keras (Keras 2) ``.h5`` file, or None."""
+    if not model_path or not model_path.lower().endswith(HDF5_SUFFIXES):
+        return None
+    if os.environ.get(LEGACY_KERAS_ENV, "").strip().lower() in ("1", "true"):
+        return None
+    if not any(sign in message for sign in LEGACY_KERAS_SIGNS):
+        return None
+    return f"a tf_keras (Keras 2) .h5 file: run with {LEGACY_KERAS_ENV}=1"
+
+
+def environment_choice(variable: str, choices: tuple) -> Optional[str]:
+    """The value of the environment ``variable`` (None when unset or empty); ValueError naming the
+    variable when it is not one of ``choices``."""
+    value = os.environ.get(variable, "").strip() or None
+    if value is not None and value not in choices:
+        raise ValueError(f"{variable} must be one of {', '.join(choices)} (or empty), not {value!r}")
+    return value
+
+
+def keras_on_tensorflow() -> Optional[str]:
+    """Make this process's Keras 3 run on TensorFlow, whatever ``KERAS_BACKEND`` says (a ``.keras``
+    file is the same on every backend, and tf2onnx traces TensorFlow); the backend it named, if
+    another. Must come before Keras is imported."""
+    named = os.environ.get("KERAS_BACKEND", "").strip()
+    if named in ("", "tensorflow"):
+        return None
+    os.environ["KERAS_BACKEND"] = "tensorflow"
+    return named

@@ -1,0 +1,123 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Run by tests/test_other_backends.py in a process whose Keras 3 is on another backend (JAX).
+
+    KERAS_BACKEND=jax python tests/backend_check.py OUT_FOLDER
+
+For each model it builds on that backend (random non-zero weights), it goes through some of the
+front doors (:data:`DOORS`): the model object with ``mlr.convert``, its ``.keras`` file with the
+command line (``KERAS_BACKEND`` left as it is), Keras's own ``model.export(format="onnx")`` under
+``mlr.enable()``, and ``verify`` of the command line's file against the model on this backend.
+Each ONNX model is run on onnxruntime and compared with the model run on its own backend, every
+output at every position. Prints one JSON object: {model: {front door: {"error": max |diff|,
+"ops": [...]}, "verify": {"status": ..., "last": [line]}}}.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+import masked_lstm_rewriter as mlr
+
+LENGTHS = (7, 3, 0, 5)  # a full row, an empty one, others
+STEPS = 7
+
+
+def tokens() -> np.ndarray:
+    rng = np.random.default_rng(0)
+    batch = np.zeros((len(LENGTHS), STEPS), np.int32)
+    for row, length in enumerate(LENGTHS):
+        batch[row, :length] = rng.integers(1, 20, length)
+    return batch
+
+
+def randomized(model):
+    rng = np.random.default_rng(1)
+    for layer in model.layers:
+        layer.set_weights([rng.normal(0, 0.5, w.shape).astype(w.dtype) for w in layer.get_weights()])
+    return model
+
+
+def models() -> dict:
+    layers = keras.layers
+
+    def on_tokens(name, *stack):
+        inputs = keras.Input((None,), dtype="int32", name="tokens")
+        x = layers.Embedding(20, 4, mask_zero=True)(inputs)
+        for layer in stack:
+            x = layer(x)
+        return randomized(keras.Model(inputs, x, name=name))
+    return {
+        "lstm": on_tokens("lstm", layers.LSTM(3, return_sequences=True)),
+        "bidirectional_gru": on_tokens("bidirectional_gru", layers.Bidirectional(layers.GRU(3, return_sequences=True))),
+        "backward_rnn_last": on_tokens("backward_rnn_last", layers.SimpleRNN(3, go_backwards=True)),
+    }
+
+
+def compare(model, onnx_model, batch) -> dict:
+    expected = model(batch)
+    expected = [np.asarray(e) for e in (expected if isinstance(expected, (list, tuple)) else [expected])]
+    session = ort.InferenceSession(onnx_model.SerializeToString(), providers=["CPUExecutionProvider"])
+    got = session.run(None, {session.get_inputs()[0].name: batch})
+    shapes_agree = len(got) == len(expected) and all(g.shape == e.shape for g, e in zip(got, expected))
+    error = max(float(np.max(np.abs(g - e))) for g, e in zip(got, expected)) if shapes_agree else float("inf")
+    return {"error": error, "ops": sorted({node.op_type for node in onnx_model.graph.node})}
+
+
+# the front doors each model goes through (each conversion is a TensorFlow process: a few seconds)
+DOORS = {"lstm": ("convert", "cli", "export", "verify"), "bidirectional_gru": ("export",),
+         "backward_rnn_last": ("convert",)}
+
+
+def through(door: str, model, folder: str) -> tuple:
+    """(the ONNX model ``door`` gives for ``model``, the number of layers it rewrote, or None if unknown)."""
+    if door == "convert":
+        onnx_model, report = mlr.convert(model)
+        return onnx_model, len(report.rewritten)
+    path = os.path.join(folder, f"{model.name}_{door}.onnx")
+    if door == "export":
+        with mlr.enable():
+            model.export(path, format="onnx", verbose=False)
+        return onnx.load(path), None
+    keras_file = os.path.join(folder, f"{model.name}.keras")
+    model.save(keras_file)
+    done = command([keras_file, "-o", path])
+    if done.returncode != 0:
+        raise RuntimeError(done.stderr.strip().splitlines()[-1])
+    return onnx.load(path), None
+
+
+def command(args: list) -> subprocess.CompletedProcess:
+    """The command line, run with this process's environment (its KERAS_BACKEND)."""
+    return subprocess.run([sys.executable, "-m", "masked_lstm_rewriter", *args], capture_output=True, text=True,
+                          check=False)
+
+
+def main(folder: str) -> None:
+    results = {"backend": keras.config.backend()}
+    batch = tokens()
+    for name, model in models().items():
+        found = results[name] = {}
+        for door in DOORS[name]:
+            if door == "verify":  # the command line's verify, against the model run on this backend
+                done = command(["verify", os.path.join(folder, f"{name}.keras"), os.path.join(folder, f"{name}_cli.onnx")])
+                found[door] = {"status": done.returncode, "last": done.stdout.strip().splitlines()[-1:]}
+                continue
+            try:
+                onnx_model, rewritten = through(door, model, folder)
+            except Exception as error:  # pylint: disable=broad-except  (reported, and the test fails on it)
+                found[door] = {"failed": f"{type(error).__name__}: {error}"}
+                continue
+            found[door] = dict(compare(model, onnx_model, batch), rewritten=rewritten)
+    print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,51 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Keras 3 on the JAX backend: a model object (``mlr.convert``), its ``.keras`` file (the command
+line, with ``KERAS_BACKEND=jax`` in the environment), Keras's own ``model.export(format="onnx")``
+under ``mlr.enable()``, and ``verify`` against the model run on JAX, all native and equal to the
+model on JAX at every position (tests/backend_check.py runs them in a JAX process)."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from kerasutil import ATOL, ONCE_PER_SUITE
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+NATIVE = {"LSTM", "GRU", "RNN"}
+
+pytestmark = [ONCE_PER_SUITE, pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed")]
+
+
+@pytest.fixture(scope="module")
+def jax_results(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("jax")
+    env = {key: value for key, value in os.environ.items() if key not in ("TF_USE_LEGACY_KERAS", "MLR_KERAS")}
+    env.update(KERAS_BACKEND="jax", JAX_PLATFORMS="cpu")
+    done = subprocess.run([sys.executable, os.path.join(HERE, "backend_check.py"), str(folder)], capture_output=True,
+                          text=True, env=env, timeout=1500, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_the_check_ran_on_jax(jax_results):
+    assert jax_results.pop("backend") == "jax"
+
+
+@pytest.mark.parametrize("model, door", [("lstm", "convert"), ("lstm", "cli"), ("lstm", "export"),
+                                         ("bidirectional_gru", "export"), ("backward_rnn_last", "convert")])
+def test_every_front_door_gives_the_native_model_of_the_jax_model(jax_results, model, door):
+    """Keras's JAX export writes Loops, and fails on Bidirectional layers and go_backwards."""
+    found = jax_results[model][door]
+    assert "failed" not in found, found
+    assert NATIVE & set(found["ops"]) and "Loop" not in found["ops"], found["ops"]
+    assert found["error"] <= ATOL, found
+    assert found.get("rewritten") in (None, 1, 2)
+
+
+def test_verify_runs_the_reference_on_jax(jax_results):
+    found = jax_results["lstm"]["verify"]
+    assert found["status"] == 0 and found["last"][0].startswith("verified:"), found
