@@ -33,6 +33,7 @@ Loops in a file) is checked with the same two verbs of ``_harness.py``, beside i
                            the ONNX Loop's readers on hand-built Loops (``_onnx_graphs.py``)
 ``test_cli_rewrite.py``    the rewrite command; ``test_verify_onnx.py``: verify against an ONNX file
 ``test_grid.py``           the sampler of the slow grids keeps every value of every parameter
+``test_docs_links.py``     every relative link and anchor in the README and docs/ resolves
 ========================== ===================================================================
 
 **No Keras.** TensorFlow 2.21 imports all of Keras (or tf_keras) when it is imported itself, so
