@@ -6,7 +6,9 @@ A model on JAX or torch is therefore saved as a ``.keras`` file (the format is t
 backend) and converted by a child process whose Keras runs on TensorFlow; the ONNX model and the
 report come back. A path is converted the same way when this process's Keras is not on
 TensorFlow. Custom layers reach the child by the modules that define them (imported there before
-the model is loaded): they must be importable, not defined in ``__main__``.
+the model is loaded): they must be importable, not defined in ``__main__``. Where the backends
+compute a layer differently, the child converts it as the model's backend does
+(:mod:`.pipeline.origin`).
 
     python -m masked_lstm_rewriter.backend_process REQUEST.json     (the child; not for users)
 """
@@ -76,6 +78,7 @@ def convert_in_tensorflow_process(model, *, mask_mode=None, runtime=None, schedu
     import onnx  # pylint: disable=import-outside-toplevel
     from .report import ConversionReport, LayerReport  # pylint: disable=import-outside-toplevel
     with tempfile.TemporaryDirectory(prefix="mlr-backend-") as folder:
+        origin = process_backend() if isinstance(model, (str, os.PathLike)) else model_backend(model)
         if isinstance(model, (str, os.PathLike)):
             path = os.path.abspath(os.fspath(model))
         else:
@@ -84,8 +87,9 @@ def convert_in_tensorflow_process(model, *, mask_mode=None, runtime=None, schedu
             logger.info("model on the %s backend: saved to %s and converted in a TensorFlow process",
                         model_backend(model), path)
             model.save(path)
-        request = {"model": path, "folder": folder, "mask_mode": mask_mode, "runtime": runtime, "schedule": schedule,
-                   "opset": opset, "modules": list(modules), "input_signature": _signature_as_json(input_signature)}
+        request = {"model": path, "folder": folder, "origin": origin, "mask_mode": mask_mode, "runtime": runtime,
+                   "schedule": schedule, "opset": opset, "modules": list(modules),
+                   "input_signature": _signature_as_json(input_signature)}
         with open(os.path.join(folder, "request.json"), "w", encoding="utf-8") as file:
             json.dump(request, file)
         _run_child(os.path.join(folder, "request.json"))
@@ -132,12 +136,17 @@ def _child(request_path: str) -> None:
         importlib.import_module(module)
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     from .conversion import convert  # pylint: disable=import-outside-toplevel
+    from .pipeline import origin  # pylint: disable=import-outside-toplevel
     signature = None if request["input_signature"] is None else [
         tf.TensorSpec(spec["shape"], spec["dtype"], name=spec["name"]) for spec in request["input_signature"]]
     folder = request["folder"]
-    _, report = convert(request["model"], os.path.join(folder, ONNX), mask_mode=request["mask_mode"],
-                        runtime=request["runtime"], schedule=request["schedule"], opset=request["opset"],
-                        input_signature=signature)
+    with origin.model_from(request["origin"]):
+        _, report = convert(request["model"], os.path.join(folder, ONNX), mask_mode=request["mask_mode"],
+                            runtime=request["runtime"], schedule=request["schedule"], opset=request["opset"],
+                            input_signature=signature)
+    wrong = [layer.layer for layer in report.left_as_loop if layer.detail.startswith(origin.BACKWARD_FROM_STATE_REASON)]
+    if wrong:  # left a Loop, it would compute TensorFlow's numbers, not the model's
+        raise BackendError(f"layers {', '.join(wrong)}: {origin.BACKWARD_FROM_STATE_REASON} cannot be converted exactly")
     with open(os.path.join(folder, REPORT), "w", encoding="utf-8") as file:
         json.dump([dataclasses.asdict(layer) for layer in report.layers], file)
 

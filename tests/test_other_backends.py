@@ -46,6 +46,20 @@ def test_every_front_door_gives_the_native_model_of_the_jax_model(jax_results, m
     assert found.get("rewritten") in (None, 1, 2)
 
 
+def test_an_initial_state_shows_where_keras_on_jax_shows_it(jax_results):
+    """Before a row's first valid step (and throughout an empty row), Keras on JAX outputs the
+    initial state, where Keras on TensorFlow outputs zeros: the model converted from JAX gives JAX's."""
+    found = jax_results["initial_state_lstm"]["convert_any"]
+    assert "failed" not in found and "LSTM" in found["ops"] and "Loop" not in found["ops"], found
+    assert found["error"] <= ATOL, found
+
+
+def test_a_backward_layer_with_an_initial_state_from_jax_fails_loudly(jax_results):
+    """Its native form would give TensorFlow's numbers, and so would the Loop: the conversion fails."""
+    found = jax_results["backward_initial_state_lstm"]["convert_any"]
+    assert "a backward layer with initial_state= from Keras on JAX" in found.get("failed", ""), found
+
+
 def test_verify_runs_the_reference_on_jax(jax_results):
     found = jax_results["lstm"]["verify"]
     assert found["status"] == 0 and found["last"][0].startswith("verified:"), found

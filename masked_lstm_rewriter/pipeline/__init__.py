@@ -21,6 +21,7 @@ from ..failure import Refusal
 from ..plan.batch import BatchMasks
 from ..plan.masks import MaskPlanner
 from ..report import record
+from .origin import as_computed_there
 from .snapshot import GraphSnapshot
 from .unforeseen import failed_rewrite
 
@@ -72,6 +73,7 @@ def rewrite_layers(graph, layers, mask_mode: str, target, schedule: bool = False
 
 def vetted(graph, layer, target):
     """``layer`` (or a Refusal) past the opset's and the target's refusals."""
+    layer = as_computed_there(layer)
     if isinstance(layer, Refusal):
         return layer
     refused = opset_refusal(graph) or targets.target_refusal(layer, target)
