@@ -7,7 +7,7 @@ A numeric test names its model's declared (dynamic) spec and a batch; :func:`sig
 the spec of another form and the batches to feed it (a batch-1 form feeds the rows one by one).
 
 Which forms a test runs: always ``dynamic``, plus, for a share of the tests (``MLR_SIGNATURE_SHARE``,
-half by default), a sample of the static ones (``MLR_SIGNATURE_SAMPLES``, one by default), both
+a quarter by default), a sample of the static ones (``MLR_SIGNATURE_SAMPLES``, one by default), both
 picked by a stable hash of the test's id (derandomized, so CI is repeatable; every static form is
 run by many tests); ``MLR_SIGNATURES=all`` runs every form in every test, ``MLR_SIGNATURES=dynamic``
 none but the declared one, and a comma-separated list of form names exactly those.
@@ -33,7 +33,7 @@ FORMS = {
 }
 STATIC_FORMS = tuple(form for form in FORMS if form != "dynamic")
 SAMPLED = int(os.environ.get("MLR_SIGNATURE_SAMPLES", "1"))
-SHARE = float(os.environ.get("MLR_SIGNATURE_SHARE", "0.5"))  # of the tests that add static forms
+SHARE = float(os.environ.get("MLR_SIGNATURE_SHARE", "0.25"))  # of the tests that add static forms
 # the declared form and one static form per test (MLR_SIGNATURES=all passes for every numeric test)
 DEFAULT = "sample"
 
