@@ -60,12 +60,20 @@ def pytest_configure(config):
                             "parametrized combinations (tests/grid.py)")
 
 
+CORPUS_COMMAND_SHARE = 0.3  # of the corpus's entries, beyond one of each format, also run through the command line
+
+
 def pytest_collection_modifyitems(config, items):
+    """The samples of tests/grid.py; and the corpus's command-line path for one entry of each format
+    (SavedModel, .keras, .h5, ONNX file) plus a share of the others (every entry is converted
+    in-process and on OpenVINO; each command-line run is a process of its own)."""
     if not grid.sampling():
         return
     kept, dropped = grid.select(items, salt=FLAVOUR)
-    if dropped:
-        config.hook.pytest_deselected(items=dropped)
+    kept, more = grid.select_by(kept, "test_command_line", lambda item: item.callspec.params["entry"]["format"],
+                                CORPUS_COMMAND_SHARE, salt=FLAVOUR)
+    if dropped + more:
+        config.hook.pytest_deselected(items=dropped + more)
         items[:] = kept
 
 

@@ -61,3 +61,13 @@ def select(items: Iterable, share: float = SHARE, salt: str = "") -> Tuple[list,
             kept = set(sample([(item.nodeid, item.callspec.params) for item in group], share, salt))
             dropped |= {item.nodeid for item in group if item.nodeid not in kept}
     return [item for item in items if item.nodeid not in dropped], [item for item in items if item.nodeid in dropped]
+
+
+def select_by(items: Iterable, function: str, key, share: float, salt: str = "") -> Tuple[list, list]:
+    """(kept, deselected): of the items of test function ``function``, those whose ``key(item)`` no
+    kept one has yet, and a ``share`` of the others by stable hash; every other item kept."""
+    items = list(items)
+    chosen = [item for item in items if getattr(item, "originalname", None) == function]
+    kept = set(sample([(item.nodeid, {"kind": key(item)}) for item in chosen], share, salt))
+    dropped = {item.nodeid for item in chosen} - kept
+    return [item for item in items if item.nodeid not in dropped], [item for item in items if item.nodeid in dropped]

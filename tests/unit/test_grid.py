@@ -38,3 +38,20 @@ def test_a_list_of_distinct_cases_is_kept_whole():
 def test_share_one_keeps_everything():
     grid_cases = cases(a=[1, 2, 3], b=[4, 5])
     assert len(grid.sample(grid_cases, 1.0)) == len(grid_cases)
+
+
+class _Item:
+    """As much of a pytest item as the sampler reads."""
+
+    def __init__(self, name: str, index: int, kind: str):
+        self.originalname, self.nodeid, self.kind = name, f"test_x.py::{name}[{index}]", kind
+
+
+def test_select_by_keeps_one_of_each_kind_and_other_functions_whole():
+    items = [_Item("test_command_line", i, kind) for i, kind in enumerate(["a"] * 20 + ["b"] * 3 + ["c"])]
+    others = [_Item("test_library", i, "a") for i in range(10)]
+    kept, dropped = grid.select_by(items + others, "test_command_line", lambda item: item.kind, 0.0)
+    assert {item.kind for item in kept if item.originalname == "test_command_line"} == {"a", "b", "c"}
+    assert len(kept) == 3 + 10 and len(dropped) == 21
+    kept, _ = grid.select_by(items + others, "test_command_line", lambda item: item.kind, 0.5)
+    assert 3 + 10 < len(kept) < 24 + 10
