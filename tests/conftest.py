@@ -63,6 +63,12 @@ def pytest_configure(config):
 CORPUS_COMMAND_SHARE = 0.3  # of the corpus's entries, beyond one of each format, also run through the command line
 
 
+def _corpus_entry_format(item):
+    """The format of the corpus entry a test takes (None for any other test)."""
+    entry = getattr(item, "callspec", None) and item.callspec.params.get("entry")
+    return entry.get("format") if isinstance(entry, dict) else None
+
+
 def pytest_collection_modifyitems(config, items):
     """The samples of tests/grid.py; and the corpus's command-line path for one entry of each format
     (SavedModel, .keras, .h5, ONNX file) plus a share of the others (every entry is converted
@@ -70,8 +76,7 @@ def pytest_collection_modifyitems(config, items):
     if not grid.sampling():
         return
     kept, dropped = grid.select(items, salt=FLAVOUR)
-    kept, more = grid.select_by(kept, "test_command_line", lambda item: item.callspec.params["entry"]["format"],
-                                CORPUS_COMMAND_SHARE, salt=FLAVOUR)
+    kept, more = grid.select_by(kept, "test_command_line", _corpus_entry_format, CORPUS_COMMAND_SHARE, salt=FLAVOUR)
     if dropped + more:
         config.hook.pytest_deselected(items=dropped + more)
         items[:] = kept

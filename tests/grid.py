@@ -64,10 +64,11 @@ def select(items: Iterable, share: float = SHARE, salt: str = "") -> Tuple[list,
 
 
 def select_by(items: Iterable, function: str, key, share: float, salt: str = "") -> Tuple[list, list]:
-    """(kept, deselected): of the items of test function ``function``, those whose ``key(item)`` no
-    kept one has yet, and a ``share`` of the others by stable hash; every other item kept."""
+    """(kept, deselected): of the items of test function ``function`` whose ``key(item)`` is not None,
+    those whose key no kept one has yet, and a ``share`` of the others by stable hash; every other
+    item kept."""
     items = list(items)
-    chosen = [item for item in items if getattr(item, "originalname", None) == function]
+    chosen = [item for item in items if getattr(item, "originalname", None) == function and key(item) is not None]
     kept = set(sample([(item.nodeid, {"kind": key(item)}) for item in chosen], share, salt))
     dropped = {item.nodeid for item in chosen} - kept
     return [item for item in items if item.nodeid not in dropped], [item for item in items if item.nodeid in dropped]

@@ -49,9 +49,9 @@ class _Item:
 
 def test_select_by_keeps_one_of_each_kind_and_other_functions_whole():
     items = [_Item("test_command_line", i, kind) for i, kind in enumerate(["a"] * 20 + ["b"] * 3 + ["c"])]
-    others = [_Item("test_library", i, "a") for i in range(10)]
+    others = [_Item("test_library", i, "a") for i in range(10)] + [_Item("test_command_line", 99, None)]
     kept, dropped = grid.select_by(items + others, "test_command_line", lambda item: item.kind, 0.0)
-    assert {item.kind for item in kept if item.originalname == "test_command_line"} == {"a", "b", "c"}
-    assert len(kept) == 3 + 10 and len(dropped) == 21
+    assert {item.kind for item in kept if item.originalname == "test_command_line"} == {"a", "b", "c", None}
+    assert len(kept) == 3 + 11 and len(dropped) == 21
     kept, _ = grid.select_by(items + others, "test_command_line", lambda item: item.kind, 0.5)
-    assert 3 + 10 < len(kept) < 24 + 10
+    assert 3 + 11 < len(kept) < 24 + 11
