@@ -47,7 +47,7 @@ def process_backend() -> Optional[str]:
 
 def model_backend(model) -> Optional[str]:
     """The backend a Keras 3 model object lives on; None for anything else (a tf_keras model, a path)."""
-    if not type(model).__module__.startswith("keras."):
+    if not any(cls.__module__.startswith("keras.") for cls in type(model).__mro__):  # a subclass of a user's too
         return None
     return process_backend() or TENSORFLOW
 

@@ -64,6 +64,9 @@ def convert(model, output_path=None, *, mask_mode: Optional[str] = None, runtime
     if output_path is not None:
         output_file.check_writable(output_path)  # before the work, not after it
     if backend_process.needs_tensorflow_process(model):  # a Keras 3 model on JAX or torch
+        if tf2onnx_options:
+            raise ValueError(f"a model on the {backend_process.process_backend()} backend is converted in a TensorFlow "
+                             f"process, which does not take tf2onnx's options ({', '.join(sorted(tf2onnx_options))})")
         onnx_model, report = backend_process.convert_in_tensorflow_process(
             model, mask_mode=mask_mode, runtime=runtime, schedule=schedule, opset=opset,
             input_signature=input_signature)

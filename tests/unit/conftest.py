@@ -34,6 +34,7 @@ Loops in a file) is checked with the same two verbs of ``_harness.py``, beside i
 ``test_cli_rewrite.py``    the rewrite command; ``test_verify_onnx.py``: verify against an ONNX file
 ``test_grid.py``           the sampler of the slow grids keeps every value of every parameter
 ``test_docs_links.py``     every relative link and anchor in the README and docs/ resolves
+``test_backend_process.py`` which Keras models convert in a TensorFlow process (another backend)
 ========================== ===================================================================
 
 **No Keras.** TensorFlow 2.21 imports all of Keras (or tf_keras) when it is imported itself, so
