@@ -8,6 +8,7 @@ process, since the choice cannot change once TensorFlow is loaded.
 
 import os
 import signal
+import sys
 
 import pytest
 
@@ -16,6 +17,54 @@ from masked_lstm_rewriter.flavours import select
 
 FLAVOUR = "tf_keras" if os.environ.get("MLR_KERAS") == "tf_keras" else "keras3"
 select(FLAVOUR)  # TensorFlow reads it once, when first imported
+
+
+@pytest.fixture(autouse=True)
+def optimize_without_backups():
+    """tf2onnx's optimizer, once loaded, runs each pass on the graph itself rather than on a deep
+    copy kept as a backup in case the pass fails (catch_errors=False).
+
+    Why: that copy, made before each of its passes, was about a fifth of a numeric test's time
+    (profiled: 20 s of 93 s). Where no pass fails, both ways run the same passes on equal graphs;
+    where one fails, a test now fails on it instead of tf2onnx skipping the pass with a WARNING,
+    which is what the suite should say of a graph the plugin emitted. Patched in this process only,
+    never in tf2onnx's files (the command-line tests' processes run tf2onnx as users do), and only
+    once a test module has loaded tf2onnx (the fast tier checks that it runs without Keras)."""
+    optimizer = sys.modules.get("tf2onnx.optimizer")
+    if optimizer is not None and not getattr(optimizer.optimize_graph, "without_backups", False):
+        original = optimizer.optimize_graph
+
+        def optimize_graph(graph, catch_errors=True, optimizers=None):  # pylint: disable=unused-argument
+            return original(graph, catch_errors=False, optimizers=optimizers)
+
+        optimize_graph.without_backups = True
+        optimizer.optimize_graph = optimize_graph
+    yield
+
+
+@pytest.fixture(autouse=True)
+def no_cudnn_twin_registration(request):
+    """tf_keras, once loaded, does not register the cuDNN twin of each LSTM and GRU it traces, in
+    every conversion of the suite (``custom_rewriter=`` alone included), as it does not inside the
+    plugin's conversions (:mod:`masked_lstm_rewriter.patches.generic_path`).
+
+    Why: tf2onnx drops that function, and registering it (tracing it and building its gradient)
+    was two fifths of a static-shape test's time (profiled: 244 s of 614 s).
+    ``tests/test_gpu_tracing.py`` checks that the converted graph is the same either way (a test
+    marked ``registers_cudnn_twin`` runs with tf_keras's own registration)."""
+    utils = sys.modules.get("tf_keras.src.layers.rnn.gru_lstm_utils")  # never loaded in the fast tier
+    if utils is None or request.node.get_closest_marker("registers_cudnn_twin") is not None:
+        yield
+        return
+    from masked_lstm_rewriter.patches import generic_path  # pylint: disable=import-outside-toplevel
+    module, name = generic_path.TF_KERAS_REGISTER
+    assert module == utils.__name__
+    original = getattr(utils, name)
+    setattr(utils, name, generic_path.skip_registration)
+    try:
+        yield
+    finally:
+        setattr(utils, name, original)
 
 
 @pytest.fixture
@@ -58,6 +107,8 @@ def pytest_report_header(config):
 def pytest_configure(config):
     config.addinivalue_line("markers", f"{grid.MARKER}: run a derandomized sample of this module's "
                             "parametrized combinations (tests/grid.py)")
+    config.addinivalue_line("markers", "registers_cudnn_twin: tf_keras registers the cuDNN twin of each "
+                            "LSTM and GRU it traces, as it does outside a conversion")
 
 
 CORPUS_COMMAND_SHARE = 0.3  # of the corpus's entries, beyond one of each format, also run through the command line
@@ -83,7 +134,6 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_terminal_summary(terminalreporter):
-    import sys  # pylint: disable=import-outside-toplevel
     adversarial = sys.modules.get("fuzz_adversarial")
     if adversarial is not None and adversarial.TALLY:
         terminalreporter.write_line(f"{FLAVOUR}: adversarial cases: " + ", ".join(

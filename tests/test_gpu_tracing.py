@@ -116,6 +116,7 @@ def check_native_and_exact(onnx_model, case, traced):
     return worst
 
 
+@pytest.mark.registers_cudnn_twin
 def test_stock_tf2onnx_under_a_gpu(case, simulated_gpu):  # pylint: disable=redefined-outer-name
     """Without the plugin: Keras 3 traces CudnnRNNV3 for both layers, and tf2onnx leaves it in the
     model; tf_keras traces the generic functions and only registers the cuDNN ones, which tf2onnx drops."""
@@ -221,3 +222,23 @@ def test_only_the_conversions_trace_without_the_gpu(simulated_gpu):  # pylint: d
             raise ZeroDivisionError
         assert rnn._is_gpu_available()
     assert (tf2onnx.convert._get_concrete_function, tf2onnx.convert.from_function) == before
+
+
+@pytest.mark.registers_cudnn_twin
+def test_tf_keras_converts_the_same_without_registering_the_cudnn_twin(case):
+    """tf_keras registers a cuDNN function for each LSTM and GRU it traces; tf2onnx drops it. The
+    plugin's conversions (and the suite's, see conftest) skip that registration: the ONNX graph
+    must be the same node for node, with the same weights."""
+    if FLAVOUR != "tf_keras":
+        pytest.skip("Keras 3 registers no cuDNN twin")
+    model = case[0]
+    registered = tf2onnx.convert.from_keras(model, input_signature=SPEC, custom_rewriter=[mlr.rewrite_masked_lstm])[0]
+    with generic_path.generic_path():
+        skipped = tf2onnx.convert.from_keras(model, input_signature=SPEC, custom_rewriter=[mlr.rewrite_masked_lstm])[0]
+    assert [n.op_type for n in registered.graph.node] == [n.op_type for n in skipped.graph.node]
+    assert sorted(map(_tensor_bytes, registered.graph.initializer)) == sorted(map(_tensor_bytes, skipped.graph.initializer))
+    assert op_counts(skipped)["Loop"] == 0
+
+
+def _tensor_bytes(tensor) -> bytes:
+    return onnx.numpy_helper.to_array(tensor).tobytes()

@@ -20,13 +20,16 @@ Outside a conversion Keras keeps its answer: training and inference in the same 
 cuDNN. A graph traced before (a SavedModel exported on a GPU machine, a ``tf.function`` already
 traced there) is not traced again.
 
-tf_keras needs nothing. Its ``LSTM`` and ``GRU`` choose by device only when run eagerly; a trace
-(``lstm_with_backend_selection``, ``gru_with_backend_selection``) calls the generic function and
-only registers the cuDNN one in the graph's library, both marked ``api_implements``, for
-Grappler's implementation selector to swap at run time. tf2onnx never runs that selector: freezing
-(``convert_variables_to_constants_v2``) deletes the ``api_implements`` attributes and inlines the
-called function with Grappler's function optimizer alone, and tf2onnx's own Grappler pass runs
-``constfold``, ``function`` and ``dependency`` only, so the registered cuDNN function is dropped.
+tf_keras traces its generic code already. Its ``LSTM`` and ``GRU`` choose by device only when run
+eagerly; a trace (``lstm_with_backend_selection``, ``gru_with_backend_selection``) calls the
+generic function and only registers the cuDNN one in the graph's library, both marked
+``api_implements``, for Grappler's implementation selector to swap at run time. tf2onnx never runs
+that selector: freezing (``convert_variables_to_constants_v2``) deletes the ``api_implements``
+attributes and inlines the called function with Grappler's function optimizer alone, and
+tf2onnx's own Grappler pass runs ``constfold``, ``function`` and ``dependency`` only, so the
+registered cuDNN function is dropped. Registering it traces that function and builds its gradient,
+about 2 s per layer: inside :func:`generic_path` tf_keras's ``function_register`` does nothing
+(:data:`TF_KERAS_REGISTER`), and the converted graph is the same.
 """
 
 from __future__ import annotations
@@ -45,6 +48,8 @@ KERAS_RNN = "keras.src.backend.tensorflow.rnn"   # Keras 3's TensorFlow recurren
 KERAS_EXPORT = "keras.src.export.onnx"           # Keras 3's model.export(format="onnx")
 KERAS_LAYERS = (("keras.src.layers.rnn.lstm", "LSTM"), ("keras.src.layers.rnn.gru", "GRU"))
 GPU_CHECK = "_is_gpu_available"
+# tf_keras's module and function registering the cuDNN twin of a traced LSTM or GRU (its return value is unused)
+TF_KERAS_REGISTER = ("tf_keras.src.layers.rnn.gru_lstm_utils", "function_register")
 
 _depth = 0       # nested generic_path() blocks in force
 _replaced = []   # (owner, attribute, Keras's own value) while the outer block is in force
@@ -54,9 +59,8 @@ _wrapped = {}    # (module, name) -> the function install() replaced
 
 @contextlib.contextmanager
 def generic_path():
-    """Keras 3's recurrent layers traced with their generic code inside the block (re-entrant).
-
-    Does nothing where Keras 3 is not loaded (a tf_keras process: see the module's docstring)."""
+    """Keras's recurrent layers traced with their generic code alone inside the block (re-entrant):
+    Keras 3's, not cuDNN's; tf_keras's, without registering the cuDNN twin (see the module's docstring)."""
     global _depth, _announced  # pylint: disable=global-statement
     if _depth == 0:
         _announced = False
@@ -75,20 +79,28 @@ def generic_path():
 
 
 def _replacements() -> list:
-    """(owner, attribute, replacement) of what :func:`generic_path` replaces in Keras 3, if it is loaded.
+    """(owner, attribute, replacement) of what :func:`generic_path` replaces in the Keras that is loaded.
 
-    Its GPU check, and the ``inner_loop`` of ``LSTM`` and ``GRU``: a layer built with
+    In Keras 3, its GPU check, and the ``inner_loop`` of ``LSTM`` and ``GRU``: a layer built with
     ``use_cudnn=True`` raises rather than run its generic code, so that code is given
-    ``use_cudnn="auto"`` for the call (the same function; the ONNX model runs no cuDNN anyway)."""
+    ``use_cudnn="auto"`` for the call (the same function; the ONNX model runs no cuDNN anyway).
+    In tf_keras, the registration of the cuDNN function tf2onnx drops."""
+    utils = sys.modules.get(TF_KERAS_REGISTER[0])
+    found = [(utils, TF_KERAS_REGISTER[1], skip_registration)] if hasattr(utils, TF_KERAS_REGISTER[1]) else []
     rnn = sys.modules.get(KERAS_RNN)
     if rnn is None or not hasattr(rnn, GPU_CHECK):
-        return []
-    found = [(rnn, GPU_CHECK, _no_gpu_while_tracing)]
+        return found
+    found.append((rnn, GPU_CHECK, _no_gpu_while_tracing))
     for module, name in KERAS_LAYERS:
         layer = getattr(sys.modules.get(module), name, None)
         if layer is not None and "inner_loop" in vars(layer):
             found.append((layer, "inner_loop", _generic_even_if_cudnn_required(vars(layer)["inner_loop"])))
     return found
+
+
+def skip_registration(func, *args, **kwargs):  # pylint: disable=unused-argument
+    """tf_keras's ``function_register`` during a conversion: the cuDNN twin is not registered."""
+    return None
 
 
 def _keras_gpu_check():
