@@ -77,7 +77,8 @@ class MaskedRecurrentLayer:
                              # input and mask (go_backwards, a Bidirectional's backward half)
     x_reader: object         # the node reading x (TensorListFromTensor, or go_backwards's ReverseV2)
     x_source: str            # the batch-major tensor x is transposed from (to pair directions)
-    mask: Optional[str]      # batch-major mask [B, T], bool, in the model's time order; None: unmasked
+    mask: Optional[str]      # batch-major mask [B, T], bool, in the model's time order (once prepared:
+                             # see mask_layout); None: unmasked
     mask_post_padded: bool   # the mask is post-padded by construction (sequence_mask of lengths)
     output_carried: bool
     sequence_outputs: list   # tensors holding the stacked outputs, time-major [T or 1, B, H]
@@ -87,6 +88,10 @@ class MaskedRecurrentLayer:
     # with output_carried: a masked step before a row's first valid step outputs the top cell's
     # initial h (Keras on JAX carries the state as the output), not zeros (Keras on TensorFlow)
     output_starts_from_state: bool = False
+    # how the source found ``mask``: [B, T] ("batch"); [T, B] or [T, B, 1] ("time": a time-major layer's
+    # own mask, tf_keras's time_major=True); [B, T, 1] ("column"). sources.source.prepare_masks makes the
+    # [B, T] bool mask of the others before planning.
+    mask_layout: str = "batch"
 
     left_as = "a Loop"  # what tf2onnx keeps when the layer is not rewritten
     remedy = None       # what a user can do instead then, besides what the reason says

@@ -38,12 +38,19 @@ def replace_tensor(g, old: Optional[str], new: Optional[str]) -> None:
 
 def _skip_reversal_back(g, stacked, in_time_order):
     """Where Keras reverses a reversed sequence back (``Bidirectional``: ``reverse(transpose(s))``
-    over the time axis), hand the consumers the sequence in time order instead of reversing twice."""
-    for transpose in g.find_output_consumers(stacked):
-        if transpose.type != "Transpose" or transpose_perm(g, transpose) != [1, 0, 2]:
+    over the time axis, or ``reverse(s, 0)`` of a time-major layer's ``s``), hand the consumers the
+    sequence in time order instead of reversing twice."""
+    for consumer in g.find_output_consumers(stacked):
+        if _reverses_axis(g, consumer, 0):  # time-major (tf_keras's time_major=True)
+            replace_tensor(g, consumer.output[0], in_time_order)
+        if consumer.type != "Transpose" or transpose_perm(g, consumer) != [1, 0, 2]:
             continue
-        for reverse in g.find_output_consumers(transpose.output[0]):
-            if reverse.type == "ReverseV2" and g.is_const(reverse.input[1]) and \
-                    g.get_tensor_value(reverse.input[1]) in (1, [1]):
+        for reverse in g.find_output_consumers(consumer.output[0]):
+            if _reverses_axis(g, reverse, 1):
                 batch_major = g.make_node("Transpose", [in_time_order], attr={"perm": [1, 0, 2]}).output[0]
                 replace_tensor(g, reverse.output[0], batch_major)
+
+
+def _reverses_axis(g, node, axis: int) -> bool:
+    """Is ``node`` TensorFlow's ``ReverseV2`` over ``axis`` alone?"""
+    return node.type == "ReverseV2" and g.is_const(node.input[1]) and g.get_tensor_value(node.input[1]) in (axis, [axis])

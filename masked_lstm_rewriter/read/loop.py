@@ -6,6 +6,8 @@ axis and the trip count, its output list, the outputs used outside it), resolves
 and returns one :class:`~..layer.MaskedRecurrentLayer`, or the :class:`~..failure.Refusal` that
 says why not. A loop whose input and mask lists are reversed in time (``go_backwards``, the
 backward half of a ``Bidirectional``) is read as ``direction="reverse"`` over the unreversed ones.
+A tf_keras layer with ``time_major=True`` unstacks its [T, B, F] input and its [T, B] mask as they
+are, without Keras's transposes: the same loop, read with its mask in the "time" layout.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from onnx import TensorProto
 
 from ..cells import kind_of
 from ..failure import Refusal
-from ..graph import const_value, is_zero_scalar, is_zeros, producer, skip_identity
+from ..graph import const_value, is_zero_scalar, is_zeros, producer, skip_identity, transpose_perm
 from ..layer import MaskedRecurrentLayer, RecurrentCell
 from .body import BodyMatch
 from .time_axis import TimeAxis, time_axis_of
@@ -55,7 +57,7 @@ def _read_layer(graph, while_node, body: BodyMatch, condition) -> MaskedRecurren
         raise Refusal("the input list is not built from a tensor")
     if graph.get_dtype(x) != TensorProto.FLOAT:
         raise Refusal("the input is not float32")
-    mask, mask_reversed = _read_mask(graph, while_node, body, x, x_reversed)
+    mask, mask_layout, mask_reversed = _read_mask(graph, while_node, body, x, x_reversed)
     if not is_zero_scalar(graph, while_node.input[body.time_index]):
         raise Refusal("the loop does not start at step 0")
     list_tensor = producer(graph, while_node.input[body.x_list_index]).input[0]  # x, or x reversed in time
@@ -82,24 +84,65 @@ def _read_layer(graph, while_node, body: BodyMatch, condition) -> MaskedRecurren
         layer=layer_name(while_node), while_node=while_node, cells=cells,
         direction="reverse" if x_reversed or mask_reversed else "forward",
         x_reader=_list_reader(graph, x_list, x_reversed),
-        x_source=_batch_major_source(graph, x), mask=mask,
-        mask_post_padded=mask is not None and _is_sequence_mask_over_time(graph, mask, time_axis),
+        x_source=_batch_major_source(graph, x), mask=mask, mask_layout=mask_layout,
+        mask_post_padded=mask_layout == "batch" and _is_sequence_mask_over_time(graph, mask, time_axis),
         output_carried=body.output_carried,
         sequence_outputs=[n.output[0] for n in stacks], writes_sequence=body.writes_sequence,
         last_output=while_node.output[body.output_index])
 
 
 def _read_mask(graph, while_node, body: BodyMatch, x: str, x_reversed: bool) -> tuple:
-    """(the [B, T] bool mask in the model's time order, whether its list is reversed in time), or
-    (None, ``x_reversed``) for an unmasked loop."""
+    """(the bool mask in the model's time order, its layout (see :func:`_mask_of_list`), whether its
+    list is reversed in time), or (None, "batch", ``x_reversed``) for an unmasked loop."""
     if not body.masked:
-        return None, x_reversed
-    mask_tm, mask_reversed = _list_source(graph, while_node.input[body.mask_list_index])
-    mask = _batch_major_mask(graph, mask_tm)
+        return None, "batch", x_reversed
+    mask_list_source, mask_reversed = _list_source(graph, while_node.input[body.mask_list_index])
+    mask, layout = _mask_of_list(graph, mask_list_source)
     if x_reversed != mask_reversed and (graph.get_shape(x) or [-1])[0] != 1:
         raise Refusal("only one of the input and the mask is reversed in time")
     # over one step (static), reversing is the identity, and TensorFlow drops one ReverseV2 or both
-    return mask, mask_reversed
+    return mask, layout, mask_reversed
+
+
+MASK_LIST_REASON = ("the mask list is built neither from a [B, T] mask made time-major nor from a time-major "
+                    "[T, B] mask (time_major=True) as Keras builds them")
+
+
+def _mask_of_list(graph, mask_list_source) -> tuple:
+    """(the rank-2 bool mask behind the [T, B, 1] tensor a mask list is made of, its layout).
+
+    A batch-major layer unstacks ``transpose(expand_dims(mask, -1), [1, 0, 2])`` of its [B, T] mask:
+    "batch". A time-major one (tf_keras, ``time_major=True``) unstacks ``expand_dims(mask, -1)`` of
+    the [T, B] mask Keras hands it (a ``Masking`` or an ``Embedding`` over the [T, B, ...] input
+    computes it that way round): "time", unless that mask is itself a transposed [B, T] one, which
+    is then read instead ("batch")."""
+    node = producer(graph, mask_list_source) if mask_list_source else None
+    if node is not None and node.type == "Transpose":
+        if const_value(graph, node.input[1]) != [1, 0, 2]:
+            raise Refusal("the mask is not of the form Keras builds (rank-2 mask expanded to [T, B, 1])")
+        return _expanded_mask(graph, node.input[0]), "batch"
+    if node is None or node.type != "ExpandDims":
+        raise Refusal(MASK_LIST_REASON)
+    mask_tm = _expanded_mask(graph, mask_list_source)
+    transpose = producer(graph, mask_tm)
+    if transpose is not None and transpose.type == "Transpose" and transpose_perm(graph, transpose) == [1, 0]:
+        return transpose.input[0], "batch"
+    return mask_tm, "time"
+
+
+def _expanded_mask(graph, column: str) -> str:
+    """The rank-2 bool mask ``column`` is ``expand_dims(mask, -1)`` of (Keras's spelling)."""
+    expand = producer(graph, column)
+    if expand is None or expand.type != "ExpandDims":
+        raise Refusal("the mask is not of the form Keras builds (rank-2 mask expanded to [T, B, 1])")
+    axis = const_value(graph, expand.input[1])
+    mask = expand.input[0]
+    shape = graph.get_shape(mask)
+    if axis not in (-1, 2, [-1], [2]) or (shape is not None and len(shape) != 2):
+        raise Refusal(f"the mask has an unexpected rank (shape {shape})")
+    if graph.get_dtype(mask) != TensorProto.BOOL:
+        raise Refusal("the mask is not boolean")
+    return mask
 
 
 def resolve_cells(graph, loop, matches, final_of) -> tuple:
@@ -150,24 +193,6 @@ def _batch_major_source(graph, x_tm: str) -> str:
     if node is not None and node.type == "Transpose" and const_value(graph, node.input[1]) == [1, 0, 2]:
         return node.input[0]
     return x_tm
-
-
-def _batch_major_mask(graph, mask_tm) -> str:
-    """The [B, T] bool mask behind Keras's ``transpose(expand_dims(mask, -1), [1, 0, 2])``."""
-    transpose = producer(graph, mask_tm) if mask_tm else None
-    if transpose is None or transpose.type != "Transpose":
-        raise Refusal("the mask list is not a transposed mask")
-    expand = producer(graph, transpose.input[0])
-    if const_value(graph, transpose.input[1]) != [1, 0, 2] or expand is None or expand.type != "ExpandDims":
-        raise Refusal("the mask is not of the form Keras builds (rank-2 mask expanded to [T, B, 1])")
-    axis = const_value(graph, expand.input[1])
-    mask = expand.input[0]
-    shape = graph.get_shape(mask)
-    if axis not in (-1, 2, [-1], [2]) or (shape is not None and len(shape) != 2):
-        raise Refusal(f"the mask has an unexpected rank (shape {shape})")
-    if graph.get_dtype(mask) != TensorProto.BOOL:
-        raise Refusal("the mask is not boolean")
-    return mask
 
 
 def _is_sequence_mask_over_time(graph, mask: str, time_axis: TimeAxis) -> bool:

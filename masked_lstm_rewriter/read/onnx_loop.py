@@ -40,10 +40,8 @@ from .select import read_select
 
 @dataclasses.dataclass
 class LoopLayer(MaskedRecurrentLayer):
-    """A layer read from an ONNX Loop: besides the common description, where its mask is found."""
+    """A layer read from an ONNX Loop: besides the common description, where its input is found."""
 
-    mask_layout: str = "batch"  # ``mask`` is [B, T] ("batch"), or the [B, T, 1] ("column") or [T, B, 1] or
-                                # [T, B] ("time") mask found instead: the source makes it [B, T] before planning
     x_batch_major: Optional[str] = None  # the input, batch-major, where the loop reads it projected and
                                          # transposed: the source makes it time-major before emission
 

@@ -5,13 +5,11 @@ runs (whose body is still in TensorFlow ops: said so, not read)."""
 
 from __future__ import annotations
 
-from onnx import TensorProto
-
 from ..failure import Refusal
-from ..graph import int64_const, make_op
+from ..graph import make_op
 from ..read.body import is_masked_recurrent_body
 from ..read.onnx_loop import loop_layer_name, read_onnx_loop, reads_a_mask
-from .source import Candidate, Source
+from .source import Candidate, Source, prepare_masks
 
 LOWERED_REASON = ("the graph has TF1-style control flow (e.g. a GraphDef frozen with lowered control flow), "
                   "which tf2onnx turned into a Loop before this rewriter runs; freeze with "
@@ -36,28 +34,13 @@ def read(graph, loop):
 
 
 def prepare(graph, layers) -> list:
-    """Each layer's mask as the planner takes it, [B, T] bool, where the body reads another layout; and
-    its input made time-major where the loop reads it projected (made before any layer is emitted,
-    so that rewriting the layer below renames what this Transpose reads)."""
+    """Each layer's input made time-major where the loop reads it projected (made before any layer is
+    emitted, so that rewriting the layer below renames what this Transpose reads); and its mask as
+    the planner takes it, [B, T] bool, where the body reads another layout (:func:`.source.prepare_masks`)."""
     for layer in layers:
         if layer.x_batch_major is not None:
             layer.x_time_major = make_op(graph, "Transpose", layer.x_batch_major, perm=[1, 0, 2])
-        if layer.mask is not None and layer.mask_layout != "batch":
-            layer.mask = _batch_major(graph, layer.mask, layer.mask_layout)
-            layer.mask_layout = "batch"
-    return layers
-
-
-def _batch_major(graph, mask: str, layout: str) -> str:
-    """[B, T, 1] ("column"), [T, B, 1] or [T, B] ("time"; bool, or numbers: nonzero is valid) -> [B, T] bool."""
-    shape = graph.get_shape(mask)
-    if layout == "column" or shape is None or len(shape) == 3:
-        mask = make_op(graph, "Squeeze", mask, int64_const(graph, "axes", [2]))
-    if layout == "time":
-        mask = make_op(graph, "Transpose", mask, perm=[1, 0])
-    if graph.get_dtype(mask) != TensorProto.BOOL:
-        mask = make_op(graph, "Cast", mask, to=TensorProto.BOOL)
-    return mask
+    return prepare_masks(graph, layers)
 
 
 SOURCE = Source(name="ONNX Loop", candidates=candidates, read=read, prepare=prepare)

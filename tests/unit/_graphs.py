@@ -16,6 +16,11 @@ writes the loop Keras writes for a masked ``LSTM``, ``GRU`` or ``SimpleRNN`` lay
   ``TensorListSetItem``);
 * after the loop the outputs are stacked and transposed back to batch-major.
 
+With ``time_major=True`` (tf_keras's ``time_major=True``: Keras's ``backend.rnn`` with that flag) the
+input is [T, B, F] and the mask [T, B] (``Masking`` over that input computes it so; ``lengths`` is
+fed as ``transpose(sequence_mask(lengths, T))``), unstacked as they are, without the transposes, and
+the stacked outputs are returned time-major.
+
 Weights are ``tf.constant`` s created in the function before the loop (so the While gets them as
 constant loop inputs, as a converted Keras model does), in Keras's layouts: LSTM gate blocks
 ``i, f, c, o``, GRU ``z, r, h`` with a [2, 3H] bias (input and recurrent bias) when
@@ -94,6 +99,7 @@ class Loop:
     weights: str = "const"
     mask: str = "input"
     backward: bool = False             # go_backwards: input and mask reversed in time
+    time_major: bool = False           # x [T, B, F], mask [T, B], outputs [T, B, H] (tf_keras's time_major=True)
     sequence: bool = True              # False: the output list has one slot, written at 0 (Keras's
                                        # return_sequences=False), and "seq" is not returned
     outputs: tuple = ("seq", "last", "h", "c")
@@ -164,21 +170,23 @@ def masked_loop(spec: Loop):
         if spec.mask == "input":
             mask = args.pop(0)
         elif spec.mask == "lengths":
-            mask = tf.sequence_mask(args.pop(0), tf.shape(x)[1])
+            mask = tf.sequence_mask(args.pop(0), tf.shape(x)[0 if spec.time_major else 1])
+            mask = tf.transpose(mask) if spec.time_major else mask
         else:
             mask = tf.reduce_any(tf.not_equal(x, 0), axis=-1)
         w = {k: tf.constant(v) for k, v in weights.items()}
         if spec.weights == "inputs":
             w["kernel"] = args.pop(0)
-        x_tm = tf.transpose(x, [1, 0, 2])
-        mask_tm = tf.transpose(tf.expand_dims(mask, -1), [1, 0, 2])
+        x_tm = x if spec.time_major else tf.transpose(x, [1, 0, 2])
+        mask_tm = tf.expand_dims(mask, -1)
+        mask_tm = mask_tm if spec.time_major else tf.transpose(mask_tm, [1, 0, 2])
         if spec.backward:
             x_tm, mask_tm = tf.reverse(x_tm, [0]), tf.reverse(mask_tm, [0])
         steps = tf.shape(x_tm)[0]
         x_ta = tf.TensorArray(dtype, size=steps).unstack(x_tm)
         mask_ta = tf.TensorArray(tf.bool, size=steps).unstack(mask_tm)
         out_ta = tf.TensorArray(dtype, size=steps if spec.sequence else 1)
-        zeros = tf.zeros(tf.stack([tf.shape(x)[0], spec.units]), dtype)
+        zeros = tf.zeros(tf.stack([tf.shape(x_tm)[1], spec.units]), dtype)
         bound = steps if spec.stop == "T" else steps - 1
 
         if spec.mask == "none":
@@ -197,7 +205,7 @@ def masked_loop(spec: Loop):
             _, out_ta, last, h, c = tf.while_loop(
                 lambda time, *_: time < bound, body, (tf.constant(0), out_ta, tf.zeros_like(zeros), zeros, zeros),
                 maximum_iterations=steps)
-        found = {"seq": tf.transpose(out_ta.stack(), [1, 0, 2]) if spec.sequence else None,
+        found = {"seq": _stacked(spec, out_ta) if spec.sequence else None,
                  "last": last, "h": h, "c": c}
         return tuple(found[name] for name in spec.returned)
 
@@ -236,14 +244,22 @@ def _unmasked_outputs(spec: Loop, w: dict, x_ta, steps, bound, zeros) -> tuple:
     with tf.name_scope(spec.kind.lower()):
         _, out_ta, h, c = tf.while_loop(lambda time, *_: time < bound, body, (tf.constant(0), out_ta, zeros, zeros),
                                         maximum_iterations=steps)
-    found = {"seq": tf.transpose(out_ta.stack(), [1, 0, 2]) if spec.sequence else None, "last": h, "h": h, "c": c}
+    found = {"seq": _stacked(spec, out_ta) if spec.sequence else None, "last": h, "h": h, "c": c}
     return tuple(found[name] for name in spec.returned)
 
 
+def _stacked(spec: Loop, out_ta):
+    """The output list stacked [T, B, H], made batch-major unless the layer is time-major."""
+    return out_ta.stack() if spec.time_major else tf.transpose(out_ta.stack(), [1, 0, 2])
+
+
 def reference(spec: Loop, weights: dict, x: np.ndarray, mask: np.ndarray) -> dict:
-    """The masked recurrence in numpy (float64): each output the function returns, by name."""
+    """The masked recurrence in numpy (float64): each output the function returns, by name. ``x`` is
+    in the function's layout ([T, B, F] when time-major), ``mask`` batch-major [B, T]."""
     w = {k: v.astype(np.float64) for k, v in weights.items()}
     x, mask = x.astype(np.float64), mask.astype(bool)
+    if spec.time_major:
+        x = x.transpose(1, 0, 2)
     if spec.backward:
         x, mask = x[:, ::-1], mask[:, ::-1]
     batch, steps = mask.shape
@@ -256,7 +272,7 @@ def reference(spec: Loop, weights: dict, x: np.ndarray, mask: np.ndarray) -> dic
         out = np.where(valid, h_new, out)
         h, c = np.where(valid, h_new, h), np.where(valid, c_new, c)
         seq[:, t] = out
-    found = {"seq": seq, "last": out, "h": h, "c": c}
+    found = {"seq": seq.transpose(1, 0, 2) if spec.time_major else seq, "last": out, "h": h, "c": c}
     return {name: found[name] for name in spec.returned}
 
 
@@ -273,8 +289,9 @@ NOT_POST_PADDED = np.array([[0, 0, 1, 1, 1],   # pre-padded
 
 
 def batch(spec: Loop, mask: np.ndarray, seed: int = 1) -> tuple:
-    """(feeds for the function's inputs, by name; the mask the loop sees). Padded steps hold
-    non-zero values (garbage) unless the mask is computed from the input (``Masking``)."""
+    """(feeds for the function's inputs, by name; the mask the loop sees, batch-major [B, T]). Padded
+    steps hold non-zero values (garbage) unless the mask is computed from the input (``Masking``).
+    A time-major function is fed x [T, B, F] and mask [T, B]."""
     rng = np.random.default_rng(seed)
     x = rng.normal(size=mask.shape + (spec.features,)).astype(spec.dtype)
     feeds = {"x": x}
@@ -288,6 +305,8 @@ def batch(spec: Loop, mask: np.ndarray, seed: int = 1) -> tuple:
         feeds["lengths"] = lengths
     else:
         x[~mask] = 0.0
+    if spec.time_major:
+        feeds.update({name: np.swapaxes(feeds[name], 0, 1) for name in ("x", "mask") if name in feeds})
     return feeds, mask
 
 
