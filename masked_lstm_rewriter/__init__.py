@@ -27,7 +27,7 @@ _EXPORTS = {
     "make_rewriter": "plugin", "rewrite_masked_lstm": "plugin", "enable": "plugin", "disable": "plugin",
     "enabled_mode": "plugin", "last_report": "report", "ConversionReport": "report", "LayerReport": "report",
     "GUARD_MESSAGE": "plan.masks", "MASK_MODES": "plan.masks", "TARGETS": "targets",
-    "MissingDependency": "dependencies",
+    "MissingDependency": "dependencies", "KnownWrong": "failure",
 }
 __all__ = list(_EXPORTS)
 __version__ = "0.1.0"

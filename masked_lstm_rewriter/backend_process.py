@@ -6,7 +6,8 @@ A model on JAX or torch is therefore saved as a ``.keras`` file (the format is t
 backend) and converted by a child process whose Keras runs on TensorFlow; the ONNX model and the
 report come back. A path is converted the same way when this process's Keras is not on
 TensorFlow. Custom layers reach the child by the modules that define them (imported there before
-the model is loaded): they must be importable, not defined in ``__main__``. Where the backends
+the model is loaded, and given to Keras's loader registered or not), as do the ``custom_objects``
+given with a path: they must be importable, not defined in ``__main__``. Where the backends
 compute a layer differently, the child converts it as the model's backend does
 (:mod:`.pipeline.origin`).
 
@@ -70,11 +71,20 @@ def custom_modules(model) -> list:
     return [name for name in modules if not name.startswith(("keras.", "keras_"))]
 
 
+def custom_classes(model) -> dict:
+    """{name: class} of the model's layer classes that are not Keras's own (the child loads the
+    model with them, registered with Keras or not)."""
+    layers = model._flatten_layers(include_self=True) if hasattr(model, "_flatten_layers") else [model]  # pylint: disable=protected-access
+    return {type(layer).__name__: type(layer) for layer in layers
+            if not type(layer).__module__.startswith(("keras.", "keras_", "__main__"))}
+
+
 def convert_in_tensorflow_process(model, *, mask_mode=None, runtime=None, schedule=False, opset=None,
-                                  input_signature=None, modules=()) -> tuple:
+                                  input_signature=None, modules=(), custom_objects=None) -> tuple:
     """(ONNX model, report) of ``model`` (a Keras 3 model object on any backend, or a ``.keras`` /
     ``.h5`` file or SavedModel path), converted by :func:`..conversion.convert` in a child process
-    whose Keras runs on TensorFlow."""
+    whose Keras runs on TensorFlow. ``custom_objects`` (``{name: class}``) reach the child by
+    the modules that define them."""
     import onnx  # pylint: disable=import-outside-toplevel
     from .report import ConversionReport, LayerReport  # pylint: disable=import-outside-toplevel
     with tempfile.TemporaryDirectory(prefix="mlr-backend-") as folder:
@@ -83,13 +93,15 @@ def convert_in_tensorflow_process(model, *, mask_mode=None, runtime=None, schedu
             path = os.path.abspath(os.fspath(model))
         else:
             modules = list(modules) + custom_modules(model)
+            custom_objects = {**custom_classes(model), **(custom_objects or {})}
             path = os.path.join(folder, "model.keras")
             logger.info("model on the %s backend: saved to %s and converted in a TensorFlow process",
                         model_backend(model), path)
             model.save(path)
         request = {"model": path, "folder": folder, "origin": origin, "mask_mode": mask_mode, "runtime": runtime,
                    "schedule": schedule, "opset": opset, "modules": list(modules),
-                   "input_signature": _signature_as_json(input_signature)}
+                   "input_signature": _signature_as_json(input_signature),
+                   "custom_objects": _objects_as_json(custom_objects)}
         with open(os.path.join(folder, "request.json"), "w", encoding="utf-8") as file:
             json.dump(request, file)
         _run_child(os.path.join(folder, "request.json"))
@@ -103,6 +115,31 @@ def _signature_as_json(signature) -> Optional[list]:
         return None
     return [{"name": getattr(spec, "name", None), "shape": [None if d is None else int(d) for d in spec.shape],
              "dtype": getattr(spec.dtype, "name", str(spec.dtype))} for spec in signature]
+
+
+def _objects_as_json(objects) -> dict:
+    """{name: [module, qualified name]} of custom objects, for the child to import them by."""
+    named = {}
+    for name, value in (objects or {}).items():
+        module, qualname = getattr(value, "__module__", None), getattr(value, "__qualname__", "")
+        if module in (None, "__main__") or not qualname or "<locals>" in qualname:
+            raise BackendError(f"custom object {name!r} is not importable ({module}.{qualname or value!r}): a "
+                               f"{process_backend()} model is converted in a TensorFlow process, which imports "
+                               "custom classes from their module; define it in an importable module")
+        named[name] = [module, qualname]
+    return named
+
+
+def _objects_from_json(named: dict) -> dict:
+    """The custom objects :func:`_objects_as_json` named, imported."""
+    import importlib  # pylint: disable=import-outside-toplevel
+    objects = {}
+    for name, (module, qualname) in named.items():
+        value = importlib.import_module(module)
+        for part in qualname.split("."):
+            value = getattr(value, part)
+        objects[name] = value
+    return objects
 
 
 def _tuples(entry: dict) -> dict:
@@ -143,6 +180,7 @@ def _child(request_path: str) -> None:
     with origin.model_from(request["origin"]):
         _, report = convert(request["model"], os.path.join(folder, ONNX), mask_mode=request["mask_mode"],
                             runtime=request["runtime"], schedule=request["schedule"], opset=request["opset"],
+                            custom_objects=_objects_from_json(request.get("custom_objects") or {}) or None,
                             input_signature=signature)
     wrong = [layer.layer for layer in report.left_as_loop if layer.detail.startswith(origin.BACKWARD_FROM_STATE_REASON)]
     if wrong:  # left a Loop, it would compute TensorFlow's numbers, not the model's

@@ -35,8 +35,8 @@ import traceback
 from importlib import metadata
 from typing import Optional
 
-from . import dependencies
-from .cli_input import environment_choice, keras_on_tensorflow, legacy_keras_hint, model_file_problem
+from . import cli_input, dependencies
+from .cli_input import UsageError, bad_input, environment_choice, keras_on_tensorflow, model_file_problem
 from .cli_logging import command_logging, progress, quiet_run, rename, verbosity
 
 PROG = "masked_lstm_rewriter"
@@ -46,8 +46,8 @@ RUNTIMES = ("onnxruntime", "openvino")  # emit.TARGETS, likewise
 MASK_MODE_ENV, RUNTIME_ENV = "TF2ONNX_MASKED_LSTM", "TF2ONNX_MASKED_LSTM_TARGET"
 QUIET = ("-q", "--quiet")
 EXIT_CODES = {0: "converted (or verified)", 1: "the conversion failed (or verify found a difference)",
-              2: "bad arguments: no model, a missing or malformed model file, an unwritable output, an unknown "
-                 "option, a bad environment variable",
+              2: "bad arguments: no model, a missing or malformed model file or custom class, an unwritable "
+                 "output, an unknown option or --custom-objects module, a bad environment variable",
               130: "interrupted (Ctrl-C)", 143: "terminated (SIGTERM)"}
 
 HELP = f"""usage: python -m {PROG} [convert] [MODEL] --output FILE [options] [tf2onnx options]
@@ -73,6 +73,11 @@ plugin options:
                         Loops the layers OpenVINO cannot run natively. Default:
                         ${RUNTIME_ENV}
   --schedule            length-aware schedule for long-tailed batches (needs --runtime onnxruntime)
+  --keep-wrong          write a model known to compute other values than its source (a SavedModel
+                        with Keras 3's broken TimeDistributed trace) instead of failing; the
+                        report says what is wrong
+  --custom-objects MODULE
+                        the module of the model's custom layers: a name or a .py file (repeatable)
   -q, --quiet           print nothing but errors: no report, no progress, no warnings, no
                         TensorFlow or tf2onnx messages
   -v, --verbose         also show tf2onnx's INFO lines and what the plugin did to each layer (also
@@ -102,10 +107,6 @@ exit status: {"; ".join(f"{code} {meaning}" for code, meaning in EXIT_CODES.item
 No output file is left behind unless the status is 0; once the file is in place, a Ctrl-C no longer
 stops the run (it ends with 0).
 """
-
-
-class UsageError(Exception):
-    """Bad command-line input: reported in one line, exit status 2."""
 
 
 class Failed(Exception):
@@ -194,8 +195,9 @@ def _convert_command(args: list) -> int:
     args = [arg for arg in args if arg not in QUIET]
     mask_mode, args = _pop_option(args, "--mask-mode", MASK_MODE_ENV, MASK_MODES)
     runtime, args = _pop_option(args, "--runtime", RUNTIME_ENV, RUNTIMES)
-    schedule = "--schedule" in args
-    args = [arg for arg in args if arg != "--schedule"]
+    modules, args = cli_input.pop_custom_objects(args)
+    schedule, keep_wrong = "--schedule" in args, "--keep-wrong" in args
+    args = [arg for arg in args if arg not in ("--schedule", "--keep-wrong")]
     args = _expand_model(_short_output(args))
     _check_target(args)
     _check_paths(args)
@@ -208,7 +210,8 @@ def _convert_command(args: list) -> int:
                      "every backend)", named)
         progress("loading %s", next(path for name, path in _inputs(args)))
         _check_with_tf2onnx_parser(args)
-        report = _convert(args, mask_mode, runtime, schedule, renames)
+        with cli_input.custom_objects(modules):
+            report = _convert(args, mask_mode, runtime, schedule, keep_wrong, renames)
     if not quiet:
         print(report if report is not None else f"{PROG}: no graph was rewritten")
     return 0
@@ -340,12 +343,15 @@ def _check_with_tf2onnx_parser(args: list) -> None:
         sys.argv = saved
 
 
-def _convert(args: list, mask_mode: Optional[str], runtime: Optional[str], schedule: bool, renames: dict):
-    """tf2onnx's ``main`` under the plugin, writing to a hidden file renamed to ``--output`` at the
-    end; returns the report. ``renames`` gets hidden path -> output, for the log records."""
+def _convert(args: list, mask_mode: Optional[str], runtime: Optional[str], schedule: bool, keep_wrong: bool,
+             renames: dict):
+    """tf2onnx's ``main`` under the plugin, a Keras file or a SavedModel named as ``convert`` names it
+    (:mod:`.io_names`), writing to a hidden file renamed to ``--output`` at the end; returns the
+    report. ``renames`` gets hidden path -> output, for the log records."""
     from tf2onnx import convert  # pylint: disable=import-outside-toplevel
     from . import enable, last_report  # pylint: disable=import-outside-toplevel
     from .cli_logging import conversion_progress  # pylint: disable=import-outside-toplevel
+    from .io_names import tf2onnx_main_named  # pylint: disable=import-outside-toplevel
     from .output_file import atomic_path  # pylint: disable=import-outside-toplevel
     from .report import start_conversion  # pylint: disable=import-outside-toplevel
     output = _option(args, "--output")
@@ -354,7 +360,8 @@ def _convert(args: list, mask_mode: Optional[str], runtime: Optional[str], sched
         with atomic_path(output, before_rename=_output_written) as partial:
             renames[partial] = output
             start_conversion()
-            with enable(mask_mode, runtime, schedule), conversion_progress(output, partial):
+            with enable(mask_mode, runtime, schedule, keep_wrong=keep_wrong), \
+                    tf2onnx_main_named("--large_model" in args), conversion_progress(output, partial):
                 sys.argv = [PROG] + _replace_option(args, "--output", partial)
                 convert.main()
             if STOPPED:  # the signal's exception was lost in TensorFlow: the output is not kept
@@ -374,9 +381,9 @@ def _conversion_failed(error: BaseException, args: list, renames: dict) -> None:
         error = RuntimeError("tf2onnx stopped without writing a model")
     lines = [line for line in str(error).strip().splitlines() if line.strip()]
     message = rename(lines[-1] if lines else type(error).__name__, renames)
-    hint = legacy_keras_hint(_option(args, "--keras"), message)
-    if hint:
-        raise UsageError(f"{message}; {hint}") from error
+    problem = bad_input(_option(args, "--keras"), error, message)
+    if problem:  # a custom class whose module was not given, a tf_keras .h5 file under Keras 3
+        raise UsageError(problem) from error
     raise Failed(1, f"conversion failed: {message}") from error
 
 

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The command line's checks of the files and values it is given, made before TensorFlow loads, and
-its hint for a Keras file the Keras in use cannot read.
+"""The command line's checks of the files and values it is given, made before TensorFlow loads, its
+hint for a Keras file the Keras in use cannot read, and its ``--custom-objects`` modules.
 
 A ``.keras`` file must be a zip archive holding a ``config.json``, a ``.h5`` / ``.hdf5`` file must
 carry the HDF5 signature: anything else (a truncated download, a text file with a model's name)
@@ -10,9 +10,13 @@ signature not found" after seconds of loading.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
 import zipfile
 from typing import Optional
+
+from .cli_logging import progress
 
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 HDF5_SUFFIXES = (".h5", ".hdf5")
@@ -20,6 +24,11 @@ KERAS_ARCHIVE_SUFFIX = ".keras"
 LEGACY_KERAS_ENV = "TF_USE_LEGACY_KERAS"
 # how Keras 3 fails on a layer saved by tf_keras (Keras 2), e.g. LSTM's {'time_major': False}
 LEGACY_KERAS_SIGNS = ("Unrecognized keyword arguments passed to",)
+CUSTOM_OBJECTS = "--custom-objects"
+
+
+class UsageError(Exception):
+    """Bad command-line input: reported in one line, exit status 2."""
 
 
 def model_file_problem(path: str) -> Optional[str]:
@@ -60,6 +69,16 @@ def _has_hdf5_signature(path: str) -> bool:
     return False
 
 
+def bad_input(model_path: Optional[str], error: BaseException, message: str) -> Optional[str]:
+    """The line to say (exit status 2) when a conversion failed on its input, or None: a custom
+    class whose module was not given, a tf_keras ``.h5`` file under Keras 3."""
+    source = sys.modules.get(f"{__package__}.keras_source")  # not loaded: the error cannot be one of its
+    if source is not None and isinstance(error, source.UnknownClassError):
+        return message
+    hint = legacy_keras_hint(model_path, message)
+    return f"{message}; {hint}" if hint else None
+
+
 def legacy_keras_hint(model_path: Optional[str], message: str) -> Optional[str]:
     """What to do when Keras 3 failed to load a tf_keras (Keras 2) ``.h5`` file, or None."""
     if not model_path or not model_path.lower().endswith(HDF5_SUFFIXES):
@@ -89,3 +108,33 @@ def keras_on_tensorflow() -> Optional[str]:
         return None
     os.environ["KERAS_BACKEND"] = "tensorflow"
     return named
+
+
+def pop_custom_objects(args: list) -> tuple:
+    """(the modules ``--custom-objects`` names, repeated or comma-separated; the other arguments)."""
+    from .user_modules import split  # pylint: disable=import-outside-toplevel
+    values, rest = [], []
+    it = iter(args)
+    for arg in it:
+        if arg == CUSTOM_OBJECTS or arg.startswith(CUSTOM_OBJECTS + "="):
+            value = next(it, None) if arg == CUSTOM_OBJECTS else arg.split("=", 1)[1]
+            if not value or value.startswith("-") or not split([value]):
+                raise UsageError(f"{CUSTOM_OBJECTS} needs a value: a module name (my_layers) or a .py file")
+            values.append(value)
+        else:
+            rest.append(arg)
+    return split(values), rest
+
+
+def custom_objects(modules: list):
+    """The context within which Keras loads a model file with the classes of ``modules``, imported
+    now (once the Keras flavour and backend are set); one that cannot be imported is bad input."""
+    if not modules:
+        return contextlib.nullcontext()
+    from .keras_source import custom_objects_given  # pylint: disable=import-outside-toplevel
+    from .user_modules import ModuleError, custom_objects as classes  # pylint: disable=import-outside-toplevel
+    progress("importing %s", ", ".join(modules))
+    try:
+        return custom_objects_given(classes(modules))
+    except ModuleError as error:
+        raise UsageError(f"{CUSTOM_OBJECTS} {error}") from error

@@ -6,7 +6,8 @@
 
 It converts with tf2onnx under :func:`.plugin.enable`, so the Keras 3 fixes apply too (the
 Keras front-door fixes of :mod:`.patches.tf2onnx_keras`, the ``TimeDistributed`` tracing of
-:mod:`.patches.time_distributed`), infers the input signature (:mod:`.keras_source`) and writes the file
+:mod:`.patches.time_distributed`), infers the input signature (:mod:`.keras_source`), names the
+inputs, outputs and dimensions as the command line does (:mod:`.io_names`) and writes the file
 all at once (:mod:`.output_file`).
 """
 
@@ -21,7 +22,7 @@ import tensorflow as tf
 import tf2onnx
 from tf2onnx import tf_loader, utils
 
-from . import backend_process, keras_source, output_file
+from . import backend_process, io_names, keras_source, output_file
 from .plugin import enable
 from .report import ConversionReport, last_report, start_conversion
 from .targets import TARGETS
@@ -40,8 +41,8 @@ class Converted(NamedTuple):
 
 
 def convert(model, output_path=None, *, mask_mode: Optional[str] = None, runtime: Optional[str] = None,
-            input_signature=None, opset: Optional[int] = None, schedule: bool = False,
-            **tf2onnx_options) -> Converted:
+            input_signature=None, opset: Optional[int] = None, schedule: bool = False, keep_wrong: bool = False,
+            custom_objects: Optional[dict] = None, **tf2onnx_options) -> Converted:
     """Convert ``model`` to ONNX with its masked recurrent layers as native ops.
 
     ``model``: a Keras model (Keras 3 on any backend, or tf_keras; ``Sequential``, functional or
@@ -53,6 +54,11 @@ def convert(model, output_path=None, *, mask_mode: Optional[str] = None, runtime
     OpenVINO, else ``"post"``). ``runtime``: None (any runtime), ``"onnxruntime"`` or
     ``"openvino"`` (as in :func:`.make_rewriter`). ``schedule``: the length-aware schedule, with
     ``runtime="onnxruntime"`` only.
+    ``keep_wrong``: write a model known to compute other values than its source (a SavedModel
+    holding Keras 3's broken ``TimeDistributed`` trace) instead of failing with :class:`.KnownWrong`.
+    ``custom_objects``: ``{name: class}`` of the custom classes (layers, cells) a ``.keras`` /
+    ``.h5`` file names that are not registered with Keras, as Keras's ``load_model`` takes them
+    (also for a model on JAX or torch, which the TensorFlow process loads from a file).
     ``input_signature``: ``tf.TensorSpec``s; by default the model's own inputs, dynamic in batch
     and time (a SavedModel keeps its serving signature). Other keyword arguments go to tf2onnx
     (``from_keras``'s, such as ``inputs_as_nchw`` or ``target``, tf2onnx's workarounds for rs4 ...
@@ -69,28 +75,39 @@ def convert(model, output_path=None, *, mask_mode: Optional[str] = None, runtime
                              f"process, which does not take tf2onnx's options ({', '.join(sorted(tf2onnx_options))})")
         onnx_model, report = backend_process.convert_in_tensorflow_process(
             model, mask_mode=mask_mode, runtime=runtime, schedule=schedule, opset=opset,
-            input_signature=input_signature)
+            input_signature=input_signature, custom_objects=custom_objects)
         if output_path is not None:
             save(onnx_model, output_path)
         return Converted(onnx_model, report)
     start_conversion()
-    with enable(mask_mode, runtime, schedule):
+    with enable(mask_mode, runtime, schedule, keep_wrong=keep_wrong):
         if isinstance(model, (str, os.PathLike)) and keras_source.is_saved_model(model):
             if input_signature is not None:
                 raise keras_source.SourceError(f"{os.fspath(model)}: a SavedModel is converted with its serving "
                                                "signature; input_signature= is for Keras models")
             onnx_model, storage = _from_saved_model(os.fspath(model), opset, tf2onnx_options)
         else:
-            keras_model = keras_source.load(model) if isinstance(model, (str, os.PathLike)) else model
+            keras_model = keras_source.load(model, custom_objects) if isinstance(model, (str, os.PathLike)) else model
             if not keras_source.is_keras_model(keras_model):
                 raise TypeError(f"expected a Keras model or a path, not {type(keras_model).__name__}")
             spec = input_signature if input_signature is not None else keras_source.input_signature(keras_model)
-            onnx_model, storage = tf2onnx.convert.from_keras(keras_model, input_signature=spec, opset=opset,
-                                                             **tf2onnx_options)
+            onnx_model, storage = _from_keras(keras_model, spec, opset, tf2onnx_options)
+    io_names.name_dimensions(onnx_model)  # batch, time: not tf2onnx's unk__N
     report = last_report() or ConversionReport()
     if output_path is not None:
         save(onnx_model, output_path, storage)
     return Converted(onnx_model, report)
+
+
+def _from_keras(model, spec, opset, options: dict):
+    """tf2onnx's ``from_keras`` (its trace, its names, its ``continue_on_error``), through the trace the
+    command line also uses for a Keras file (:func:`.io_names.keras_graph`)."""
+    traced = io_names.keras_graph(model, spec, options.get("large_model", False))
+    with tf.device("/cpu:0"):
+        return tf2onnx.convert._convert_common(  # pylint: disable=protected-access
+            traced.graph_def, name=model.name, opset=opset, input_names=traced.inputs, output_names=traced.outputs,
+            tensors_to_rename=traced.renames, initialized_tables=traced.tables,
+            **{"continue_on_error": True, **options})
 
 
 def _from_saved_model(path: str, opset, options: dict):

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The one failure type: why a layer stays tf2onnx's Loop, and the node where that was found.
+"""Failure types: why a layer stays tf2onnx's Loop (:class:`Refusal`), and a conversion whose
+model is known to be wrong (:class:`KnownWrong`).
 
 Readers and checks raise a :class:`Refusal`; each stage boundary (:func:`.read.body.read_body`,
 :func:`.read.loop.read_loop`, the condition reader) returns it as a value, and the plugin turns it
@@ -36,3 +37,9 @@ class Refusal(Exception):
     def where(self) -> Optional[str]:
         """The name of the node the refusal was met at, or None."""
         return None if self.node is None else getattr(self.node, "name", str(self.node))
+
+
+class KnownWrong(RuntimeError):
+    """The conversion would write a model known to compute other values than its source (a graph
+    broken before tf2onnx saw it): raised unless the user asked to keep such a model. The message
+    says what is wrong, where, and how to convert it right."""

@@ -6,7 +6,8 @@ load the same model the same way and feed it the same inputs.
 
 * :func:`load` reads a ``.keras`` or ``.h5`` file with the Keras TensorFlow runs with (Keras 3,
   or tf_keras under ``TF_USE_LEGACY_KERAS=1``); a SavedModel directory is not a Keras model and
-  is left to the caller.
+  is left to the caller. Custom classes the file names come from Keras's registry or from
+  ``custom_objects``; one that neither has is named in a one-line :class:`UnknownClassError`.
 * :func:`input_signature` infers a model's inputs: the shapes a functional model's ``Input``
   layers declare (a model may depend on a batch or time axis it declared fixed); for
   a ``Sequential`` or subclassed model, the shapes it was built or called with, dynamic in batch
@@ -16,21 +17,47 @@ load the same model the same way and feed it the same inputs.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import os
+import re
+import zipfile
 from typing import Optional
 
 import tensorflow as tf
 
 from .corpus.check import first_line
+from .flavours import current_flavour
 
 logger = logging.getLogger("masked_lstm_rewriter")
 
 KERAS_FILES = (".keras", ".h5", ".hdf5")
+# how Keras says a model file names a class it does not know (Keras 3 and tf_keras, .keras and .h5)
+UNKNOWN_CLASS_SIGNS = (re.compile(r"Could not locate (?:class|function) '([^']+)'"),
+                       re.compile(r"Could not deserialize \w+ '([^']+)' because its parent module"),
+                       re.compile(r"Unknown [\w ]+: '([^']+)'"))
+KERAS_MODULES = ("keras", "tf_keras", "builtins")  # where a saved class's module is Keras's own
+_GIVEN: list = []  # the custom objects :func:`load` also gets, set by :func:`custom_objects_given`
 
 
 class SourceError(ValueError):
     """The model cannot be read or traced: a one-line reason for the user."""
+
+
+class UnknownClassError(SourceError):
+    """The model file names a class Keras does not know: a custom class whose module was not given."""
+
+
+@contextlib.contextmanager
+def custom_objects_given(objects: dict):
+    """Within the block, :func:`load` also gets ``objects`` (the command line's ``--custom-objects``,
+    for tf2onnx's ``--keras`` loader, which takes none)."""
+    _GIVEN.append(dict(objects))
+    try:
+        yield
+    finally:
+        _GIVEN.pop()
 
 
 def is_saved_model(path) -> bool:
@@ -38,17 +65,101 @@ def is_saved_model(path) -> bool:
                                        for name in ("saved_model.pb", "saved_model.pbtxt"))
 
 
-def load(path):
-    """The Keras model in a ``.keras`` or ``.h5`` file (without its training configuration)."""
+def load(path, custom_objects: Optional[dict] = None):
+    """The Keras model in a ``.keras`` or ``.h5`` file (without its training configuration).
+    ``custom_objects``: {name: class} of the custom classes it names that are not registered with Keras."""
     path = os.fspath(path)
     if not os.path.exists(path):
         raise SourceError(f"{path}: no such file or directory")
     if not path.lower().endswith(KERAS_FILES):
         raise SourceError(f"{path}: not a Keras model file ({', '.join(KERAS_FILES)}) or a SavedModel directory")
+    objects = {**(_GIVEN[-1] if _GIVEN else {}), **(custom_objects or {})}
     try:
-        return tf.keras.models.load_model(path, compile=False)
+        return tf.keras.models.load_model(path, custom_objects=objects or None, compile=False)
     except Exception as error:  # pylint: disable=broad-except  (Keras raises many kinds; the user needs one line)
+        unknown = unknown_class(path, error, objects)
+        if unknown is not None:
+            raise UnknownClassError(_unknown_class_message(path, unknown, objects)) from error
         raise SourceError(f"{path}: Keras could not load it ({type(error).__name__}: {first_line(error)})") from error
+
+
+def unknown_class(path: str, error: BaseException, objects: dict) -> Optional[str]:
+    """The class (or function) Keras failed to load ``path`` for not knowing it, or None."""
+    text = "\n".join(str(link) for link in _chain(error))
+    for sign in UNKNOWN_CLASS_SIGNS:
+        found = sign.search(text)
+        if found:
+            return found.group(1).split(">")[-1]  # a registered name is 'package>Class'
+    if path.lower().endswith(".keras"):  # tf_keras says "'str' object is not callable" there: read the file
+        return next(iter(_unresolved_classes(path, objects)), None)
+    return None
+
+
+def _chain(error: BaseException) -> list:
+    """``error`` and the errors it was raised from (Keras 3 wraps a layer's in its model's)."""
+    chain = []
+    while error is not None and error not in chain and len(chain) < 10:
+        chain.append(error)
+        error = error.__cause__ or error.__context__
+    return chain
+
+
+def _unresolved_classes(path: str, objects: dict) -> list:
+    """The classes a ``.keras`` file's config names that nothing resolves: not Keras's, not in
+    ``objects``, not registered (tf_keras does not import their modules)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            config = json.loads(archive.read("config.json"))
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile):
+        return []
+    unresolved = []
+    for entry in _saved_objects(config):
+        module, registered = entry.get("module"), entry.get("registered_name")
+        function = entry["class_name"] == "function" and isinstance(entry.get("config"), str)
+        name = entry["config"] if function else entry["class_name"]  # a function is saved under its name
+        if not module or module.split(".")[0] in KERAS_MODULES or name in objects or registered in objects:
+            continue
+        if tf.keras.utils.get_registered_object(registered) is None:
+            unresolved.append(name)
+    return unresolved
+
+
+def _saved_objects(config) -> list:
+    """Every object a Keras config holds ({"class_name": ..., "module": ...}), nested ones too."""
+    found = []
+    if isinstance(config, dict):
+        if isinstance(config.get("class_name"), str):
+            found.append(config)
+        for value in config.values():
+            found += _saved_objects(value)
+    elif isinstance(config, list):
+        for value in config:
+            found += _saved_objects(value)
+    return found
+
+
+def _unknown_class_message(path: str, name: str, objects: dict) -> str:
+    """One line: the class Keras does not know, and how to give it."""
+    if _keras3_operation(path, name):
+        return (f"{path}: Keras does not know the class '{name}', an operation Keras 3 saves in a .h5 file but "
+                "cannot read back (a Masking layer's, say): save the model as .keras")
+    if objects:
+        given = sorted(objects)
+        listed = ", ".join(given[:8]) + (", ..." if len(given) > 8 else "")
+        return f"{path}: Keras does not know the class '{name}', and the custom objects given ({listed}) do not have it"
+    return (f"{path}: Keras does not know the class '{name}' (a custom layer?): give the module that defines it "
+            f"with --custom-objects MODULE (in Python: custom_objects={{'{name}': {name}}})")
+
+
+def _keras3_operation(path: str, name: str) -> bool:
+    """Is ``name`` one of Keras 3's operations, which it saves as layers in a ``.h5`` file and cannot load?"""
+    if not path.lower().endswith((".h5", ".hdf5")) or current_flavour() != "keras3":
+        return False
+    try:
+        from keras.src import ops  # pylint: disable=import-outside-toplevel
+    except ImportError:
+        return False
+    return isinstance(getattr(ops, name, None), type)
 
 
 def is_keras_model(obj) -> bool:

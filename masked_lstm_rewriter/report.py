@@ -40,6 +40,7 @@ class LayerReport:
 @dataclasses.dataclass(frozen=True)
 class ConversionReport:
     layers: tuple = ()
+    known_wrong: tuple = ()  # what makes the model compute other values than its source
 
     @property
     def rewritten(self) -> tuple:
@@ -54,18 +55,20 @@ class ConversionReport:
         return tuple(layer for layer in self.layers if layer.masked)
 
     def __str__(self):
-        return "\n".join([self.headline()] + [f"  {layer}" for layer in self.layers])
+        return "\n".join([self.headline()] + [f"  {layer}" for layer in self.layers]
+                         + [f"  KNOWN WRONG: {wrong}" for wrong in self.known_wrong])
 
     def headline(self) -> str:
         """"masked_lstm_rewriter: 3 recurrent layer(s) (2 masked, 1 without a mask): 3 native, 0 left as Loop"."""
-        if not self.layers:
+        if not self.layers and not self.known_wrong:
             return ("masked_lstm_rewriter: no recurrent layer to rewrite (no masked layer, none that tf2onnx "
                     "leaves as a Loop)")
         kept = {layer.left_as for layer in self.left_as_loop}
         left = "left as Loop" if kept <= {"a Loop"} else "left as tf2onnx made them"
         unmasked = len(self.layers) - len(self.masked)
+        wrong = f"; the model is KNOWN WRONG ({len(self.known_wrong)} problem(s))" if self.known_wrong else ""
         return (f"masked_lstm_rewriter: {len(self.layers)} recurrent layer(s) ({len(self.masked)} masked, {unmasked} "
-                f"without a mask): {len(self.rewritten)} native, {len(self.left_as_loop)} {left}")
+                f"without a mask): {len(self.rewritten)} native, {len(self.left_as_loop)} {left}{wrong}")
 
 
 class _Recorder(threading.local):
@@ -74,6 +77,7 @@ class _Recorder(threading.local):
     def __init__(self):
         super().__init__()
         self.pending = []
+        self.pending_wrong = []
         self.last: Optional[ConversionReport] = None
 
 
@@ -85,10 +89,16 @@ def record(layer: str, rewritten: bool, detail: str, mask_mode: str, not_for: tu
     _RECORDER.pending.append(LayerReport(layer, rewritten, detail, mask_mode, not_for, masked, left_as))
 
 
+def record_known_wrong(problem: str) -> None:
+    """A problem that makes the model compute other values than its source."""
+    _RECORDER.pending_wrong.append(problem)
+
+
 def finish_conversion() -> ConversionReport:
     """Close the conversion under way (called when the rewriter has seen the main graph)."""
-    _RECORDER.last = ConversionReport(tuple(_RECORDER.pending))
+    _RECORDER.last = ConversionReport(tuple(_RECORDER.pending), tuple(_RECORDER.pending_wrong))
     _RECORDER.pending = []
+    _RECORDER.pending_wrong = []
     return _RECORDER.last
 
 
@@ -100,4 +110,10 @@ def last_report() -> Optional[ConversionReport]:
 def start_conversion() -> None:
     """Forget the last report and any entries left by a conversion that failed half-way."""
     _RECORDER.pending = []
+    _RECORDER.pending_wrong = []
     _RECORDER.last = None
+
+
+def pending_layers() -> tuple:
+    """The entries of the conversion under way (before :func:`finish_conversion` closes it)."""
+    return tuple(_RECORDER.pending)

@@ -170,13 +170,15 @@ class _Plan:
 
 def verify(model, onnx_model, *, runtime="onnxruntime", tolerance: float = DEFAULT_TOLERANCE, seed: int = 0,
            rows: int = ROWS, steps: int = STEPS, progress: Optional[Callable] = None,
-           runtimes=NOT_GIVEN) -> Verification:
+           runtimes=NOT_GIVEN, custom_objects: Optional[dict] = None) -> Verification:
     """Run the reference ``model`` (a Keras model, a ``.keras``/``.h5`` path, a SavedModel directory,
     or the original ONNX model: an ``.onnx`` path or ``onnx.ModelProto``) and ``onnx_model`` (a path
     or ``onnx.ModelProto``) on the same batches, ``onnx_model`` on ``runtime`` ("onnxruntime",
     "openvino", a list of them, or "all": each one installed), and compare every output (see the
     module docstring). Dynamic dimensions get ``rows`` x ``steps``; ``progress(message)`` is called
     before each step (default: an INFO log). ``runtimes=``: the deprecated name of ``runtime``.
+    ``custom_objects``: ``{name: class}`` of the custom classes a Keras file names that are not
+    registered with Keras (as in :func:`.convert`).
     Raises :class:`.keras_source.SourceError` for a model or file that cannot be read, and
     :class:`.dependencies.MissingDependency` when TensorFlow or tf2onnx is not installed."""
     runtime, keyword = renamed("verify", "runtime", runtime, "runtimes", runtimes, default="onnxruntime")
@@ -185,7 +187,7 @@ def verify(model, onnx_model, *, runtime="onnxruntime", tolerance: float = DEFAU
         raise ValueError(f"rows and steps must be positive, not {rows} and {steps}")
     with needed():
         result = _verify(model, onnx_model, names, tolerance, (rows, steps, seed),
-                         progress or (lambda message: logger.info("verify: %s", message)))
+                         progress or (lambda message: logger.info("verify: %s", message)), custom_objects)
     result.notes[:0] = skipped
     return result
 
@@ -205,11 +207,12 @@ def runtime_names(runtime, keyword: str = "runtime") -> tuple:
     return names, []
 
 
-def _verify(model, onnx_model, runtimes: tuple, tolerance: float, shape: tuple, say) -> Verification:
+def _verify(model, onnx_model, runtimes: tuple, tolerance: float, shape: tuple, say,
+            custom_objects: Optional[dict] = None) -> Verification:
     """:func:`verify`, its arguments checked (``shape``: the batches' rows, steps and seed)."""
     proto, onnx_label = load_onnx(onnx_model)
     output_names = [output.name for output in proto.graph.output]
-    reference = load_reference(model, output_names)
+    reference = load_reference(model, output_names, custom_objects)
     result = Verification(reference.label, onnx_label, tolerance, has_guard(proto))
     try:
         roles = verify_batches.input_roles(reference.specs, proto, reference)
@@ -330,6 +333,10 @@ def add_arguments(parser):
     parser.add_argument("--rows", type=_positive, default=ROWS, help=f"rows of a dynamic batch (default: {ROWS})")
     parser.add_argument("--steps", type=_positive, default=STEPS,
                         help=f"steps of a dynamic time axis (default: {STEPS})")
+    parser.add_argument("--custom-objects", action="append", default=[], metavar="MODULE",
+                        help="a module defining the Keras model's custom layers or cells: a dotted name "
+                             "importable from the current directory or PYTHONPATH, or a .py file "
+                             "(repeatable, or comma-separated)")
     return parser
 
 
@@ -355,8 +362,9 @@ def run(args) -> int:
         print(f"{PROG}: error: {why}", file=sys.stderr)
         return 2
     try:
+        objects = _custom_objects(getattr(args, "custom_objects", []))
         result = verify(args.model, args.onnx, runtime=runtimes, tolerance=args.tolerance, seed=args.seed,
-                        rows=args.rows, steps=args.steps, progress=_print_progress)
+                        rows=args.rows, steps=args.steps, progress=_print_progress, custom_objects=objects)
     except SourceError as error:
         if getattr(args, "debug", False):  # the command line's --debug
             traceback.print_exc()
@@ -364,6 +372,21 @@ def run(args) -> int:
         return 2
     print(result.format())
     return 0 if result.ok else 1
+
+
+def _custom_objects(values: list) -> Optional[dict]:
+    """The classes of the ``--custom-objects`` modules (None: none given); :class:`.SourceError` naming a
+    module that cannot be imported."""
+    from . import user_modules  # pylint: disable=import-outside-toplevel
+    from .keras_source import SourceError  # pylint: disable=import-outside-toplevel
+    modules = user_modules.split(values)
+    if not modules:
+        return None
+    _print_progress(f"importing {', '.join(modules)}")
+    try:
+        return user_modules.custom_objects(modules)
+    except user_modules.ModuleError as error:
+        raise SourceError(f"--custom-objects {error}") from error
 
 
 def _print_progress(line: str) -> None:

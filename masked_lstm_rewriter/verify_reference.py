@@ -69,7 +69,15 @@ def keras_outputs(model, inputs: list) -> list:
     """Keras's outputs, flat, as arrays: the model called eagerly in inference mode."""
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     outputs = model(inputs if len(inputs) > 1 else inputs[0], training=False)
-    return [np.asarray(output) for output in tf.nest.flatten(outputs)]
+    return [as_array(output) for output in tf.nest.flatten(outputs)]
+
+
+def as_array(output) -> np.ndarray:
+    """An output as a numpy array. Keras on torch gives torch tensors that track gradients (its
+    weights are parameters), which numpy refuses until they are detached (and on the CPU)."""
+    if hasattr(output, "detach"):  # a torch tensor
+        output = output.detach().cpu()
+    return np.asarray(output)
 
 
 class SavedModelReference(Reference):
@@ -133,9 +141,10 @@ class OnnxReference(Reference):
         return 0.0 if value is None else value  # what Keras's Masking reads as padding by default
 
 
-def load_reference(model, onnx_output_names: list) -> Reference:
-    """The :class:`Reference` for ``model``: a Keras model object or file, a SavedModel directory,
-    or an ONNX model (a path ending in ``.onnx``, or an ``onnx.ModelProto``)."""
+def load_reference(model, onnx_output_names: list, custom_objects: Optional[dict] = None) -> Reference:
+    """The :class:`Reference` for ``model``: a Keras model object or file (loaded with
+    ``custom_objects``), a SavedModel directory, or an ONNX model (a path ending in ``.onnx``, or
+    an ``onnx.ModelProto``)."""
     from . import keras_source  # pylint: disable=import-outside-toplevel
     if _is_model_proto(model):
         return OnnxReference(model, "the reference ONNX model", onnx_output_names)
@@ -149,7 +158,7 @@ def load_reference(model, onnx_output_names: list) -> Reference:
             raise keras_source.SourceError(f"{path}: not a reference model: a Keras file "
                                            f"({', '.join(keras_source.KERAS_FILES)}), a SavedModel directory "
                                            "or an ONNX file (.onnx)")
-        return KerasReference(keras_source.load(path), path)
+        return KerasReference(keras_source.load(path, custom_objects), path)
     if not keras_source.is_keras_model(model):
         raise TypeError(f"expected a Keras model, an onnx.ModelProto or a path, not {type(model).__name__}")
     return KerasReference(model, f"Keras model '{getattr(model, 'name', type(model).__name__)}'")

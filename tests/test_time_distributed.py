@@ -8,10 +8,13 @@ With a dynamic time axis Keras 3 maps ``TimeDistributed`` over the batch size (t
 is broken in TensorFlow too, see ``masked_lstm_rewriter/patches/time_distributed.py``); with the plugin
 enabled it is traced as one call over [batch * time, ...], and the masked layers inside are
 rewritten like any other. Conversions here go through ``enable()``: ``custom_rewriter=`` runs
-only after Keras has traced the model, too late to fix it (it warns instead, tested below).
+only after Keras has traced the model, too late to fix it (the conversion then fails, tested below).
 """
 
 import logging
+import os
+import subprocess
+import sys
 
 import numpy as np
 import onnx
@@ -231,15 +234,67 @@ def test_keras_export(tmp_path):
 
 
 @keras3_only
-def test_custom_rewriter_alone_warns(caplog):
-    """Without enable() the model reaches the rewriter already broken: say so, change nothing."""
+def test_custom_rewriter_alone_reports_the_model_wrong(caplog):
+    """Without enable() the model reaches the rewriter already broken. tf2onnx's Python API logs
+    what a rewriter raises and goes on: the ERROR names the layer and how to convert it right,
+    and the report says the model is wrong."""
+    model, spec = tagger()
+    with caplog.at_level(logging.ERROR):
+        convert(model, spec)
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and "TimeDistributed layer 'tagger_1'" in errors[0], errors
+    assert "enable()" in errors[0] and "keep_wrong=True" in errors[0]
+    assert "KNOWN WRONG" in mlr.last_report().headline()
+
+
+@keras3_only
+def test_keep_wrong_writes_the_broken_model_and_says_so(caplog):
     model, spec = tagger()
     with caplog.at_level(logging.WARNING, logger="masked_lstm_rewriter"):
-        onnx_model = convert(model, spec)
+        onnx_model = convert(model, spec, rewriter=mlr.make_rewriter(keep_wrong=True))
     warnings = [r.getMessage() for r in caplog.records if "TimeDistributed" in r.getMessage()]
-    assert len(warnings) == 1 and "'tagger_1'" in warnings[0] and "enable()" in warnings[0], warnings
+    assert len(warnings) == 1 and "'tagger_1'" in warnings[0], warnings
+    report = mlr.last_report()
+    assert len(report.known_wrong) == 1 and "KNOWN WRONG" in report.headline() and "KNOWN WRONG" in str(report)
     assert op_counts(onnx_model)["LSTM"] == 2  # the Bidirectional LSTM is still rewritten
     assert onnx_outputs(onnx_model, spec, token_ids())[0].shape == (5, 5, TAGS)  # as broken as in TensorFlow
+
+
+@pytest.fixture(scope="module")
+def saved_without_plugin(tmp_path_factory):
+    """The tagger exported by Keras 3 as a SavedModel without the plugin: the broken trace inside."""
+    model, _ = tagger()
+    model(token_ids()[0])
+    path = tmp_path_factory.mktemp("td") / "saved"
+    model.export(str(path), format="tf_saved_model", verbose=False)
+    return path
+
+
+@keras3_only
+def test_broken_saved_model_fails_on_every_front_door(saved_without_plugin, tmp_path):
+    with pytest.raises(mlr.KnownWrong, match="'tagger_1'"):
+        mlr.convert(saved_without_plugin, tmp_path / "library.onnx")
+    assert not (tmp_path / "library.onnx").exists()
+    out = tmp_path / "cli.onnx"
+    done = run_cli(saved_without_plugin, "-o", out)
+    errors = [line for line in done.stderr.splitlines() if line.startswith("masked_lstm_rewriter: error")]
+    assert done.returncode == 1 and len(errors) == 1, done.stderr
+    assert "'tagger_1'" in errors[0] and "--keep-wrong" in errors[0] and not out.exists()
+    assert not done.stdout.strip()
+
+
+@keras3_only
+def test_broken_saved_model_kept_on_request(saved_without_plugin, tmp_path):
+    out = tmp_path / "kept.onnx"
+    done = run_cli(saved_without_plugin, "-o", out, "--keep-wrong")
+    assert done.returncode == 0 and out.exists(), done.stderr
+    assert "KNOWN WRONG" in done.stdout.splitlines()[0] and "'tagger_1'" in done.stdout
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "masked_lstm_rewriter", *map(str, args)], capture_output=True,
+                          text=True, timeout=600, check=False, env={k: v for k, v in os.environ.items()
+                                                                    if k != "TF2ONNX_MASKED_LSTM"})
 
 
 def test_no_warning_when_traced_right(caplog):

@@ -8,8 +8,10 @@
   layer the entry expects the plugin to refuse;
 * an entry without a mask (``"unmasked": true``) has no mask machinery: no guard node, and no
   ``sequence_lens`` on its native nodes;
-* the model's input and output names are the manifest's, outputs in order, and its inputs have
-  the shapes of the entry's signature (the same fixed sizes, dynamic elsewhere);
+* the model's input and output names are the manifest's, outputs in order (a Keras file converted
+  by the plugin's command line: its inputs named as in Keras, its outputs in that order, see
+  :func:`names_for`), and its inputs have the shapes of the entry's signature (the same fixed
+  sizes, dynamic elsewhere);
 * ``onnx.checker`` (full check) and strict shape inference accept it;
 * on the runtime, every output of every batch equals the stored Keras output (for an ONNX file
   from stock tf2onnx: the original file's) at every position within the manifest's tolerance;
@@ -34,16 +36,18 @@ from .ops import RECURRENT_OPS, native_ops, op_counts, walk_nodes
 LOG = logging.getLogger(__name__)
 GUARD_NODE_TEXT = "the mask is not post-padded"  # in the name of the guard's node (plan.masks.GUARD_MESSAGE)
 SEQUENCE_LENS = 4  # the input of LSTM, GRU and RNN that takes the lengths
+KERAS_FILE_FORMATS = ("keras", "h5")  # the entries tf2onnx and the command line load as Keras files
 class CorpusFailure(AssertionError):
     """An entry does not convert or check as its manifest entry says."""
 
 
-def check_onnx(entry: dict, corpus: str, onnx_path: str, runtime: str = "onnxruntime") -> float:
-    """Check the model converted from ``entry`` (see the module docstring) on ``runtime``; returns
-    the largest |ONNX - Keras| (an ONNX file's entry: |rewritten - original|, or - Keras) over every
-    output. Raises CorpusFailure with every problem found."""
+def check_onnx(entry: dict, corpus: str, onnx_path: str, runtime: str = "onnxruntime", path: str = "library") -> float:
+    """Check the model converted from ``entry`` by conversion path ``path`` (see the module
+    docstring) on ``runtime``; returns the largest |ONNX - Keras| (an ONNX file's entry: |rewritten
+    - original|, or - Keras) over every output. Raises CorpusFailure with every problem found."""
     import onnx  # pylint: disable=import-outside-toplevel
     model_proto = onnx.load(onnx_path)
+    entry = names_for(entry, path, model_proto)
     problems = structure_problems(entry, model_proto)
     if problems:
         raise CorpusFailure("; ".join(problems))
@@ -57,6 +61,21 @@ def check_onnx(entry: dict, corpus: str, onnx_path: str, runtime: str = "onnxrun
         raise CorpusFailure("; ".join(problems))
     LOG.debug("%s on %s: max |onnx - %s| = %.3g", entry["name"], runtime, reference(entry), worst)
     return worst
+
+
+def names_for(entry: dict, path: str, model_proto) -> dict:
+    """``entry`` with the names conversion path ``path`` gives the model. The manifest's are
+    tf2onnx's (``tokens:0``, ``Identity:0`` for a Keras file); the plugin's command line names a
+    Keras file's inputs and outputs as Keras does (as ``convert`` and tf2onnx's ``from_keras``):
+    each input its ``name``, and each output, in the manifest's order, the Keras model's output
+    name, which the manifest does not record (taken from the model by position)."""
+    if path != "cli" or entry.get("format") not in KERAS_FILE_FORMATS:
+        return entry
+    named = dict(entry, inputs=[dict(spec, onnx_name=spec["name"]) for spec in entry["inputs"]])
+    outputs = [value.name for value in model_proto.graph.output]
+    if len(outputs) == len(entry["outputs"]):  # else the check says how many there are
+        named["outputs"] = [dict(spec, onnx_name=name) for spec, name in zip(entry["outputs"], outputs)]
+    return named
 
 
 def structure_problems(entry: dict, model_proto) -> list:

@@ -132,13 +132,14 @@ def _runtime_checks(entry: dict, path: str, output: str, seconds: float, options
         if not available:
             yield Result(entry["name"], label, SKIPPED, why)
             continue
-        yield _runtime_check(entry, output, runtime, seconds, label, options.corpus)
+        yield _runtime_check(entry, output, runtime, seconds, label, options.corpus, path)
 
 
-def _runtime_check(entry: dict, output: str, runtime: str, seconds: float, label: str, corpus: str) -> Result:
+def _runtime_check(entry: dict, output: str, runtime: str, seconds: float, label: str, corpus: str,
+                   path: str) -> Result:
     refusal = known_refusal(entry, runtime, output)
     try:
-        worst = check_onnx(entry, corpus, output, runtime)
+        worst = check_onnx(entry, corpus, output, runtime, path)
     except Exception as error:  # noqa: BLE001  pylint: disable=broad-except
         if refusal and refusal[0] in str(error):
             return Result(entry["name"], label, SKIPPED, f"known: {refusal[1]} ({refusal[0]})")

@@ -167,4 +167,4 @@ def test_command_line(entry, command_runs):
     python -m masked_lstm_rewriter rewrite FILE ... --mask-mode MODE): the same checks."""
     done, output = command_runs.get(entry)
     convert.check_command_result(done, output)
-    MAX_ERRORS.append(check.check_onnx(entry, CORPUS, output))
+    MAX_ERRORS.append(check.check_onnx(entry, CORPUS, output, path="cli"))

@@ -19,8 +19,9 @@ computes eagerly step by step, since the wrapped layer treats each row on its ow
 layer does, in inference). A masked recurrent layer inside becomes an ordinary masked loop over
 [batch * time, ...] that the rewriter makes native. Every other call goes to Keras's ``call``.
 
-:func:`warn_traced_over_batch` finds graphs traced without the fix (``custom_rewriter=`` alone,
-a SavedModel exported by Keras 3) and says so: the rewriter cannot repair them.
+:func:`traced_over_batch` finds graphs traced without the fix (``custom_rewriter=`` alone,
+a SavedModel exported by Keras 3): the rewriter cannot repair them, so the conversion fails
+with what :func:`traced_over_batch` says, unless the user keeps the model as it is.
 """
 
 from __future__ import annotations
@@ -117,31 +118,34 @@ _RANGE_OVER_FIRST_AXIS = OpTypePattern("Range", name="range", inputs=[
 ])
 
 
-def warn_traced_over_batch(graph, ops) -> list:
-    """Warn about each Keras 3 ``TimeDistributed`` traced without the fix; returns their names.
+def traced_over_batch(graph, ops) -> list:
+    """What is wrong with each Keras 3 ``TimeDistributed`` traced without the fix: one sentence per
+    layer, naming it and saying how to convert it right (empty when none is).
 
     Its ``vectorized_map`` runs over ``Range(0, Shape(x)[0], 1)`` while ``x`` is also transposed
-    to time-major for the wrapped layer: the model maps over the batch size. The graph is left
-    as it is (it is what TensorFlow computes from it). Advice only: a graph this did not foresee
-    never fails the conversion."""
+    to time-major for the wrapped layer: the model maps over the batch size. A graph this did not
+    foresee is taken as sound (logged at DEBUG), never as broken."""
     try:
-        return _warn_traced_over_batch(graph, ops)
+        return [_wrong_layer_message(name) for name in _layers_traced_over_batch(graph, ops)]
     except Exception as error:  # pylint: disable=broad-except
         logger.debug("TimeDistributed check skipped: %s: %s", type(error).__name__, error)
         return []
 
 
-def _warn_traced_over_batch(graph, ops) -> list:
+def _wrong_layer_message(name: str) -> str:
+    return (f"Keras 3 TimeDistributed layer '{name}' was traced mapping over the batch size, not the time axis "
+            "(a Keras 3.14+ bug with a dynamic time axis): the model computes other values than Keras, in "
+            "TensorFlow too. Convert the Keras model with the plugin enabled (masked_lstm_rewriter.convert, "
+            "python -m masked_lstm_rewriter, or inside masked_lstm_rewriter.enable(); for a SavedModel, export "
+            "it inside enable()), or give the time axis a fixed size")
+
+
+def _layers_traced_over_batch(graph, ops) -> list:
     names = []
     for match in GraphMatcher(_RANGE_OVER_FIRST_AXIS).match_ops(ops):
         rng, size, shape = match.get_op("range"), match.get_op("size"), match.get_op("shape")
         if _is_first_axis(size) and _is_time_major_copy(graph, shape.input[0]) and _feeds_pfor(graph, rng):
             names.append(_scope(rng))
-            logger.warning("Keras 3 TimeDistributed layer '%s' was traced mapping over the batch size, not the "
-                           "time axis (a Keras 3.14+ bug with a dynamic time axis): the model is broken in "
-                           "TensorFlow too. Trace it with masked_lstm_rewriter.enable() in force (convert the "
-                           "Keras model, or export the SavedModel, inside it), or give the time axis a fixed size",
-                           names[-1])
     return names
 
 
@@ -165,6 +169,7 @@ def _feeds_pfor(graph, node) -> bool:
 
 
 def _scope(node) -> str:
-    """The Keras layer's scope, without the model's ("functional_1/tagger_1/range" -> "tagger_1")."""
-    parts = node.name.split("/")[:-1]
-    return "/".join(parts[1:]) if len(parts) > 1 else "/".join(parts) or node.name
+    """The Keras layer's name: the scope the node is in ("functional_1/tagger_1/range" -> "tagger_1";
+    a SavedModel's graph adds scopes in front)."""
+    parts = node.name.split("/")
+    return parts[-2] if len(parts) > 1 else node.name

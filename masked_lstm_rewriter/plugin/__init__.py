@@ -16,16 +16,18 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import threading
 from typing import Optional
 
 from tf2onnx import tfonnx
 
 from .. import targets
+from ..failure import KnownWrong
 from ..keywords import NOT_GIVEN, renamed
 from ..patches import generic_path, keras_export, tf2onnx_keras, time_distributed
 from ..pipeline import rewrite_graph
 from ..plan.masks import MASK_MODES
-from ..report import finish_conversion
+from ..report import finish_conversion, record_known_wrong
 from ..sources import SOURCES
 from ..sources.tf_while import is_main_graph
 
@@ -66,7 +68,7 @@ def resolve_options(mask_mode: Optional[str], runtime: Optional[str], schedule: 
 
 
 def make_rewriter(mask_mode: Optional[str] = None, runtime: Optional[str] = None, schedule: bool = False, *,
-                  target=NOT_GIVEN):
+                  keep_wrong: bool = False, target=NOT_GIVEN):
     """A tf2onnx custom rewriter ``(graph, ops) -> ops`` for masked Keras LSTM, GRU and SimpleRNN loops.
 
     ``mask_mode``: ``"post"`` (post-padded masks, checked at run time), ``"any"`` (every mask),
@@ -78,12 +80,16 @@ def make_rewriter(mask_mode: Optional[str] = None, runtime: Optional[str] = None
     of 8 rows or more in length-ordered segments, chosen at run time. Off by default, and only with
     ``runtime="onnxruntime"``: OpenVINO 2026.4 computes some layers inside its ``If`` wrongly, with
     no error (``targets.NOT_FOR``), so a scheduled model is made for onnxruntime on request only,
-    and each scheduled layer's report names OpenVINO in ``not_for``."""
+    and each scheduled layer's report names OpenVINO in ``not_for``.
+    ``keep_wrong``: a graph known to compute other values than its source (a Keras 3
+    ``TimeDistributed`` traced without the plugin) fails the conversion with :class:`.KnownWrong`,
+    unless this is True: then it is converted as it is, with a WARNING and the report's ``known_wrong``."""
     runtime, keyword = renamed("make_rewriter", "runtime", runtime, "target", target)
-    return _make_rewriter(mask_mode, runtime, schedule, keyword)
+    return _make_rewriter(mask_mode, runtime, schedule, keyword, keep_wrong)
 
 
-def _make_rewriter(mask_mode: Optional[str], runtime: Optional[str], schedule: bool, keyword: str = "runtime"):
+def _make_rewriter(mask_mode: Optional[str], runtime: Optional[str], schedule: bool, keyword: str = "runtime",
+                   keep_wrong: bool = False):
     """:func:`make_rewriter`, its runtime argument given as ``keyword`` (named by its errors)."""
     mask_mode = resolve_options(mask_mode, runtime, schedule, keyword)
 
@@ -92,15 +98,53 @@ def _make_rewriter(mask_mode: Optional[str], runtime: Optional[str], schedule: b
             source.observe(graph)
         rewrite_graph(graph, ops, SOURCES, mask_mode, runtime, schedule)
         if is_main_graph(graph):
-            time_distributed.warn_traced_over_batch(graph, ops)
+            wrong = _known_wrong(time_distributed.traced_over_batch(graph, ops), keep_wrong)
             finish_conversion()
+            if wrong is not None:
+                _fail(wrong)
         return graph.get_nodes()
 
     setattr(rewrite_masked_lstm, _MARK, True)
     rewrite_masked_lstm.mask_mode = mask_mode
     rewrite_masked_lstm.runtime = rewrite_masked_lstm.target = runtime  # .target: the attribute's old name
     rewrite_masked_lstm.schedule = schedule
+    rewrite_masked_lstm.keep_wrong = keep_wrong
     return rewrite_masked_lstm
+
+
+def _known_wrong(problems: list, keep_wrong: bool) -> Optional[KnownWrong]:
+    """Put what makes the model wrong in the report; the error to fail with, unless ``keep_wrong``."""
+    for problem in problems:
+        record_known_wrong(problem)
+    if problems and not keep_wrong:
+        more = f" (and {len(problems) - 1} more such problem(s))" if len(problems) > 1 else ""
+        return KnownWrong(f"{problems[0]}{more}; to write the model as it is anyway, convert with keep_wrong=True "
+                          "(--keep-wrong)")
+    for problem in problems:
+        logger.warning("%s; written as it is (keep_wrong)", problem)
+    return None
+
+
+class _Conversion(threading.local):
+    """Per thread: is a conversion running through :func:`enable`'s wrapper, and the error it must end with."""
+
+    def __init__(self):
+        super().__init__()
+        self.wrapped = False
+        self.error: Optional[BaseException] = None
+
+
+_CONVERSION = _Conversion()
+
+
+def _fail(error: BaseException) -> None:
+    """End the conversion with ``error``: after tf2onnx's work when :func:`enable`'s wrapper runs it
+    (tf2onnx's Python API would only log an error raised by a rewriter), else here (tf2onnx's
+    command line stops on it; its Python API logs it as an ERROR and the report keeps it)."""
+    if _CONVERSION.wrapped:
+        _CONVERSION.error = error
+    else:
+        raise error
 
 
 rewrite_masked_lstm = make_rewriter()
@@ -121,8 +165,16 @@ def _with_rewriter(original):
         rewriters = list(custom_rewriter or [])
         if _enabled_rewriter is not None and not any(_is_ours(r) for r in rewriters):
             rewriters.append(_enabled_rewriter)
-        return original(g, custom_op_handlers, inputs_as_nchw, outputs_as_nchw, continue_on_error,
-                        rewriters or custom_rewriter, *args, **kwargs)
+        _CONVERSION.wrapped, _CONVERSION.error = True, None
+        try:
+            graph = original(g, custom_op_handlers, inputs_as_nchw, outputs_as_nchw, continue_on_error,
+                             rewriters or custom_rewriter, *args, **kwargs)
+        finally:
+            _CONVERSION.wrapped = False
+        if _CONVERSION.error is not None:
+            error, _CONVERSION.error = _CONVERSION.error, None
+            raise error
+        return graph
     return process_parsed_graph
 
 
@@ -141,11 +193,11 @@ class _Enabled(contextlib.AbstractContextManager):
 
 
 def enable(mask_mode: Optional[str] = None, runtime: Optional[str] = None, schedule: bool = False, *,
-           target=NOT_GIVEN) -> _Enabled:
+           keep_wrong: bool = False, target=NOT_GIVEN) -> _Enabled:
     """Apply the rewrite in every tf2onnx conversion of this process from now on.
 
-    ``mask_mode``, ``runtime`` and ``schedule`` as in :func:`make_rewriter` (``target=``: the
-    deprecated name of ``runtime``); the default mask mode is the runtime's (``"any"`` for
+    ``mask_mode``, ``runtime``, ``schedule`` and ``keep_wrong`` as in :func:`make_rewriter`
+    (``target=``: the deprecated name of ``runtime``); the default mask mode is the runtime's (``"any"`` for
     OpenVINO, else ``"post"``). Enabling again changes the mode; the
     rewrite is never applied twice (not even when a caller also passes it in ``custom_rewriter``).
     Use the result as a context manager to restore the previous state on exit. It also applies
@@ -154,7 +206,7 @@ def enable(mask_mode: Optional[str] = None, runtime: Optional[str] = None, sched
     """
     runtime, keyword = renamed("enable", "runtime", runtime, "target", target)
     previous = _enabled_rewriter
-    _install(_make_rewriter(mask_mode, runtime, schedule, keyword))
+    _install(_make_rewriter(mask_mode, runtime, schedule, keyword, keep_wrong))
     return _Enabled(previous)
 
 
