@@ -112,6 +112,10 @@ def plan_segments(graph, counts: str, guarded: str, time_major: str) -> SegmentP
     (The layers' nodes are not in it: a node in an If nested in another ran slower, measured in
     onnxruntime 1.31, +7% to +11% for the plugin's models at batch 32.)"""
     batch = make_op(graph, "Shape", guarded)                                      # [1]
+    # read here, not in a branch: tf2onnx's transpose optimizer fails on a Shape inside an If that
+    # reads a Transpose outside it (it removes the Shape from the wrong graph), and skips its pass
+    steps = make_op(graph, "Squeeze", make_op(graph, "Slice", make_op(graph, "Shape", time_major), int64_const(graph, "zero", [0]),
+                                      int64_const(graph, "one", [1])), int64_const(graph, "axes", [0]))  # []
     big = make_op(graph, "GreaterOrEqual", batch, int64_const(graph, "min_batch", [MIN_BATCH]))  # [1]: an If's condition
 
     def plan(g):
@@ -122,7 +126,7 @@ def plan_segments(graph, counts: str, guarded: str, time_major: str) -> SegmentP
         use, order, first, end, active = _compute_segments(g, lengths, batch)
         starts = _pairs(g, first, int64_const(g, "zeros", [0] * SEGMENTS))
         bounds = make_op(g, "Concat", *starts, *_pairs(g, end, active), active, axis=0)
-        indices = schedule_if(g, use, "indices", lambda inner: _indices(inner, lengths, time_major, order, first, end, active),
+        indices = schedule_if(g, use, "indices", lambda inner: _indices(inner, lengths, steps, order, first, end, active),
                       _no_indices)
         return [use, bounds, *indices]
 
@@ -134,11 +138,9 @@ def plan_segments(graph, counts: str, guarded: str, time_major: str) -> SegmentP
     return SegmentPlan(use=use, bounds=bounds, rows=rows, gather_y=gather_y)
 
 
-def _indices(g, lengths: str, time_major: str, order: str, first: str, end: str, active: str) -> list:
-    """The plan's ``rows`` and ``gather_y`` (see :class:`SegmentPlan`), from the segments' [S] first
-    steps, end steps and rows."""
-    steps = make_op(g, "Squeeze", make_op(g, "Slice", make_op(g, "Shape", time_major), int64_const(g, "zero", [0]),
-                                  int64_const(g, "one", [1])), int64_const(g, "axes", [0]))
+def _indices(g, lengths: str, steps: str, order: str, first: str, end: str, active: str) -> list:
+    """The plan's ``rows`` and ``gather_y`` (see :class:`SegmentPlan`), from the number of ``steps`` and
+    the segments' [S] first steps, end steps and rows."""
     gather_y, gather_c = _gather_indices(g, lengths, steps, order, first, end, active)
     rows = make_op(g, "Concat", *(make_op(g, "Unsqueeze", t, int64_const(g, "axes", [0])) for t in (order, gather_c)), axis=0)
     return [rows, gather_y]
