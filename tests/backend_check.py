@@ -9,7 +9,8 @@ command line (``KERAS_BACKEND`` left as it is), Keras's own ``model.export(forma
 ``mlr.enable()``, and ``verify`` of the command line's file against the model on this backend.
 Each ONNX model is run on onnxruntime and compared with the model run on its own backend, every
 output at every position. Prints one JSON object: {model: {front door: {"error": max |diff|,
-"ops": [...]}, "verify": {"status": ..., "last": [line]}}}.
+"ops": [...], "names": [inputs, outputs]}, "verify": {"status": ..., "last": [line]}}}, where inputs and
+outputs are [[name, [dim_param or size, ...]], ...].
 """
 
 from __future__ import annotations
@@ -86,7 +87,14 @@ def compare(model, onnx_model, batch) -> dict:
     got = session.run(None, {i.name: value for i, value in zip(session.get_inputs(), batch)})
     shapes_agree = len(got) == len(expected) and all(g.shape == e.shape for g, e in zip(got, expected))
     error = max(float(np.max(np.abs(g - e))) for g, e in zip(got, expected)) if shapes_agree else float("inf")
-    return {"error": error, "ops": sorted({node.op_type for node in onnx_model.graph.node})}
+    return {"error": error, "ops": sorted({node.op_type for node in onnx_model.graph.node}), "names": names(onnx_model)}
+
+
+def names(onnx_model) -> list:
+    """[inputs, outputs], each [[name, [dim_param or size, ...]], ...]."""
+    def dims(value):
+        return [d.dim_param or d.dim_value for d in value.type.tensor_type.shape.dim]
+    return [[[v.name, dims(v)] for v in values] for values in (onnx_model.graph.input, onnx_model.graph.output)]
 
 
 # the front doors each model goes through (each conversion is a TensorFlow process: a few seconds)

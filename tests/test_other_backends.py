@@ -46,6 +46,16 @@ def test_every_front_door_gives_the_native_model_of_the_jax_model(jax_results, m
     assert found.get("rewritten") in (None, 1, 2)
 
 
+def test_convert_and_the_command_line_name_the_jax_model_alike(jax_results):
+    """The model object (converted in a TensorFlow process) and its .keras file (the command line):
+    the Keras names of its inputs and outputs, batch and time for their dynamic dimensions."""
+    by_convert, by_command = jax_results["lstm"]["convert"]["names"], jax_results["lstm"]["cli"]["names"]
+    assert by_convert == by_command
+    inputs, outputs = by_convert
+    assert inputs == [["tokens", ["batch", "time"]]]
+    assert [dims for _, dims in outputs] == [["batch", "time", 3]] and ":" not in outputs[0][0]
+
+
 def test_an_initial_state_shows_where_keras_on_jax_shows_it(jax_results):
     """Before a row's first valid step (and throughout an empty row), Keras on JAX outputs the
     initial state, where Keras on TensorFlow outputs zeros: the model converted from JAX gives JAX's."""
