@@ -80,7 +80,8 @@ def custom_classes(model) -> dict:
 
 
 def convert_in_tensorflow_process(model, *, mask_mode=None, runtime=None, schedule=False, opset=None,
-                                  input_signature=None, modules=(), custom_objects=None) -> tuple:
+                                  input_signature=None, modules=(), custom_objects=None, keep_wrong=False,
+                                  streaming=None) -> tuple:
     """(ONNX model, report) of ``model`` (a Keras 3 model object on any backend, or a ``.keras`` /
     ``.h5`` file or SavedModel path), converted by :func:`..conversion.convert` in a child process
     whose Keras runs on TensorFlow. ``custom_objects`` (``{name: class}``) reach the child by
@@ -99,7 +100,8 @@ def convert_in_tensorflow_process(model, *, mask_mode=None, runtime=None, schedu
                         model_backend(model), path)
             model.save(path)
         request = {"model": path, "folder": folder, "origin": origin, "mask_mode": mask_mode, "runtime": runtime,
-                   "schedule": schedule, "opset": opset, "modules": list(modules),
+                   "schedule": schedule, "opset": opset, "modules": list(modules), "keep_wrong": keep_wrong,
+                   "streaming": streaming,
                    "input_signature": _signature_as_json(input_signature),
                    "custom_objects": _objects_as_json(custom_objects)}
         with open(os.path.join(folder, "request.json"), "w", encoding="utf-8") as file:
@@ -180,6 +182,7 @@ def _child(request_path: str) -> None:
     with origin.model_from(request["origin"]):
         _, report = convert(request["model"], os.path.join(folder, ONNX), mask_mode=request["mask_mode"],
                             runtime=request["runtime"], schedule=request["schedule"], opset=request["opset"],
+                            keep_wrong=request.get("keep_wrong", False), streaming=request.get("streaming"),
                             custom_objects=_objects_from_json(request.get("custom_objects") or {}) or None,
                             input_signature=signature)
     wrong = [layer.layer for layer in report.left_as_loop if layer.detail.startswith(origin.BACKWARD_FROM_STATE_REASON)]

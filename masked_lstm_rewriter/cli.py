@@ -73,6 +73,8 @@ plugin options:
                         Loops the layers OpenVINO cannot run natively. Default:
                         ${RUNTIME_ENV}
   --schedule            length-aware schedule for long-tailed batches (needs --runtime onnxruntime)
+  --streaming           each recurrent layer's states as inputs and outputs (<layer>/h_in ...
+                        <layer>/h_out), to run the model chunk by chunk
   --keep-wrong          write a model known to compute other values than its source (a SavedModel
                         with Keras 3's broken TimeDistributed trace) instead of failing; the
                         report says what is wrong
@@ -196,8 +198,8 @@ def _convert_command(args: list) -> int:
     mask_mode, args = _pop_option(args, "--mask-mode", MASK_MODE_ENV, MASK_MODES)
     runtime, args = _pop_option(args, "--runtime", RUNTIME_ENV, RUNTIMES)
     modules, args = cli_input.pop_custom_objects(args)
-    schedule, keep_wrong = "--schedule" in args, "--keep-wrong" in args
-    args = [arg for arg in args if arg not in ("--schedule", "--keep-wrong")]
+    flags = {flag: flag in args for flag in ("--schedule", "--keep-wrong", "--streaming")}
+    args = [arg for arg in args if arg not in flags]
     args = _expand_model(_short_output(args))
     _check_target(args)
     _check_paths(args)
@@ -211,7 +213,7 @@ def _convert_command(args: list) -> int:
         progress("loading %s", next(path for name, path in _inputs(args)))
         _check_with_tf2onnx_parser(args)
         with cli_input.custom_objects(modules):
-            report = _convert(args, mask_mode, runtime, schedule, keep_wrong, renames)
+            report = _convert(args, mask_mode, runtime, flags, renames)
     if not quiet:
         print(report if report is not None else f"{PROG}: no graph was rewritten")
     return 0
@@ -343,11 +345,11 @@ def _check_with_tf2onnx_parser(args: list) -> None:
         sys.argv = saved
 
 
-def _convert(args: list, mask_mode: Optional[str], runtime: Optional[str], schedule: bool, keep_wrong: bool,
-             renames: dict):
+def _convert(args: list, mask_mode: Optional[str], runtime: Optional[str], flags: dict, renames: dict):
     """tf2onnx's ``main`` under the plugin, a Keras file or a SavedModel named as ``convert`` names it
     (:mod:`.io_names`), writing to a hidden file renamed to ``--output`` at the end; returns the
-    report. ``renames`` gets hidden path -> output, for the log records."""
+    report. ``flags``: the plugin's switches given (``--schedule``, ``--keep-wrong``, ``--streaming``);
+    ``renames`` gets hidden path -> output, for the log records."""
     from tf2onnx import convert  # pylint: disable=import-outside-toplevel
     from . import enable, last_report  # pylint: disable=import-outside-toplevel
     from .cli_logging import conversion_progress  # pylint: disable=import-outside-toplevel
@@ -360,7 +362,8 @@ def _convert(args: list, mask_mode: Optional[str], runtime: Optional[str], sched
         with atomic_path(output, before_rename=_output_written) as partial:
             renames[partial] = output
             start_conversion()
-            with enable(mask_mode, runtime, schedule, keep_wrong=keep_wrong), \
+            with enable(mask_mode, runtime, flags["--schedule"], keep_wrong=flags["--keep-wrong"],
+                        streaming=flags["--streaming"]), \
                     tf2onnx_main_named("--large_model" in args), conversion_progress(output, partial):
                 sys.argv = [PROG] + _replace_option(args, "--output", partial)
                 convert.main()

@@ -42,6 +42,7 @@ class Converted(NamedTuple):
 
 def convert(model, output_path=None, *, mask_mode: Optional[str] = None, runtime: Optional[str] = None,
             input_signature=None, opset: Optional[int] = None, schedule: bool = False, keep_wrong: bool = False,
+            streaming: Optional[bool] = None,
             custom_objects: Optional[dict] = None, **tf2onnx_options) -> Converted:
     """Convert ``model`` to ONNX with its masked recurrent layers as native ops.
 
@@ -54,6 +55,10 @@ def convert(model, output_path=None, *, mask_mode: Optional[str] = None, runtime
     OpenVINO, else ``"post"``). ``runtime``: None (any runtime), ``"onnxruntime"`` or
     ``"openvino"`` (as in :func:`.make_rewriter`). ``schedule``: the length-aware schedule, with
     ``runtime="onnxruntime"`` only.
+    ``streaming``: each recurrent layer takes its initial states as inputs and returns its final
+    states as outputs (``<layer>/h_in`` ... ``<layer>/h_out``; see docs/streaming.md), so the model
+    runs chunk by chunk; None (the default): on for a Keras model with a ``stateful=True`` layer
+    (said at INFO), else off. False keeps a stateful model's states frozen as constants (said at INFO).
     ``keep_wrong``: write a model known to compute other values than its source (a SavedModel
     holding Keras 3's broken ``TimeDistributed`` trace) instead of failing with :class:`.KnownWrong`.
     ``custom_objects``: ``{name: class}`` of the custom classes (layers, cells) a ``.keras`` /
@@ -70,17 +75,11 @@ def convert(model, output_path=None, *, mask_mode: Optional[str] = None, runtime
     if output_path is not None:
         output_file.check_writable(output_path)  # before the work, not after it
     if backend_process.needs_tensorflow_process(model):  # a Keras 3 model on JAX or torch
-        if tf2onnx_options:
-            raise ValueError(f"a model on the {backend_process.process_backend()} backend is converted in a TensorFlow "
-                             f"process, which does not take tf2onnx's options ({', '.join(sorted(tf2onnx_options))})")
-        onnx_model, report = backend_process.convert_in_tensorflow_process(
-            model, mask_mode=mask_mode, runtime=runtime, schedule=schedule, opset=opset,
-            input_signature=input_signature, custom_objects=custom_objects)
-        if output_path is not None:
-            save(onnx_model, output_path)
-        return Converted(onnx_model, report)
+        return _in_tensorflow_process(model, output_path, tf2onnx_options, mask_mode=mask_mode, runtime=runtime,
+                                      schedule=schedule, opset=opset, keep_wrong=keep_wrong, streaming=streaming,
+                                      input_signature=input_signature, custom_objects=custom_objects)
     start_conversion()
-    with enable(mask_mode, runtime, schedule, keep_wrong=keep_wrong):
+    with enable(mask_mode, runtime, schedule, keep_wrong=keep_wrong, streaming=bool(streaming)):
         if isinstance(model, (str, os.PathLike)) and keras_source.is_saved_model(model):
             if input_signature is not None:
                 raise keras_source.SourceError(f"{os.fspath(model)}: a SavedModel is converted with its serving "
@@ -90,8 +89,9 @@ def convert(model, output_path=None, *, mask_mode: Optional[str] = None, runtime
             keras_model = keras_source.load(model, custom_objects) if isinstance(model, (str, os.PathLike)) else model
             if not keras_source.is_keras_model(keras_model):
                 raise TypeError(f"expected a Keras model or a path, not {type(keras_model).__name__}")
-            spec = input_signature if input_signature is not None else keras_source.input_signature(keras_model)
-            onnx_model, storage = _from_keras(keras_model, spec, opset, tf2onnx_options)
+            with enable(mask_mode, runtime, schedule, keep_wrong=keep_wrong,
+                        streaming=_streaming_for(keras_model, streaming)):
+                onnx_model, storage = _from_keras(keras_model, input_signature, opset, tf2onnx_options)
     io_names.name_dimensions(onnx_model)  # batch, time: not tf2onnx's unk__N
     report = last_report() or ConversionReport()
     if output_path is not None:
@@ -99,9 +99,33 @@ def convert(model, output_path=None, *, mask_mode: Optional[str] = None, runtime
     return Converted(onnx_model, report)
 
 
+def _in_tensorflow_process(model, output_path, tf2onnx_options: dict, **options) -> Converted:
+    """:func:`convert` of a Keras 3 model on JAX or torch, in a TensorFlow process (``options``: convert's)."""
+    if tf2onnx_options:
+        raise ValueError(f"a model on the {backend_process.process_backend()} backend is converted in a TensorFlow "
+                         f"process, which does not take tf2onnx's options ({', '.join(sorted(tf2onnx_options))})")
+    onnx_model, report = backend_process.convert_in_tensorflow_process(model, **options)
+    if output_path is not None:
+        save(onnx_model, output_path)
+    return Converted(onnx_model, report)
+
+
+def _streaming_for(model, streaming: Optional[bool]) -> bool:
+    """``streaming``, or where not given, whether ``model`` has stateful recurrent layers (said at INFO)."""
+    if streaming is not None:
+        return streaming
+    stateful = keras_source.stateful_layers(model)
+    if stateful:
+        logger.info("stateful layer(s) %s: converted for streaming (states as inputs and outputs); "
+                    "streaming=False freezes the states they hold now", ", ".join(stateful))
+    return bool(stateful)
+
+
 def _from_keras(model, spec, opset, options: dict):
     """tf2onnx's ``from_keras`` (its trace, its names, its ``continue_on_error``), through the trace the
-    command line also uses for a Keras file (:func:`.io_names.keras_graph`)."""
+    command line also uses for a Keras file (:func:`.io_names.keras_graph`); ``spec`` None: the
+    model's own inputs (:func:`.keras_source.input_signature`)."""
+    spec = spec if spec is not None else keras_source.input_signature(model)
     traced = io_names.keras_graph(model, spec, options.get("large_model", False))
     with tf.device("/cpu:0"):
         return tf2onnx.convert._convert_common(  # pylint: disable=protected-access

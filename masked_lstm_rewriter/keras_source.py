@@ -242,3 +242,10 @@ def _input_name(tensor, index: int) -> str:
         name = getattr(getattr(history, "operation", None), "name", "") or f"input_{index}"
     return name.split(":")[0]
 
+
+
+def stateful_layers(model) -> list:
+    """The names of ``model``'s layers built with ``stateful=True``, wrapped and nested ones included."""
+    flatten = getattr(model, "_flatten_layers", None)
+    layers = flatten(include_self=False, recursive=True) if flatten else getattr(model, "layers", [])
+    return [layer.name for layer in layers if getattr(layer, "stateful", False) is True]

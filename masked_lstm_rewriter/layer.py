@@ -30,6 +30,9 @@ class RecurrentCell:
     final_h: str             # While outputs: this cell's final h (and c)
     final_c: Optional[str]
     constants: dict = dataclasses.field(default_factory=dict)  # the kind's other weights, by name (resolved)
+    # streaming (pipeline.streaming): the (input, output) graph names of each state, h then c, that the
+    # cell starts from and returns; () otherwise
+    streamed_states: tuple = ()
 
     @property
     def input_size(self) -> int:
@@ -46,7 +49,10 @@ class RecurrentCell:
 
     @property
     def carries_cell_state(self) -> bool:
-        """Is the final cell state used, so that it must not depend on the runtime's padding?"""
+        """Is the final cell state used, so that it must not depend on the runtime's padding? (A streamed
+        LSTM returns it as a graph output.)"""
+        if len(self.streamed_states) == 2:
+            return True
         return self.final_c is not None and bool(self.graph.find_output_consumers(self.final_c))
 
     @property

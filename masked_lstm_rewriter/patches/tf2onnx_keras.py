@@ -19,7 +19,8 @@
   dict of inputs, or a subclassed model whose ``call`` takes several inputs as one list. tf2onnx
   calls it with one argument per input, which Keras refuses. Here it gets the dict or the list.
 
-Every other model goes to tf2onnx's own code.
+Every other model goes to tf2onnx's own code. Every traced model's layer names are remembered for
+the conversion (:mod:`..layer_names`: the Keras names of the scopes Keras 3 makes unique).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import tensorflow as tf
 from tf2onnx import convert as tf2onnx_convert
 from tf2onnx import tf_loader
 
-from .. import keras_source
+from .. import keras_source, layer_names
 
 # module -> names of its functions replaced while enabled
 PATCHED = {tf2onnx_convert: ("_get_output_names", "_get_concrete_function"), tf_loader: ("from_keras",)}
@@ -95,6 +96,7 @@ def input_packer(model, input_signature):
 
 
 def _get_concrete_function(model, input_signature):
+    layer_names.remember(model)  # the Keras names of the scopes the trace opens (a streaming model's state names)
     name = sequential_output_name(model)
     packer = input_packer(model, input_signature)
     if not name and not packer:

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """The pipeline: every source's layers in a graph, each taken through the stages: read, veto, plan,
-emit, connect; or refused.
+emit, connect; or refused. In a streaming conversion the veto also plans each layer's state inputs
+and outputs (:mod:`.streaming`).
 
 Every refusal reaches the log and the report here, and only here (:func:`refuse`). A layer whose
 rewrite fails half-way is rolled back (:mod:`.snapshot`) and refused with what failed where
@@ -23,6 +24,7 @@ from ..plan.masks import MaskPlanner
 from ..report import record
 from .origin import as_computed_there
 from .snapshot import GraphSnapshot
+from .streaming import as_streamed, returning_states, streamable
 from .unforeseen import failed_rewrite
 
 logger = logging.getLogger("masked_lstm_rewriter")
@@ -40,22 +42,25 @@ def refuse(layer: str, refusal: Refusal, mask_mode: str, masked: bool = True, le
     record(layer, False, said, mask_mode, masked=masked, left_as=left_as)
 
 
-def rewrite_graph(graph, ops, sources, mask_mode: str, target, schedule: bool = False) -> None:
+def rewrite_graph(graph, ops, sources, mask_mode: str, target, schedule: bool = False,
+                  streaming: bool = False) -> None:
     """Rewrite every layer the ``sources`` find among ``ops`` that reads and passes the target's veto;
-    say why of every other one they find."""
+    say why of every other one they find. ``streaming``: each layer rewritten takes its initial states
+    as graph inputs and returns its final states as graph outputs (:mod:`.streaming`)."""
     for source in sources:
         layers = []
         for node in source.candidates(graph, ops):
             found = source.read(graph, node)
             if found is None:
                 continue  # not a recurrent layer: none of our business
-            layer = vetted(graph, found.layer, target)
+            layer = vetted(graph, found.layer, target, streaming)
             if isinstance(layer, Refusal):
                 refuse(found.name, layer, mask_mode, found.masked, source.left_as, source.remedy)
             else:
                 layers.append(layer)
         if layers:
-            rewrite_layers(graph, source.prepare(graph, layers), mask_mode, target, schedule, source.connect)
+            connect = returning_states(source.connect) if streaming else source.connect
+            rewrite_layers(graph, source.prepare(graph, layers), mask_mode, target, schedule, connect)
 
 
 def rewrite_layers(graph, layers, mask_mode: str, target, schedule: bool = False, connect=rewire) -> None:
@@ -71,13 +76,19 @@ def rewrite_layers(graph, layers, mask_mode: str, target, schedule: bool = False
                      lambda layer: _emit_masked(graph, layer, planner, masks, target, connect), mask_mode)
 
 
-def vetted(graph, layer, target):
-    """``layer`` (or a Refusal) past the opset's and the target's refusals."""
+def vetted(graph, layer, target, streaming: bool = False):
+    """``layer`` (or a Refusal) past the opset's and the target's refusals, and when ``streaming``,
+    reading its initial states from graph inputs (planned first: a streamed LSTM carries its cell
+    state, which the target's veto must see)."""
     layer = as_computed_there(layer)
+    if streaming and not isinstance(layer, Refusal):
+        layer = streamable(graph, layer)
     if isinstance(layer, Refusal):
         return layer
     refused = opset_refusal(graph) or targets.target_refusal(layer, target)
-    return Refusal(refused, layer.while_node) if refused else layer
+    if refused:
+        return Refusal(refused, layer.while_node)
+    return as_streamed(graph, layer) if streaming else layer
 
 
 def _emit_masked(graph, layer, planner: MaskPlanner, masks: BatchMasks, target, connect) -> list:

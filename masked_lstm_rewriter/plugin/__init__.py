@@ -21,11 +21,12 @@ from typing import Optional
 
 from tf2onnx import tfonnx
 
-from .. import targets
+from .. import layer_names, targets
 from ..failure import KnownWrong
 from ..keywords import NOT_GIVEN, renamed
 from ..patches import generic_path, keras_export, tf2onnx_keras, time_distributed
 from ..pipeline import rewrite_graph
+from ..pipeline.streaming import cannot_stream, note_frozen_states, stream_native_nodes
 from ..plan.masks import MASK_MODES
 from ..report import finish_conversion, record_known_wrong
 from ..sources import SOURCES
@@ -68,7 +69,7 @@ def resolve_options(mask_mode: Optional[str], runtime: Optional[str], schedule: 
 
 
 def make_rewriter(mask_mode: Optional[str] = None, runtime: Optional[str] = None, schedule: bool = False, *,
-                  keep_wrong: bool = False, target=NOT_GIVEN):
+                  keep_wrong: bool = False, streaming: bool = False, target=NOT_GIVEN):
     """A tf2onnx custom rewriter ``(graph, ops) -> ops`` for masked Keras LSTM, GRU and SimpleRNN loops.
 
     ``mask_mode``: ``"post"`` (post-padded masks, checked at run time), ``"any"`` (every mask),
@@ -83,23 +84,36 @@ def make_rewriter(mask_mode: Optional[str] = None, runtime: Optional[str] = None
     and each scheduled layer's report names OpenVINO in ``not_for``.
     ``keep_wrong``: a graph known to compute other values than its source (a Keras 3
     ``TimeDistributed`` traced without the plugin) fails the conversion with :class:`.KnownWrong`,
-    unless this is True: then it is converted as it is, with a WARNING and the report's ``known_wrong``."""
+    unless this is True: then it is converted as it is, with a WARNING and the report's ``known_wrong``.
+    ``streaming``: every recurrent layer made native takes its initial states as graph inputs and
+    returns its final states as graph outputs (``<layer>/h_in``, ``<layer>/h_out``, and ``c_in``,
+    ``c_out`` for an LSTM), so that the model runs chunk by chunk (:mod:`..pipeline.streaming`). A
+    recurrent layer that cannot stream (a backward direction, a layer left as a Loop) would start
+    every chunk afresh: the conversion fails on it as on a known-wrong graph, unless ``keep_wrong``."""
     runtime, keyword = renamed("make_rewriter", "runtime", runtime, "target", target)
-    return _make_rewriter(mask_mode, runtime, schedule, keyword, keep_wrong)
+    return _make_rewriter(mask_mode, runtime, schedule, keyword, keep_wrong, streaming)
 
 
 def _make_rewriter(mask_mode: Optional[str], runtime: Optional[str], schedule: bool, keyword: str = "runtime",
-                   keep_wrong: bool = False):
+                   keep_wrong: bool = False, streaming: bool = False):
     """:func:`make_rewriter`, its runtime argument given as ``keyword`` (named by its errors)."""
     mask_mode = resolve_options(mask_mode, runtime, schedule, keyword)
 
     def rewrite_masked_lstm(graph, ops):
         for source in SOURCES:
             source.observe(graph)
-        rewrite_graph(graph, ops, SOURCES, mask_mode, runtime, schedule)
-        if is_main_graph(graph):
-            wrong = _known_wrong(time_distributed.traced_over_batch(graph, ops), keep_wrong)
+        main = is_main_graph(graph)
+        not_streamed = stream_native_nodes(graph) if streaming and main else []  # before any node of ours
+        rewrite_graph(graph, ops, SOURCES, mask_mode, runtime, schedule, streaming)
+        if main:
+            problems = time_distributed.traced_over_batch(graph, ops)
+            if streaming:
+                problems += not_streamed + cannot_stream(graph)
+            else:
+                note_frozen_states()
+            wrong = _known_wrong(problems, keep_wrong)
             finish_conversion()
+            layer_names.forget()
             if wrong is not None:
                 _fail(wrong)
         return graph.get_nodes()
@@ -109,6 +123,7 @@ def _make_rewriter(mask_mode: Optional[str], runtime: Optional[str], schedule: b
     rewrite_masked_lstm.runtime = rewrite_masked_lstm.target = runtime  # .target: the attribute's old name
     rewrite_masked_lstm.schedule = schedule
     rewrite_masked_lstm.keep_wrong = keep_wrong
+    rewrite_masked_lstm.streaming = streaming
     return rewrite_masked_lstm
 
 
@@ -193,10 +208,10 @@ class _Enabled(contextlib.AbstractContextManager):
 
 
 def enable(mask_mode: Optional[str] = None, runtime: Optional[str] = None, schedule: bool = False, *,
-           keep_wrong: bool = False, target=NOT_GIVEN) -> _Enabled:
+           keep_wrong: bool = False, streaming: bool = False, target=NOT_GIVEN) -> _Enabled:
     """Apply the rewrite in every tf2onnx conversion of this process from now on.
 
-    ``mask_mode``, ``runtime``, ``schedule`` and ``keep_wrong`` as in :func:`make_rewriter`
+    ``mask_mode``, ``runtime``, ``schedule``, ``keep_wrong`` and ``streaming`` as in :func:`make_rewriter`
     (``target=``: the deprecated name of ``runtime``); the default mask mode is the runtime's (``"any"`` for
     OpenVINO, else ``"post"``). Enabling again changes the mode; the
     rewrite is never applied twice (not even when a caller also passes it in ``custom_rewriter``).
@@ -206,7 +221,7 @@ def enable(mask_mode: Optional[str] = None, runtime: Optional[str] = None, sched
     """
     runtime, keyword = renamed("enable", "runtime", runtime, "target", target)
     previous = _enabled_rewriter
-    _install(_make_rewriter(mask_mode, runtime, schedule, keyword, keep_wrong))
+    _install(_make_rewriter(mask_mode, runtime, schedule, keyword, keep_wrong, streaming))
     return _Enabled(previous)
 
 
