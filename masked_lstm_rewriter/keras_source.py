@@ -74,8 +74,12 @@ def load(path, custom_objects: Optional[dict] = None):
     if not path.lower().endswith(KERAS_FILES):
         raise SourceError(f"{path}: not a Keras model file ({', '.join(KERAS_FILES)}) or a SavedModel directory")
     objects = {**(_GIVEN[-1] if _GIVEN else {}), **(custom_objects or {})}
+    # Keras rebuilds the model by calling each layer symbolically: there, tf_keras would register each
+    # LSTM's and GRU's cuDNN twin (seconds per layer) in a graph nothing runs
+    from .patches.generic_path import generic_path  # pylint: disable=import-outside-toplevel  (imports tf2onnx)
     try:
-        return tf.keras.models.load_model(path, custom_objects=objects or None, compile=False)
+        with generic_path():
+            return tf.keras.models.load_model(path, custom_objects=objects or None, compile=False)
     except Exception as error:  # pylint: disable=broad-except  (Keras raises many kinds; the user needs one line)
         unknown = unknown_class(path, error, objects)
         if unknown is not None:
