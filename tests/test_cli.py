@@ -66,11 +66,23 @@ def check_native(path, tokens, expected):
     np.testing.assert_allclose(got, expected, atol=1e-5)
 
 
+@pytest.fixture(scope="module")
+def default_conversion(saved_model, tmp_path_factory):
+    """(the finished run, its output) of the command line on the SavedModel with no plugin option."""
+    out = tmp_path_factory.mktemp("default") / "model.onnx"
+    return run("masked_lstm_rewriter", "--saved-model", saved_model[0], "-o", out), out
+
+
 @pytest.mark.parametrize("mode", ["post", "any"])
-def test_drop_in_command_converts_and_reports(saved_model, tmp_path, mode):
+def test_drop_in_command_converts_and_reports(saved_model, default_conversion, tmp_path, mode):
+    """"post", the default mode, as no option gives it; "any" as the option asks."""
     path, tokens, expected = saved_model
-    out = tmp_path / "model.onnx"
-    done = run("masked_lstm_rewriter", "--saved-model", path, "--output", out, "--mask-mode", mode)
+    if mode == "post":
+        done, out = default_conversion
+        tmp_path = out.parent
+    else:
+        out = tmp_path / "model.onnx"
+        done = run("masked_lstm_rewriter", "--saved-model", path, "--output", out, "--mask-mode", mode)
     assert done.returncode == 0, done.stderr[-2000:]
     check_native(out, tokens, expected)
     assert "2 recurrent layer(s) (2 masked, 0 without a mask): 2 native, 0 left as Loop" in done.stdout
@@ -126,6 +138,7 @@ def test_help_and_version_are_the_plugins_and_quick():
     assert "tf2onnx 1.17" in version.stdout
 
 
+@ONCE_PER_SUITE
 def test_tf2onnx_target_keeps_its_meaning(saved_model, tmp_path):
     """``--target`` is tf2onnx's (its workarounds): the plugin's runtime option is ``--runtime``."""
     path, tokens, expected = saved_model
@@ -173,12 +186,11 @@ def test_quiet_prints_nothing_but_errors(saved_model, tmp_path):
 
 
 @ONCE_PER_SUITE
-def test_progress_lines_and_no_tf2onnx_info_by_default(saved_model, tmp_path):
+def test_progress_lines_and_no_tf2onnx_info_by_default(saved_model, default_conversion):
     """A conversion says what it is doing, through the plugin's logger; tf2onnx's INFO lines
     (shown with -v) are not shown, nor the hidden file the output is written to first."""
     path = saved_model[0]
-    out = tmp_path / "model.onnx"
-    done = run("masked_lstm_rewriter", "--saved-model", path, "-o", out)
+    done, out = default_conversion
     assert done.returncode == 0, done.stderr[-2000:]
     ours = [line.split(": ", 1)[1] for line in done.stderr.splitlines() if line.startswith("masked_lstm_rewriter: ")]
     assert ours == [f"loading {path}", "converting with tf2onnx", "rewrote 2 of 2 recurrent layer(s); optimizing",
@@ -217,7 +229,7 @@ def test_a_keras_file_converts_with_dynamic_shapes_and_every_output(tmp_path):
         np.testing.assert_allclose(g, e, atol=1e-5)
 
 
-@pytest.mark.parametrize("mode", ["post", "any"])
+@pytest.mark.parametrize("mode", ["post", pytest.param("any", marks=ONCE_PER_SUITE)])  # the mode's value: any flavour
 def test_environment_switch_reaches_unmodified_tf2onnx_convert(saved_model, tmp_path, mode):
     path, tokens, expected = saved_model
     out = tmp_path / "model.onnx"
@@ -226,15 +238,15 @@ def test_environment_switch_reaches_unmodified_tf2onnx_convert(saved_model, tmp_
     check_native(out, tokens, expected)
 
 
+@ONCE_PER_SUITE
 def test_environment_switch_unset_or_empty_is_stock(saved_model, tmp_path):
-    """Unset or empty, the start-up hook does nothing: the plugin is not even imported. (Stock
-    tf2onnx itself orders nodes differently from run to run, so bytes cannot be compared.)"""
-    path = saved_model[0]
-    for name, mode in (("unset", None), ("empty", "")):
-        out = tmp_path / f"{name}.onnx"
-        done = run("tf2onnx.convert", "--saved-model", path, "--output", out, env_mode=mode)
-        assert done.returncode == 0, done.stderr[-2000:]
-        assert op_counts(onnx.load(str(out)))["Loop"] == 2
+    """Unset or empty, the start-up hook does nothing: the plugin is not even imported (the probes),
+    and unset, tf2onnx's conversion is stock. (Stock tf2onnx itself orders nodes differently from run
+    to run, so bytes cannot be compared.)"""
+    out = tmp_path / "unset.onnx"
+    done = run("tf2onnx.convert", "--saved-model", saved_model[0], "--output", out)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert op_counts(onnx.load(str(out)))["Loop"] == 2
     probe = ("import sys, tf2onnx.tfonnx; print(any(m.split('.')[0] == 'masked_lstm_rewriter' for m in sys.modules)"
              " or any('EnableAfterImport' in type(f).__name__ for f in sys.meta_path))")
     for mode, loaded in ((None, "False"), ("", "False"), ("post", "True")):
@@ -245,6 +257,7 @@ def test_environment_switch_unset_or_empty_is_stock(saved_model, tmp_path):
         assert done.stdout.strip() == loaded, mode
 
 
+@ONCE_PER_SUITE
 def test_environment_switch_rejects_other_values_before_converting(saved_model, tmp_path):
     out = tmp_path / "model.onnx"
     done = run("tf2onnx.convert", "--saved-model", saved_model[0], "--output", out, env_mode="yes")
@@ -262,6 +275,7 @@ def hard_sigmoid_model(tmp_path_factory):
 
 
 @pytest.mark.parametrize("command", ["drop-in", "environment"])
+@ONCE_PER_SUITE
 def test_target_openvino_keeps_what_openvino_cannot_compile_a_loop(hard_sigmoid_model, tmp_path, command):
     out = tmp_path / "model.onnx"
     if command == "drop-in":
@@ -279,6 +293,7 @@ def test_target_openvino_keeps_what_openvino_cannot_compile_a_loop(hard_sigmoid_
         assert "masked_lstm_rewriter: WARNING: mask_mode='post' for OpenVINO" in done.stderr
 
 
+@ONCE_PER_SUITE
 def test_runtime_openvino_defaults_to_the_exact_mode(saved_model, tmp_path):
     out = tmp_path / "model.onnx"
     done = run("masked_lstm_rewriter", "--saved-model", saved_model[0], "--output", out, "--runtime", "openvino")
@@ -316,6 +331,7 @@ def test_graphdef_input(saved_model, frozen_graph, tmp_path, command):
     check_native(out, *saved_model[1:])
 
 
+@ONCE_PER_SUITE
 def test_graphdef_with_lowered_control_flow_is_reported(frozen_graph, tmp_path):
     """TF1-style loops reach the rewriter as ONNX Loops already: left alone, and the report says why."""
     paths, inputs, outputs = frozen_graph
@@ -341,7 +357,9 @@ SCRIPT_IMPORTS = {
 }
 
 
-@pytest.mark.parametrize("imports", sorted(SCRIPT_IMPORTS))
+# the order of imports is the hook's subject, independent of the flavour: one order in both
+@pytest.mark.parametrize("imports", [name if name == "from tf2onnx import convert" else
+                                     pytest.param(name, marks=ONCE_PER_SUITE) for name in sorted(SCRIPT_IMPORTS)])
 def test_environment_switch_in_a_script_converting_with_from_keras(imports):
     """The switch also serves a script's own ``tf2onnx.convert.from_keras``, however it imports tf2onnx."""
     script = "\n".join([
