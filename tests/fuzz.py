@@ -95,6 +95,7 @@ def run_worker(args) -> dict:
         totals["non-finite"] += result.non_finite
         totals["stock overflow"] += result.stock_overflow
         totals["openvino softplus"] += result.openvino_softplus
+        totals["row rounding"] += result.row_rounding
         totals["ill-conditioned"] += len(result.ill_conditioned)
         if result.ill_conditioned:
             worst_ill[0] = max([worst_ill[0]] + [onnx / max(keras, 1e-30)

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Differential fuzzing (tests/fuzzgen.py): random masked models x random batches, both mask modes.
 
-CI runs a fixed sample (hypothesis derandomized, no example database): FUZZ_MODELS model cases
+CI runs a fixed sample (hypothesis seeded, FUZZ_SEED, no example database): FUZZ_MODELS model cases
 of FUZZ_BATCHES batches each, so at least 200 model/batch cases per Keras flavour; each case
 draws the signature its model is converted with (half dynamic, half a static form) and its
 wiring (a stack, a lower sequence read elsewhere too, parallel layers), and half the cases, by
@@ -18,7 +18,7 @@ import os
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, seed, settings
 
 import fuzzgen
 import kerasutil
@@ -28,9 +28,12 @@ from fuzzgen import UNMASKED, BatchCase, LayerCase, ModelCase
 
 pytestmark = pytest.mark.grid  # a sample of each parametrized grid (tests/grid.py)
 
-FUZZ_BATCHES = 4
-FUZZ_MODELS = int(os.environ.get("MLR_FUZZ_EXAMPLES", "50"))  # x FUZZ_BATCHES = 200 model/batch cases
-CI_SETTINGS = settings(max_examples=FUZZ_MODELS, deadline=None, derandomize=True, database=None,
+FUZZ_BATCHES = 5  # a batch costs a fraction of a model's conversions: more batches, fewer models, same floor
+FUZZ_MODELS = int(os.environ.get("MLR_FUZZ_EXAMPLES", "40"))  # x FUZZ_BATCHES = 200 model/batch cases
+# The same seed for the test and ci_sample(), which checks what the sample covers: derandomize would
+# seed each from its own function's source, giving the two different samples
+FUZZ_SEED = 3
+CI_SETTINGS = settings(max_examples=FUZZ_MODELS, deadline=None, database=None,
                        suppress_health_check=list(HealthCheck))
 
 
@@ -42,6 +45,7 @@ def assert_case_ok(case, batches):
     return result
 
 
+@seed(FUZZ_SEED)
 @CI_SETTINGS
 @given(case=fuzzgen.model_cases(), batches=fuzzgen.batch_lists(FUZZ_BATCHES))
 def test_random_models_match_keras_in_both_modes(case, batches):
@@ -191,9 +195,10 @@ def test_unmasked_inputs_are_features_with_every_step_valid():
 
 
 def ci_sample() -> list:
-    """The model cases of the derandomized sample test_random_models_match_keras_in_both_modes runs."""
+    """The model cases of the seeded sample test_random_models_match_keras_in_both_modes runs."""
     cases = []
 
+    @seed(FUZZ_SEED)
     @CI_SETTINGS
     @given(case=fuzzgen.model_cases(), batches=fuzzgen.batch_lists(FUZZ_BATCHES))
     def sample(case, batches):  # pylint: disable=unused-argument
@@ -313,3 +318,46 @@ def test_only_positions_stock_tf2onnx_also_overflows_at_are_taken_out():
 def test_the_fuzz_sample_is_large_enough():
     """The brief's floor: at least 200 model/batch cases per flavour in CI."""
     assert FUZZ_MODELS * FUZZ_BATCHES >= 200 or "MLR_FUZZ_EXAMPLES" in os.environ
+
+
+def _gru_sequence(h0, xs, weights, dtype):
+    """A linear-activation GRU (reset_after) in numpy at ``dtype`` over ``xs`` [batch, steps, 1]:
+    every step's state, [batch, steps, units]. ``weights``: (W, U, b_x, b_h) in Keras's layout."""
+    w, u, bx, bh = (np.asarray(a, dtype) for a in weights)
+    units, h, states = u.shape[0], h0.astype(dtype), []
+    for step in range(xs.shape[1]):
+        xw, hu = xs[:, step].astype(dtype) @ w + bx, h @ u + bh
+        z = 1 / (1 + np.exp(-(xw[:, :units] + hu[:, :units])))
+        r = 1 / (1 + np.exp(-(xw[:, units:2 * units] + hu[:, units:2 * units])))
+        h = z * h + (1 - z) * (xw[:, 2 * units:] + r * hu[:, 2 * units:])
+        states.append(h)
+    return np.stack(states, axis=1)
+
+
+def test_onnxruntime_gru_rounds_to_the_state_it_gates():
+    """Pins what fuzzgen's row rounding (``row_scaled_difference``) counts apart, found by the fuzzer
+    (an unmasked linear GRU over a softplus LSTM): onnxruntime's native GRU moves an output by about
+    float32's rounding of the state its update gate mixes in (a row keeps a state of -6000 for a
+    step, then its gate lets a few units of it through), where numpy's float32, as Keras's, stays
+    close to exact. If it fails, onnxruntime computes this exactly now, and the exemption can go."""
+    from onnx import TensorProto, helper, numpy_helper  # pylint: disable=import-outside-toplevel
+    xs = np.array([[[18.0], [0.0]], [[18.0], [0.5]], [[18.0], [-0.5]]], np.float32)  # z near 1, then near 0
+    h0 = np.array([[-6071.2, 0.3], [-5000.0, 1.0], [-4000.0, -2.0]], np.float32)
+    rng = np.random.default_rng(5)
+    w = np.concatenate([[1.0, 1.0], rng.normal(size=4)]).astype(np.float32)[None]
+    u = (rng.normal(size=(2, 6)) * 1e-4).astype(np.float32)
+    bx, bh = np.array([-9.0, -9.0, 0, 0, 1.0, 1.0], np.float32), np.zeros(6, np.float32)
+    node = helper.make_node("GRU", ["X", "W", "R", "B", "", "H0"], ["Y"], hidden_size=2, linear_before_reset=1,
+                            activations=["Sigmoid", "Affine"], activation_alpha=[1.0], activation_beta=[0.0])
+    graph = helper.make_graph(
+        [node], "gru", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [2, 3, 1]),
+                        helper.make_tensor_value_info("H0", TensorProto.FLOAT, [1, 3, 2])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w.T[None], "W"), numpy_helper.from_array(u.T[None], "R"),
+         numpy_helper.from_array(np.concatenate([bx, bh])[None], "B")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)], ir_version=8)
+    got = runtimes.run_onnxruntime(model, {"X": xs.transpose(1, 0, 2), "H0": h0[None]})[0][:, 0].transpose(1, 0, 2)
+    exact = _gru_sequence(h0, xs, (w, u, bx, bh), np.float64)
+    assert fuzzgen.scaled_difference([exact], [_gru_sequence(h0, xs, (w, u, bx, bh), np.float32)]) < 2e-6
+    assert fuzzgen.scaled_difference([exact], [got]) > 1e-5, (got, exact)   # onnxruntime: far above ATOL ...
+    assert fuzzgen.row_scaled_difference([exact], [got]) < 1e-6              # ... within the row's rounding

@@ -19,7 +19,7 @@ from kerasutil import keras_outputs
 
 pytestmark = pytest.mark.grid  # a sample of each parametrized grid (tests/grid.py)
 
-ADVERSARIAL_CASES = int(os.environ.get("MLR_ADVERSARIAL_CASES", "120"))
+ADVERSARIAL_CASES = int(os.environ.get("MLR_ADVERSARIAL_CASES", "100"))
 CASES = fa.draw_cases(ADVERSARIAL_CASES, seed=0)
 
 
