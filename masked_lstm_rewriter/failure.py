@@ -9,7 +9,10 @@ into the logged reason and the report's entry in one place (:mod:`.pipeline`).
 
 from __future__ import annotations
 
+import logging
 from typing import Optional
+
+from .report import record_known_wrong
 
 
 class Refusal(Exception):
@@ -43,3 +46,18 @@ class KnownWrong(RuntimeError):
     """The conversion would write a model known to compute other values than its source (a graph
     broken before tf2onnx saw it): raised unless the user asked to keep such a model. The message
     says what is wrong, where, and how to convert it right."""
+
+
+def known_wrong(problems: list, keep_wrong: bool) -> Optional[KnownWrong]:
+    """Put each problem that makes the model wrong in the conversion's report; the error to fail
+    with, or None when there is none or the user asked to keep such a model (then each is logged)."""
+    for problem in problems:
+        record_known_wrong(problem)
+    if problems and not keep_wrong:
+        more = f" (and {len(problems) - 1} more such problem(s))" if len(problems) > 1 else ""
+        return KnownWrong(f"{problems[0]}{more}; to write the model as it is anyway, convert with keep_wrong=True "
+                          "(--keep-wrong)")
+    for problem in problems:
+        logging.getLogger("masked_lstm_rewriter").warning("%s; written as it is (keep_wrong)", problem)
+    return None
+

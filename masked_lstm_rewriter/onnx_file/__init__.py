@@ -18,7 +18,9 @@ from typing import Optional
 
 from .. import output_file
 from ..conversion import Converted
+from ..failure import known_wrong
 from ..pipeline import rewrite_graph
+from ..pipeline.streaming import cannot_stream, stream_native_nodes
 from ..plugin import resolve_options
 from ..report import ConversionReport, finish_conversion, start_conversion
 from ..sources import ONNX_FILE_SOURCES
@@ -30,14 +32,15 @@ __all__ = ["rewrite_onnx", "ModelError"]
 
 
 def rewrite_onnx(model, output_path=None, *, mask_mode: Optional[str] = None, runtime: Optional[str] = None,
-                 schedule: bool = False) -> Converted:
+                 schedule: bool = False, streaming: bool = False, keep_wrong: bool = False) -> Converted:
     """Rewrite the recurrent ``Loop``\\ s of an ONNX model into native ``LSTM``, ``GRU`` and ``RNN`` ops.
 
     ``model``: an ``onnx.ModelProto`` or the path of an ``.onnx`` file (its external data is read
     from beside it). ``output_path``: where to write the result (only if the rewrite succeeded; a
     model past 2 GB is written with its tensors in ``<name>.data`` beside it). ``mask_mode``,
-    ``runtime`` and ``schedule`` as in :func:`..convert`. Returns the model and the report of every
-    recurrent layer found: rewritten, or left as the Loop it was (with the reason). Every node
+    ``runtime``, ``schedule``, ``streaming`` and ``keep_wrong`` as in :func:`..convert` (a streamed
+    layer's states are named after the layer the Loop's names give). Returns the model and the
+    report of every recurrent layer found: rewritten, or left as the Loop it was (with the reason). Every node
     that is not part of a rewritten Loop, the graph's inputs and outputs and the model's metadata
     stay as they were; the given ``ModelProto`` is not changed.
     """
@@ -47,9 +50,13 @@ def rewrite_onnx(model, output_path=None, *, mask_mode: Optional[str] = None, ru
     original = load(model)
     start_conversion()
     graph = to_graph(original)
-    rewrite_graph(graph, list(graph.get_nodes()), ONNX_FILE_SOURCES, mask_mode, runtime, schedule)
+    not_streamed = stream_native_nodes(graph) if streaming else []  # before any node of ours
+    rewrite_graph(graph, list(graph.get_nodes()), ONNX_FILE_SOURCES, mask_mode, runtime, schedule, streaming)
+    wrong = known_wrong(not_streamed + cannot_stream(graph) if streaming else [], keep_wrong)
     report = finish_conversion()
-    rewritten = splice(original, graph) if report.rewritten else _copy(original)
+    if wrong is not None:
+        raise wrong
+    rewritten = splice(original, graph) if report.rewritten or streaming else _copy(original)
     if output_path is not None:
         with output_file.atomic_path(output_path) as partial:
             save(rewritten, partial, os.fspath(output_path))

@@ -34,6 +34,9 @@ def splice(original: onnx.ModelProto, graph) -> onnx.ModelProto:
     inputs = {i.name for i in main.input}
     raw = _raw_outputs(graph)
     for node in graph.get_nodes():
+        if node.type == "Placeholder" and node.output[0] not in inputs | initializers:
+            main.input.append(_value_info(graph, node.output[0]))  # a streamed layer's state input
+            continue
         if (node.type == "Const" and node.output[0] in initializers) or \
                 (node.type == "Placeholder" and node.output[0] in inputs | initializers) or \
                 node.output[0] in raw.values():
@@ -51,10 +54,13 @@ def splice(original: onnx.ModelProto, graph) -> onnx.ModelProto:
         for old, new in zip(main.node[index].input, node.input):
             if old != raw.get(new, new):
                 renames.setdefault(old, new)
+    main.output.extend(_value_info(graph, name) for name in graph.outputs
+                       if name not in {o.name for o in main.output} and name not in raw)  # a state output
     kept_nodes = [main.node[i] for i in sorted(kept)]
     added = _named_as_before(added, renames, raw)
     nodes, constants = _without_what_only_removed_nodes_used(original.graph, kept_nodes, added,
-                                                              list(main.initializer) + new_constants)
+                                                              list(main.initializer) + new_constants,
+                                                              {o.name for o in main.output})
     del main.node[:]
     main.node.extend(_in_order(nodes, {id(n): i for i, n in enumerate(kept_nodes)}, main))
     _keep_only(main.initializer, constants)
@@ -154,15 +160,23 @@ def _live(nodes: list, outputs: set) -> set:
     return live
 
 
-def _without_what_only_removed_nodes_used(original, kept: list, added: list, constants: list) -> tuple:
+def _value_info(graph, name: str):
+    """A graph input's or output's type, as tf2onnx's graph declares it (``-1``: a dynamic axis)."""
+    shape = graph.get_shape(name)
+    return onnx.helper.make_tensor_value_info(name, graph.get_dtype(name),
+                                              None if shape is None else [d if d >= 0 else None for d in shape])
+
+
+def _without_what_only_removed_nodes_used(original, kept: list, added: list, constants: list, outputs: set) -> tuple:
     """(nodes, initializers) less those only the removed nodes used: what the original model computed
-    for its outputs and the new one does not; what it left unused stays."""
-    outputs = {o.name for o in original.output}
-    was_live = {o for node in original.node if id(node) in _live(list(original.node), outputs) for o in node.output}
+    for its outputs and the new one does not (``outputs``: the new model's, a streamed layer's state
+    outputs included); what it left unused stays."""
+    before = {o.name for o in original.output}
+    was_live = {o for node in original.node if id(node) in _live(list(original.node), before) for o in node.output}
     live, kept_ids = _live(kept + added, outputs), {id(n) for n in kept}
     nodes = [n for n in kept + added if id(n) in live or (id(n) in kept_ids and not set(n.output) & was_live)]
     read = {name for node in nodes for name in _reads(node)} | outputs
-    was_read = {name for node in original.node for name in _reads(node)} | outputs
+    was_read = {name for node in original.node for name in _reads(node)} | before
     originals = {t.name for t in original.initializer}
     return nodes, [t for t in constants if t.name in read or (t.name in originals and t.name not in was_read)]
 

@@ -22,13 +22,13 @@ from typing import Optional
 from tf2onnx import tfonnx
 
 from .. import layer_names, targets
-from ..failure import KnownWrong
+from ..failure import known_wrong
 from ..keywords import NOT_GIVEN, renamed
 from ..patches import generic_path, keras_export, tf2onnx_keras, time_distributed
 from ..pipeline import rewrite_graph
 from ..pipeline.streaming import cannot_stream, note_frozen_states, stream_native_nodes
 from ..plan.masks import MASK_MODES
-from ..report import finish_conversion, record_known_wrong
+from ..report import finish_conversion
 from ..sources import SOURCES
 from ..sources.tf_while import is_main_graph
 
@@ -111,7 +111,7 @@ def _make_rewriter(mask_mode: Optional[str], runtime: Optional[str], schedule: b
                 problems += not_streamed + cannot_stream(graph)
             else:
                 note_frozen_states()
-            wrong = _known_wrong(problems, keep_wrong)
+            wrong = known_wrong(problems, keep_wrong)
             finish_conversion()
             layer_names.forget()
             if wrong is not None:
@@ -125,19 +125,6 @@ def _make_rewriter(mask_mode: Optional[str], runtime: Optional[str], schedule: b
     rewrite_masked_lstm.keep_wrong = keep_wrong
     rewrite_masked_lstm.streaming = streaming
     return rewrite_masked_lstm
-
-
-def _known_wrong(problems: list, keep_wrong: bool) -> Optional[KnownWrong]:
-    """Put what makes the model wrong in the report; the error to fail with, unless ``keep_wrong``."""
-    for problem in problems:
-        record_known_wrong(problem)
-    if problems and not keep_wrong:
-        more = f" (and {len(problems) - 1} more such problem(s))" if len(problems) > 1 else ""
-        return KnownWrong(f"{problems[0]}{more}; to write the model as it is anyway, convert with keep_wrong=True "
-                          "(--keep-wrong)")
-    for problem in problems:
-        logger.warning("%s; written as it is (keep_wrong)", problem)
-    return None
 
 
 class _Conversion(threading.local):
