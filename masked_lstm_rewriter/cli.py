@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import io
 import os
 import signal
@@ -36,8 +37,9 @@ from importlib import metadata
 from typing import Optional
 
 from . import cli_input, dependencies
-from .cli_input import UsageError, bad_input, environment_choice, keras_on_tensorflow, model_file_problem
+from .cli_input import UsageError, bad_input, environment_choice, keras_on_tensorflow, model_file_problem, pop_choice
 from .cli_logging import command_logging, progress, quiet_run, rename, verbosity
+from .cli_streaming import pop_streaming
 
 PROG = "masked_lstm_rewriter"
 INPUT_OPTIONS = ("--saved-model", "--keras", "--graphdef", "--input", "--tflite", "--tfjs", "--checkpoint")
@@ -51,7 +53,7 @@ EXIT_CODES = {0: "converted (or verified)", 1: "the conversion failed (or verify
               130: "interrupted (Ctrl-C)", 143: "terminated (SIGTERM)"}
 
 HELP = f"""usage: python -m {PROG} [convert] [MODEL] --output FILE [options] [tf2onnx options]
-       python -m {PROG} rewrite ONNX --output FILE [--mask-mode post|any] [--runtime ...] [--schedule] [-q]
+       python -m {PROG} rewrite ONNX --output FILE [--mask-mode post|any] [--runtime ...] [--schedule] [--streaming] [-q]
        python -m {PROG} verify REFERENCE ONNX [--runtime onnxruntime|openvino|all] [--tolerance T] [-q]
        python -m {PROG} --version
 
@@ -74,7 +76,9 @@ plugin options:
                         ${RUNTIME_ENV}
   --schedule            length-aware schedule for long-tailed batches (needs --runtime onnxruntime)
   --streaming           each recurrent layer's states as inputs and outputs (<layer>/h_in ...
-                        <layer>/h_out), to run the model chunk by chunk
+                        <layer>/h_out), to run the model chunk by chunk. Default: on for a Keras
+                        file with stateful=True layers (said on standard error), else off
+  --no-streaming        no state inputs: a stateful model's states are frozen as they are saved
   --keep-wrong          write a model known to compute other values than its source (a SavedModel
                         with Keras 3's broken TimeDistributed trace) instead of failing; the
                         report says what is wrong
@@ -195,10 +199,11 @@ def _convert_command(args: list) -> int:
         return 0
     quiet = any(arg in QUIET for arg in args)
     args = [arg for arg in args if arg not in QUIET]
-    mask_mode, args = _pop_option(args, "--mask-mode", MASK_MODE_ENV, MASK_MODES)
-    runtime, args = _pop_option(args, "--runtime", RUNTIME_ENV, RUNTIMES)
+    mask_mode, args = pop_choice(args, "--mask-mode", MASK_MODE_ENV, MASK_MODES)
+    runtime, args = pop_choice(args, "--runtime", RUNTIME_ENV, RUNTIMES)
     modules, args = cli_input.pop_custom_objects(args)
-    flags = {flag: flag in args for flag in ("--schedule", "--keep-wrong", "--streaming")}
+    streaming, args = pop_streaming(args)
+    flags = {flag: flag in args for flag in ("--schedule", "--keep-wrong")} | {"--streaming": streaming}
     args = [arg for arg in args if arg not in flags]
     args = _expand_model(_short_output(args))
     _check_target(args)
@@ -226,34 +231,6 @@ def _versions() -> str:
         with contextlib.suppress(metadata.PackageNotFoundError):
             found.append(f"{name} {metadata.version(name)}")
     return ", ".join(found)
-
-
-def _pop_option(args: list, name: str, variable: str, choices: tuple) -> tuple:
-    """(the value of our own option ``name``, else of the environment ``variable``; the other
-    arguments, for tf2onnx)."""
-    value, rest = None, []
-    it = iter(args)
-    for arg in it:
-        if arg == name:
-            value = next(it, None)
-            if value is None:
-                raise UsageError(f"{name} needs a value: {' or '.join(choices)}")
-        elif arg.startswith(name + "="):
-            value = arg.split("=", 1)[1]
-        else:
-            rest.append(arg)
-    if value is None:
-        return _environment_choice(variable, choices), rest
-    if value not in choices:
-        raise UsageError(f"{name} must be one of {', '.join(choices)}, not {value!r}")
-    return value, rest
-
-
-def _environment_choice(variable: str, choices: tuple) -> Optional[str]:
-    try:
-        return environment_choice(variable, choices)
-    except ValueError as error:
-        raise UsageError(str(error)) from None
 
 
 def _short_output(args: list) -> list:
@@ -348,11 +325,13 @@ def _check_with_tf2onnx_parser(args: list) -> None:
 def _convert(args: list, mask_mode: Optional[str], runtime: Optional[str], flags: dict, renames: dict):
     """tf2onnx's ``main`` under the plugin, a Keras file or a SavedModel named as ``convert`` names it
     (:mod:`.io_names`), writing to a hidden file renamed to ``--output`` at the end; returns the
-    report. ``flags``: the plugin's switches given (``--schedule``, ``--keep-wrong``, ``--streaming``);
+    report. ``flags``: the plugin's switches given (``--schedule``, ``--keep-wrong``; ``--streaming``:
+    True, False, or None for a Keras file's stateful layers to decide, :mod:`.cli_streaming`);
     ``renames`` gets hidden path -> output, for the log records."""
     from tf2onnx import convert  # pylint: disable=import-outside-toplevel
     from . import enable, last_report  # pylint: disable=import-outside-toplevel
     from .cli_logging import conversion_progress  # pylint: disable=import-outside-toplevel
+    from .cli_streaming import streaming_decided  # pylint: disable=import-outside-toplevel
     from .io_names import tf2onnx_main_named  # pylint: disable=import-outside-toplevel
     from .output_file import atomic_path  # pylint: disable=import-outside-toplevel
     from .report import start_conversion  # pylint: disable=import-outside-toplevel
@@ -362,9 +341,11 @@ def _convert(args: list, mask_mode: Optional[str], runtime: Optional[str], flags
         with atomic_path(output, before_rename=_output_written) as partial:
             renames[partial] = output
             start_conversion()
-            with enable(mask_mode, runtime, flags["--schedule"], keep_wrong=flags["--keep-wrong"],
-                        streaming=flags["--streaming"]), \
-                    tf2onnx_main_named("--large_model" in args), conversion_progress(output, partial):
+            plugin = functools.partial(enable, mask_mode, runtime, flags["--schedule"],
+                                       keep_wrong=flags["--keep-wrong"])
+            with plugin(streaming=bool(flags["--streaming"])), \
+                    tf2onnx_main_named("--large_model" in args), conversion_progress(output, partial), \
+                    streaming_decided(flags["--streaming"], lambda: plugin(streaming=True)):
                 sys.argv = [PROG] + _replace_option(args, "--output", partial)
                 convert.main()
             if STOPPED:  # the signal's exception was lost in TensorFlow: the output is not kept
@@ -414,7 +395,7 @@ def _rewrite(args: list) -> int:
     except SystemExit as done:  # --help
         return int(done.code or 0)
     if parsed.mask_mode not in (None,) + MASK_MODES:  # argparse checks the choices of a given value only
-        _environment_choice(MASK_MODE_ENV, MASK_MODES)
+        environment_choice(MASK_MODE_ENV, MASK_MODES)
     if not os.path.isfile(parsed.model):
         raise UsageError(f"{parsed.model}: no such file")
     _check_output(parsed.output)
@@ -425,7 +406,8 @@ def _rewrite(args: list) -> int:
     try:
         with command_logging(int(parsed.verbose), parsed.quiet, {}):
             rewritten, report = rewrite_onnx(parsed.model, mask_mode=parsed.mask_mode, runtime=parsed.runtime,
-                                             schedule=parsed.schedule)
+                                             schedule=parsed.schedule, streaming=parsed.streaming,
+                                             keep_wrong=parsed.keep_wrong)
             with atomic_path(parsed.output, before_rename=_output_written) as partial:
                 save(rewritten, partial, parsed.output)
     except (ModelError, OutputError, ValueError) as error:
@@ -454,6 +436,10 @@ def _rewrite_parser() -> argparse.ArgumentParser:
     parser.add_argument("--runtime", choices=RUNTIMES, help="the runtime the model is for (default: any runtime)")
     parser.add_argument("--schedule", action="store_true",
                         help="length-aware schedule for long-tailed batches (needs --runtime onnxruntime)")
+    parser.add_argument("--streaming", action="store_true",
+                        help="each layer's states as inputs and outputs (<layer>/h_in ... <layer>/h_out)")
+    parser.add_argument("--keep-wrong", action="store_true",
+                        help="write the model even where it is known to be wrong (a layer that cannot stream)")
     parser.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors (no report, no warnings)")
     parser.add_argument("-v", "--verbose", action="store_true", help="also show what was done to each layer")
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
@@ -465,7 +451,9 @@ def _verify(args: list) -> int:
                             description="Check that an ONNX model gives the outputs of the model it came "
                                         "from (a Keras model, a SavedModel, or the original ONNX file "
                                         "run on onnxruntime): every output at every position, on batches "
-                                        "with post-padded, pre-padded and holed masks, empty and full rows.",
+                                        "with post-padded, pre-padded and holed masks, empty and full rows. "
+                                        "A streaming model runs from zero states; its state outputs are not "
+                                        "compared.",
                             epilog="exit status: 0 verified; 1 a difference past the tolerance, or the "
                                    "guard fired where it should not (or not where it should); 2 bad input")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

@@ -90,12 +90,33 @@ def legacy_keras_hint(model_path: Optional[str], message: str) -> Optional[str]:
     return f"a tf_keras (Keras 2) .h5 file: run with {LEGACY_KERAS_ENV}=1"
 
 
+def pop_choice(args: list, name: str, variable: str, choices: tuple) -> tuple:
+    """(the value of the command line's own option ``name``, else of the environment ``variable``;
+    the other arguments, for tf2onnx)."""
+    value, rest = None, []
+    it = iter(args)
+    for arg in it:
+        if arg == name:
+            value = next(it, None)
+            if value is None:
+                raise UsageError(f"{name} needs a value: {' or '.join(choices)}")
+        elif arg.startswith(name + "="):
+            value = arg.split("=", 1)[1]
+        else:
+            rest.append(arg)
+    if value is None:
+        return environment_choice(variable, choices), rest
+    if value not in choices:
+        raise UsageError(f"{name} must be one of {', '.join(choices)}, not {value!r}")
+    return value, rest
+
+
 def environment_choice(variable: str, choices: tuple) -> Optional[str]:
-    """The value of the environment ``variable`` (None when unset or empty); ValueError naming the
+    """The value of the environment ``variable`` (None when unset or empty); a UsageError naming the
     variable when it is not one of ``choices``."""
     value = os.environ.get(variable, "").strip() or None
     if value is not None and value not in choices:
-        raise ValueError(f"{variable} must be one of {', '.join(choices)} (or empty), not {value!r}")
+        raise UsageError(f"{variable} must be one of {', '.join(choices)} (or empty), not {value!r}")
     return value
 
 

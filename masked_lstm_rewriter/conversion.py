@@ -90,7 +90,7 @@ def convert(model, output_path=None, *, mask_mode: Optional[str] = None, runtime
             if not keras_source.is_keras_model(keras_model):
                 raise TypeError(f"expected a Keras model or a path, not {type(keras_model).__name__}")
             with enable(mask_mode, runtime, schedule, keep_wrong=keep_wrong,
-                        streaming=_streaming_for(keras_model, streaming)):
+                        streaming=streaming_for(keras_model, streaming)):
                 onnx_model, storage = _from_keras(keras_model, input_signature, opset, tf2onnx_options)
     io_names.name_dimensions(onnx_model)  # batch, time: not tf2onnx's unk__N
     report = last_report() or ConversionReport()
@@ -110,7 +110,7 @@ def _in_tensorflow_process(model, output_path, tf2onnx_options: dict, **options)
     return Converted(onnx_model, report)
 
 
-def _streaming_for(model, streaming: Optional[bool]) -> bool:
+def streaming_for(model, streaming: Optional[bool]) -> bool:
     """``streaming``, or where not given, whether ``model`` has stateful recurrent layers (said at INFO)."""
     if streaming is not None:
         return streaming

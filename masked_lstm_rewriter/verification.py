@@ -20,6 +20,11 @@ and that counts as a pass; anywhere else the ONNX model must run and match. The 
 runs every batch (an ONNX reference with the guard is refused). Works on any ONNX model of the
 same inputs: stock tf2onnx output with ``Loop``s, unmasked models, several inputs and outputs.
 
+A streaming model (docs/streaming.md) has more inputs and outputs than its reference: its state
+inputs are fed zeros (where a sequence starts, as the reference starts each batch: a stateful
+Keras model is reset first), its own outputs are compared, and its state outputs are left out,
+which the notes and the verdict say.
+
 Nothing here imports TensorFlow or tf2onnx before :func:`verify` runs, so that the command line
 can import :func:`add_arguments` before its process picks a Keras flavour. The library never
 prints; :func:`run` (the command line's part) does.
@@ -82,6 +87,7 @@ class Verification:
     guarded: bool                                     # the ONNX model has the post-padding guard
     checks: list = dataclasses.field(default_factory=list)
     notes: list = dataclasses.field(default_factory=list)
+    ignored: list = dataclasses.field(default_factory=list)  # a streaming model's state outputs, not compared
 
     @property
     def ok(self) -> bool:
@@ -112,8 +118,10 @@ class Verification:
             guard = f"; the guard fired on the {fired} runs whose batch is not post-padded, as it should" \
                 if fired else ""
             runtimes = sorted({check.runtime for check in self.checks})
+            ignored = f"; not compared: the state outputs {', '.join(self.ignored)}" if self.ignored else ""
             return (f"verified: {self.onnx} matches {self.model} within {self.tolerance:g} on "
-                    f"{' and '.join(runtimes)} ({len(self.checks)} runs, every output at every position){guard}")
+                    f"{' and '.join(runtimes)} ({len(self.checks)} runs, every output at every position"
+                    f"{ignored}){guard}")
         if not self.checks:
             return "NOT verified: nothing was checked"
         failed = self.failures
@@ -166,6 +174,7 @@ class _Plan:
     output_names: list
     guarded: bool
     tolerance: float
+    states: dict = dataclasses.field(default_factory=dict)  # a streaming model's state inputs, fed zeros
 
 
 def verify(model, onnx_model, *, runtime="onnxruntime", tolerance: float = DEFAULT_TOLERANCE, seed: int = 0,
@@ -211,9 +220,12 @@ def _verify(model, onnx_model, runtimes: tuple, tolerance: float, shape: tuple, 
             custom_objects: Optional[dict] = None) -> Verification:
     """:func:`verify`, its arguments checked (``shape``: the batches' rows, steps and seed)."""
     proto, onnx_label = load_onnx(onnx_model)
-    output_names = [output.name for output in proto.graph.output]
+    states = verify_batches.state_inputs(proto)
+    ignored = [verify_batches.state_output(name) for name in states]
+    output_names = [output.name for output in proto.graph.output if output.name not in ignored]
     reference = load_reference(model, output_names, custom_objects)
-    result = Verification(reference.label, onnx_label, tolerance, has_guard(proto))
+    result = Verification(reference.label, onnx_label, tolerance, has_guard(proto), ignored=ignored)
+    result.notes += reference.notes + _streaming_notes(states, ignored)
     try:
         roles = verify_batches.input_roles(reference.specs, proto, reference)
     except verify_batches.InterfaceError as error:
@@ -224,16 +236,25 @@ def _verify(model, onnx_model, runtimes: tuple, tolerance: float, shape: tuple, 
                      if role.kind == verify_batches.TOKENS and role.vocabulary is None]
     for role in roles:
         logger.debug("verify: input %s", role.describe())
-    plan = _Plan(roles, output_names, result.guarded, tolerance)
-    runners = _runners(runtimes, proto, result, say)
+    plan = _Plan(roles, output_names, result.guarded, tolerance, states)
+    runners = _runners(runtimes, proto, output_names, result, say)
     batches = verify_batches.make_batches(roles, *shape) if runners else []
     for number, batch in enumerate(batches, 1):
         result.checks += _verify_batch(reference, runners, batch, plan, say, f"batch {number}/{len(batches)}")
     return result
 
 
-def _runners(runtimes, proto, result: Verification, say) -> dict:
-    """runtime -> run(feeds); a runtime that cannot load the model is recorded as a failed check."""
+def _streaming_notes(states: dict, ignored: list) -> list:
+    """What the report says of a streaming model's state inputs and outputs (nothing for another model)."""
+    if not states:
+        return []
+    return [f"streaming model: its state inputs {', '.join(states)} are fed zeros (a sequence's start); its state "
+            f"outputs {', '.join(ignored)} are not compared"]
+
+
+def _runners(runtimes, proto, output_names: list, result: Verification, say) -> dict:
+    """runtime -> run(feeds), giving ``output_names``; a runtime that cannot load the model is recorded
+    as a failed check."""
     runners = {}
     for runtime in runtimes:
         say(f"loading the ONNX model in {runtime}")
@@ -241,7 +262,7 @@ def _runners(runtimes, proto, result: Verification, say) -> dict:
         try:
             if not available:
                 raise RuntimeError(why)
-            runners[runtime] = make_runner(runtime, proto)
+            runners[runtime] = make_runner(runtime, proto, output_names)
         except Exception as error:  # noqa: BLE001  pylint: disable=broad-except  (any runtime error: one line)
             result.checks.append(Check(runtime, "model", ERROR, message=f"cannot load the model: {first_line(error)}"))
     return runners
@@ -273,6 +294,7 @@ def check_batch(runtime: str, run: Callable, batch, expected: list, plan: _Plan)
     from .plan.masks import GUARD_MESSAGE  # pylint: disable=import-outside-toplevel  (imports tf2onnx)
     guard_expected = plan.guarded and not batch.post_padded
     feeds = {role.onnx_name: np.asarray(x).astype(role.onnx_dtype) for role, x in zip(plan.roles, batch.inputs)}
+    feeds.update(verify_batches.zero_states(plan.states, batch.rows))
     try:
         got = run(feeds)
     except Exception as error:  # noqa: BLE001  pylint: disable=broad-except
@@ -291,22 +313,23 @@ def check_batch(runtime: str, run: Callable, batch, expected: list, plan: _Plan)
 # ---------------------------------------------------------------- the runtimes
 
 
-def make_runner(runtime: str, proto) -> Callable:
-    """run(feeds) -> the outputs, in the model's order, of ``proto`` on ``runtime``'s CPU."""
+def make_runner(runtime: str, proto, output_names: Optional[list] = None) -> Callable:
+    """run(feeds) -> the outputs ``output_names`` (None: all, in the model's order) of ``proto`` on
+    ``runtime``'s CPU."""
     if runtime == "onnxruntime":
         session = onnxruntime_session(proto)
-        return lambda feeds: session.run(None, feeds)
-    return openvino_runner(proto)
+        return lambda feeds: session.run(output_names, feeds)
+    return openvino_runner(proto, output_names)
 
 
-def openvino_runner(proto) -> Callable:
+def openvino_runner(proto, output_names: Optional[list] = None) -> Callable:
     """OpenVINO's CPU plugin with the shapes the model declares, in exact float32 (a CPU with
     bf16 would use it otherwise, and miss 1e-5). Read from memory: OpenVINO refuses some of
     tf2onnx's Loop models read from a path. Run with ``start_async()`` + ``wait()``: with some
     configurations (one inference thread) OpenVINO 2026.4's synchronous inference drops runtime
     errors, the guard's included, and returns stale outputs."""
     compiled = openvino_compiled(proto)
-    ports = [compiled.output(output.name) for output in proto.graph.output]
+    ports = [compiled.output(name) for name in output_names or [output.name for output in proto.graph.output]]
 
     def run(feeds):
         request = compiled.create_infer_request()

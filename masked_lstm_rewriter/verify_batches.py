@@ -25,7 +25,9 @@ rows post-padded to different lengths (a partial, a full, an empty and a one-ste
 the same rows pre-padded (``pad_sequences``' default), and rows with a hole between valid steps.
 Any model also gets a batch of one full row; an unmasked model a random batch of several rows.
 A dimension fixed in the ONNX model (or the reference's inputs) keeps its size; dynamic ones get
-``rows`` x ``steps`` (other dynamic axes :data:`OTHER_DIM`).
+``rows`` x ``steps`` (other dynamic axes :data:`OTHER_DIM`). A streaming model's state inputs
+(:func:`state_inputs`) are no inputs of the reference: they are fed zeros, the state a sequence
+starts from (:func:`zero_states`).
 
 :func:`output_difference` compares one output with the reference's apart at valid and at padded
 positions: those of a sequence output ([rows, steps, ...]) where the batch's mask is False.
@@ -44,6 +46,7 @@ PADDED_KINDS = (POST, PRE, HOLES)
 MIN_STEPS = {PRE: 2, HOLES: 3}  # fewer steps cannot pad a row before, or between, valid steps
 DEFAULT_VOCABULARY = 10         # token ids no Embedding or Gather is found for
 OTHER_DIM = 3                   # a dynamic axis that is neither batch nor time
+STATE_INPUTS = ("/h_in", "/c_in")  # a streaming model's state inputs (docs/streaming.md), each with its "/.._out"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -302,7 +305,7 @@ def input_roles(specs: list, onnx_model, hints=None) -> list:
     if not isinstance(hints, InputHints):
         hints = InputHints() if hints is None else KerasHints(hints)
     specs = [InputSpec.of(spec) for spec in specs]
-    onnx_inputs = graph_inputs(onnx_model)
+    onnx_inputs = model_inputs(onnx_model)
     onnx_names = match_inputs([spec.name for spec in specs], list(onnx_inputs))
     features = sum(1 for spec in specs if spec.shape is not None and len(spec.shape) >= 3)
     roles = []
@@ -346,6 +349,32 @@ def graph_inputs(onnx_model) -> dict:
             if tensor.HasField("shape") else None
         inputs[value.name] = (np.dtype(helper.tensor_dtype_to_np_dtype(tensor.elem_type)), dims)
     return inputs
+
+
+def model_inputs(onnx_model) -> dict:
+    """:func:`graph_inputs` but a streaming model's state inputs (:func:`state_inputs`): those the
+    model it came from takes too."""
+    states = state_inputs(onnx_model)
+    return {name: value for name, value in graph_inputs(onnx_model).items() if name not in states}
+
+
+def state_inputs(onnx_model) -> dict:
+    """A streaming model's state inputs: input name -> (numpy dtype, units) for each ``<layer>/h_in``
+    or ``<layer>/c_in`` of shape [batch, units] whose ``<layer>/h_out`` (``c_out``) is an output."""
+    outputs = {output.name for output in onnx_model.graph.output}
+    return {name: (dtype, dims[1]) for name, (dtype, dims) in graph_inputs(onnx_model).items()
+            if name.endswith(STATE_INPUTS) and state_output(name) in outputs
+            and dims is not None and len(dims) == 2 and dims[1] is not None}
+
+
+def state_output(state_input: str) -> str:
+    """``lstm/h_in`` -> ``lstm/h_out``: the output a streaming model returns a state input's state in."""
+    return state_input[:-len("in")] + "out"
+
+
+def zero_states(states: dict, rows: int) -> dict:
+    """Zeros for each of ``states`` (:func:`state_inputs`): every row starts from the zero state."""
+    return {name: np.zeros((rows, units), dtype) for name, (dtype, units) in states.items()}
 
 
 def match_inputs(names: list, onnx_names: list) -> list:

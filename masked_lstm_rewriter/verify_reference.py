@@ -8,13 +8,16 @@ order, and what it knows of the layers reading its inputs (:class:`.verify_batch
 
 * :class:`KerasReference`: a Keras model, or a ``.keras`` / ``.h5`` file; Keras runs it eagerly
   (``model(x, training=False)``) and its ``Embedding`` and ``Masking`` layers say how to feed it.
+  Its ``stateful=True`` layers are reset before each batch: every batch starts from zero states,
+  as the ONNX model does (fed zero states when it streams).
 * :class:`SavedModelReference`: a SavedModel directory; TensorFlow runs its ``serving_default``
   signature (the graph tf2onnx converts).
 * :class:`OnnxReference`: an ONNX model (an ``.onnx`` file or an ``onnx.ModelProto``), typically
   the one :func:`..rewrite_onnx` rewrote; onnxruntime runs it, and its own graph says how to feed
   it: the table a ``Gather`` takes token ids into, the constant an ``Equal`` compares features
   with (else 0, Keras's ``Masking`` default). A reference must run every batch, so a file
-  carrying the post-padding guard (a ``mask_mode="post"`` output) is refused.
+  carrying the post-padding guard (a ``mask_mode="post"`` output) is refused. A streaming file's
+  state inputs are fed zeros, and its state outputs left out, as the ONNX model's are.
 
 Importing this module imports neither TensorFlow nor tf2onnx (loading a reference does).
 """
@@ -29,8 +32,8 @@ import numpy as np
 from .corpus.check import first_line
 from .corpus.ops import walk_nodes
 from .sessions import onnxruntime_session, runtime_available
-from .verify_batches import InputHints, InputSpec, graph_inputs, keras_mask_value, keras_vocabulary
-from .verify_batches import onnx_mask_value, onnx_vocabulary
+from .verify_batches import InputHints, InputSpec, keras_mask_value, keras_vocabulary, model_inputs
+from .verify_batches import onnx_mask_value, onnx_vocabulary, state_inputs, state_output, zero_states
 
 ONNX_FILES = (".onnx",)
 
@@ -46,6 +49,11 @@ class Reference(InputHints):
     def run(self, inputs: list) -> list:
         raise NotImplementedError
 
+    @property
+    def notes(self) -> list:
+        """What the report should say about how this reference runs (nothing, unless said otherwise)."""
+        return []
+
 
 class KerasReference(Reference):
     """A Keras model called eagerly in inference mode; its layers say how to feed it."""
@@ -54,9 +62,19 @@ class KerasReference(Reference):
         from . import keras_source  # pylint: disable=import-outside-toplevel
         super().__init__(label, keras_source.input_signature(model))
         self.model = model
+        self.stateful = stateful_layers(model)
 
     def run(self, inputs: list) -> list:
+        for layer in self.stateful:  # from zeros, not from the state the previous batch left
+            (getattr(layer, "reset_state", None) or layer.reset_states)()
         return keras_outputs(self.model, inputs)
+
+    @property
+    def notes(self) -> list:
+        if not self.stateful:
+            return []
+        names = ", ".join(layer.name for layer in self.stateful)
+        return [f"stateful layer(s) {names}: reset before each batch, so that Keras starts from zero states"]
 
     def vocabulary(self, index: int, direct: bool = False) -> Optional[int]:
         return keras_vocabulary(self.model, index, direct)
@@ -70,6 +88,19 @@ def keras_outputs(model, inputs: list) -> list:
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     outputs = model(inputs if len(inputs) > 1 else inputs[0], training=False)
     return [as_array(output) for output in tf.nest.flatten(outputs)]
+
+
+def stateful_layers(model) -> list:
+    """The recurrent layers of ``model`` (nested ones included) built with ``stateful=True``: each
+    call starts from the state the previous one left."""
+    layers, found = list(getattr(model, "layers", None) or []), []
+    while layers:
+        layer = layers.pop(0)
+        if hasattr(layer, "layers"):  # a nested model, whose ``stateful`` says whether any of its layers is
+            layers += list(layer.layers)
+        elif getattr(layer, "stateful", False) is True:
+            found.append(layer)
+    return found
 
 
 def as_array(output) -> np.ndarray:
@@ -122,16 +153,18 @@ class OnnxReference(Reference):
             self.session = onnxruntime_session(proto)
         except Exception as error:  # noqa: BLE001  pylint: disable=broad-except  (any onnxruntime error: one line)
             raise SourceError(f"{label}: onnxruntime cannot load the reference ({first_line(error)})") from error
-        inputs = graph_inputs(proto)
+        self.states = state_inputs(proto)  # a streaming reference: fed zero states, as the ONNX model is
         super().__init__(label, [InputSpec(name, dtype, None if dims is None else tuple(dims))
-                                 for name, (dtype, dims) in inputs.items()])
+                                 for name, (dtype, dims) in model_inputs(proto).items()])
         self.proto = proto
-        own = [output.name for output in proto.graph.output]
+        returned = {state_output(name) for name in self.states}
+        own = [output.name for output in proto.graph.output if output.name not in returned]
         self.output_names = onnx_output_names if set(onnx_output_names) <= set(own) else own
 
     def run(self, inputs: list) -> list:
         feeds = {spec.name: np.asarray(x).astype(spec.dtype) for spec, x in zip(self.specs, inputs)}
-        return self.session.run(self.output_names, feeds)
+        rows = len(inputs[0]) if inputs else 1
+        return self.session.run(self.output_names, {**feeds, **zero_states(self.states, rows)})
 
     def vocabulary(self, index: int, direct: bool = False) -> Optional[int]:  # pylint: disable=unused-argument
         return onnx_vocabulary(self.proto, self.specs[index].name)

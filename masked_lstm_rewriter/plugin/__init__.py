@@ -220,7 +220,8 @@ def _install(rewriter) -> None:
         tfonnx.process_parsed_graph = _with_rewriter(_original_process_parsed_graph)
     _enabled_rewriter = rewriter
     time_distributed.install()
-    keras_export.install(rewriter.mask_mode, rewriter.runtime, rewriter.schedule)
+    keras_export.install(rewriter.mask_mode, rewriter.runtime, rewriter.schedule, rewriter.keep_wrong,
+                         rewriter.streaming)
     tf2onnx_keras.install()
     generic_path.install()  # after tf2onnx_keras: it wraps the functions in force
 

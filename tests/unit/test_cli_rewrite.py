@@ -53,3 +53,23 @@ def test_convert_given_an_onnx_file_points_at_rewrite(capsys):
 def test_help(capsys):
     assert cli.main(["rewrite", "--help"]) == 0
     assert "--mask-mode" in capsys.readouterr().out
+
+
+def test_streaming_adds_the_state_inputs_and_outputs(tmp_path, capsys):
+    output = tmp_path / "native.onnx"
+    assert cli.main(["rewrite", STOCK, "-o", str(output), "--streaming", "-q"]) == 0
+    model = onnx.load(str(output))
+    assert [i.name for i in model.graph.input][1:] == ["gru_1/h_in"]
+    assert [o.name for o in model.graph.output][1:] == ["gru_1/h_out"]
+    assert capsys.readouterr().err == ""
+
+
+def test_a_layer_that_cannot_stream_fails_in_one_line_unless_kept(tmp_path, capsys):
+    backward = os.path.join(DATA, "tf2onnx", "keras3_unmasked_rnn_backwards_op15.onnx")
+    output = tmp_path / "native.onnx"
+    assert cli.main(["rewrite", backward, "-o", str(output), "--streaming"]) == 1
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("masked_lstm_rewriter: error")]
+    assert len(lines) == 1 and "cannot stream: a backward direction" in lines[0] and "--keep-wrong" in lines[0]
+    assert not output.exists()
+    assert cli.main(["rewrite", backward, "-o", str(output), "--streaming", "--keep-wrong"]) == 0
+    assert "KNOWN WRONG" in capsys.readouterr().out
