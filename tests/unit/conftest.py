@@ -27,6 +27,7 @@ Loops in a file) is checked with the same two verbs of ``_harness.py``, beside i
 ``test_plan_masks.py``     per-mask plans: sequence_mask (no guard, no reordering), Masking, a [1, T] mask
 ``test_plugin_entry.py``   graphs without a masked loop are left alone; enable()/disable()
 ``test_no_keras.py``       the tier never imports Keras
+``test_fallback_reasons.py`` every reason a layer can stay a Loop for is in docs/why-a-loop.md
 ``test_source_onnx_loop.py`` ONNX files in: stock tf2onnx, onnx-simplifier and Keras JAX-export files
                            rewritten, against the file (and Keras) at every position; refusals
 ``test_read_select.py``, ``test_read_onnx_trip.py``, ``test_read_linear_onnx.py``, ``test_graph_onnx.py``

@@ -12,8 +12,8 @@ import os
 
 import pytest
 
-PACKAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                       "masked_lstm_rewriter")
+from _source_trees import PACKAGE, parsed_sources
+
 # each part of the rewriter, and the parts it may not import (the stages after it)
 STAGES = ("read", "plan", "emit", "sources", "pipeline", "plugin")
 LATER = {stage: set(STAGES[STAGES.index(stage) + 1:]) for stage in STAGES}
@@ -25,11 +25,9 @@ MAX_FUNCTION_LINES = 60
 
 def modules():
     """(path, part of the package it belongs to, syntax tree) of every module of the package."""
-    for path in sorted(glob.glob(os.path.join(PACKAGE, "**", "*.py"), recursive=True)):
+    for path, tree in parsed_sources():
         relative = os.path.relpath(path, PACKAGE)
-        part = relative.split(os.sep)[0].removesuffix(".py")
-        with open(path, encoding="utf-8") as handle:
-            yield relative, part, ast.parse(handle.read(), path)
+        yield relative, relative.split(os.sep)[0].removesuffix(".py"), tree
 
 
 def imported_parts(relative: str, tree) -> set:

@@ -15,6 +15,8 @@ import sys
 
 import pytest
 
+from _source_trees import parse
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 KERAS = ("keras", "tf_keras")
 
@@ -22,7 +24,7 @@ KERAS = ("keras", "tf_keras")
 def keras_uses(source: str) -> list:
     """The lines of ``source`` that import Keras or reach for ``tf.keras`` / ``tensorflow.keras``."""
     found = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(parse(source)):
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):

@@ -11,11 +11,11 @@ variable part: each of their fixed pieces of at least a few words must be on the
 """
 
 import ast
-import glob
 import os
 import re
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from _source_trees import ROOT, parsed_sources
+
 DOC_NAME = "docs/why-a-loop.md"
 DOC = os.path.join(ROOT, *DOC_NAME.split("/"))
 MIN_PREFIX = 12  # characters of fixed text a reason must start with
@@ -33,13 +33,6 @@ def stable_text(node):
             text += part.value
         return text
     return None
-
-
-def parsed_sources():
-    """(path, syntax tree) of each module of the package and its subpackages."""
-    for path in sorted(glob.glob(os.path.join(ROOT, "masked_lstm_rewriter", "**", "*.py"), recursive=True)):
-        with open(path, encoding="utf-8") as handle:
-            yield path, ast.parse(handle.read(), path)
 
 
 def reasons_in_source():
