@@ -29,8 +29,12 @@ def optimize_without_backups():
     where one fails, a test now fails on it instead of tf2onnx skipping the pass with a WARNING,
     which is what the suite should say of a graph the plugin emitted. Patched in this process only,
     never in tf2onnx's files (the command-line tests' processes run tf2onnx as users do), and only
-    once a test module has loaded tf2onnx (the fast tier checks that it runs without Keras)."""
+    once a test module has loaded TensorFlow (the fast tier checks that it runs without Keras).
+    Patched before the test rather than once tf2onnx is loaded: a hypothesis test is one call of
+    this fixture for all its examples, and it may be the first to convert in its process."""
     optimizer = sys.modules.get("tf2onnx.optimizer")
+    if optimizer is None and "tensorflow" in sys.modules:
+        import tf2onnx.optimizer as optimizer  # pylint: disable=import-outside-toplevel
     if optimizer is not None and not getattr(optimizer.optimize_graph, "without_backups", False):
         original = optimizer.optimize_graph
 

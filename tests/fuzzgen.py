@@ -674,7 +674,7 @@ class Feed:
     mask: np.ndarray
     expected: list                          # Keras's outputs for these inputs (a row: its batch's slice)
     alone: Optional[Callable[[], list]] = None  # a row: Keras run on the row alone
-    overflowed_inside: bool = False          # a layer's Keras output is not finite (see keras_overflows_inside)
+    overflowed_inside: bool = False          # a layer's Keras output is not finite (see keras_outputs_and_overflow)
 
 def _compare(result, mode, feed: Feed, got, referee, stock=False, softplus=False, stock_run=None) -> bool:
     """One comparison: within ATOL, or (ill-conditioned models) as close to exact as Keras itself.
@@ -682,7 +682,7 @@ def _compare(result, mode, feed: Feed, got, referee, stock=False, softplus=False
 
     ``stock``: every layer was refused, so the model is stock tf2onnx's Loops, which write
     Keras's masked selects as arithmetic: a candidate state that overflows at a step Keras
-    discards turns into NaN there (as in :func:`keras_overflows_inside`, but inside the layer).
+    discards turns into NaN there (as in :func:`keras_outputs_and_overflow`, but inside the layer).
     That is tf2onnx's, not the plugin's: counted apart, not compared.
 
     ``softplus``: an OpenVINO run of a model with a softplus layer left as tf2onnx's Loop, whose
@@ -771,11 +771,10 @@ def check_case(case: ModelCase, batches) -> CaseResult:
         """Stock tf2onnx's conversion, made only if a feed needs it (_compare's stock_run)."""
         stock_model = convert(model, spec, rewriter=None)
         return openvino_session(stock_model) if on_openvino else session(stock_model)
-    layer_outputs = _layer_outputs_model(model)
+    with_layers = _with_layer_outputs(model)
     for batch in batches:
         whole_inputs, whole_mask = batch_inputs(case, batch)
-        whole_expected = keras_outputs(model, whole_inputs)
-        overflowed = keras_overflows_inside(layer_outputs, whole_inputs)
+        whole_expected, overflowed = keras_outputs_and_overflow(with_layers, len(model.outputs), whole_inputs)
         for rows in feeds(case, batch.rows):
             if rows == slice(None):
                 feed = Feed(batch, whole_inputs, whole_mask, whole_expected, overflowed_inside=overflowed)
@@ -787,19 +786,22 @@ def check_case(case: ModelCase, batches) -> CaseResult:
     return result
 
 
-def _layer_outputs_model(model):
-    """The Keras model returning every layer's outputs (see :func:`keras_overflows_inside`)."""
+def _with_layer_outputs(model):
+    """The Keras model returning ``model``'s outputs, then every layer's (see :func:`keras_outputs_and_overflow`)."""
     outputs = [layer.output for layer in model.layers if not isinstance(layer, keras.layers.InputLayer)]
-    return keras.Model(model.inputs, [t for out in outputs for t in (out if isinstance(out, (list, tuple)) else [out])])
+    layers = [t for out in outputs for t in (out if isinstance(out, (list, tuple)) else [out])]
+    return keras.Model(model.inputs, list(model.outputs) + layers)
 
 
-def keras_overflows_inside(layer_outputs, inputs) -> bool:
-    """Does a layer's Keras output hold inf or NaN, even where the model's outputs do not? Keras's
+def keras_outputs_and_overflow(with_layers, count: int, inputs) -> tuple:
+    """The model's ``count`` outputs, and whether a layer's Keras output holds inf or NaN, even where
+    the model's outputs do not, from one run of :func:`_with_layer_outputs`'s model. Keras's
     masked ``where`` drops a value at a masked step, but stock tf2onnx writes that select as
     arithmetic (``x * mask + y * (1 - mask)``), so a layer left as its Loop turns the overflow of
     the layer below into NaN (found by the fuzzer: a GRU with relu gates under go_backwards,
     whose reversed output the next layer reads under the unreversed mask)."""
-    return not all_finite(keras_outputs(layer_outputs, inputs))
+    outputs = keras_outputs(with_layers, inputs)
+    return outputs[:count], not all_finite(outputs[count:])
 
 
 def _check_feed(result, sessions, spec, feed: Feed, referee, guarded, stock, stock_loops=frozenset(),
