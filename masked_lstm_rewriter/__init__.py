@@ -11,7 +11,8 @@ tf2onnx it installs. :mod:`.cells` holds one module per cell kind, :mod:`.target
 runtime, :mod:`.graph` the graph helpers every stage shares; :mod:`.report` says what the last
 conversion did. :mod:`.conversion` is the one-call front door (``convert``), :mod:`.onnx_file` the
 one for an ONNX file (``rewrite_onnx``), :mod:`.verification` checks a conversion against Keras
-(``verify``), and :mod:`.cli` is the command line. :mod:`.corpus` is the regression corpus.
+(``verify``), :mod:`.quantize` makes a converted model int8 for onnxruntime (``quantize_model``), and
+:mod:`.cli` is the command line. :mod:`.corpus` is the regression corpus.
 
 Importing the package is cheap: the names below load their module (and with it tf2onnx and
 TensorFlow) when first used, so that a process can import ``masked_lstm_rewriter.corpus`` or
@@ -27,7 +28,7 @@ _EXPORTS = {
     "make_rewriter": "plugin", "rewrite_masked_lstm": "plugin", "enable": "plugin", "disable": "plugin",
     "enabled_mode": "plugin", "last_report": "report", "ConversionReport": "report", "LayerReport": "report",
     "GUARD_MESSAGE": "plan.masks", "MASK_MODES": "plan.masks", "TARGETS": "targets",
-    "MissingDependency": "dependencies", "KnownWrong": "failure",
+    "MissingDependency": "dependencies", "KnownWrong": "failure", "quantize_model": "quantize",
 }
 __all__ = list(_EXPORTS)
 __version__ = "0.1.0"

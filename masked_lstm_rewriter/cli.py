@@ -39,6 +39,7 @@ from typing import Optional
 from . import cli_input, dependencies
 from .cli_input import UsageError, bad_input, environment_choice, keras_on_tensorflow, model_file_problem, pop_choice
 from .cli_logging import command_logging, progress, quiet_run, rename, verbosity
+from .cli_quantize import MODES, pop_quantize
 from .cli_streaming import pop_streaming
 
 PROG = "masked_lstm_rewriter"
@@ -53,7 +54,8 @@ EXIT_CODES = {0: "converted (or verified)", 1: "the conversion failed (or verify
               130: "interrupted (Ctrl-C)", 143: "terminated (SIGTERM)"}
 
 HELP = f"""usage: python -m {PROG} [convert] [MODEL] --output FILE [options] [tf2onnx options]
-       python -m {PROG} rewrite ONNX --output FILE [--mask-mode post|any] [--runtime ...] [--schedule] [--streaming] [-q]
+       python -m {PROG} rewrite ONNX --output FILE [--mask-mode post|any] [--runtime ...] [--schedule] [--streaming]
+                                          [--quantize int8] [-q]
        python -m {PROG} verify REFERENCE ONNX [--runtime onnxruntime|openvino|all] [--tolerance T] [-q]
        python -m {PROG} --version
 
@@ -79,6 +81,8 @@ plugin options:
                         <layer>/h_out), to run the model chunk by chunk. Default: on for a Keras
                         file with stateful=True layers (said on standard error), else off
   --no-streaming        no state inputs: a stateful model's states are frozen as they are saved
+  --quantize int8       quantize the model for onnxruntime (LSTM as DynamicQuantizeLSTM, Dense as
+                        MatMulInteger); verify applies a tolerance for int8 (docs/quantization.md)
   --keep-wrong          write a model known to compute other values than its source (a SavedModel
                         with Keras 3's broken TimeDistributed trace) instead of failing; the
                         report says what is wrong
@@ -204,6 +208,7 @@ def _convert_command(args: list) -> int:
     modules, args = cli_input.pop_custom_objects(args)
     streaming, args = pop_streaming(args)
     flags = {flag: flag in args for flag in ("--schedule", "--keep-wrong")} | {"--streaming": streaming}
+    flags["--quantize"], args = pop_quantize(args, runtime, flags["--schedule"])
     args = [arg for arg in args if arg not in flags]
     args = _expand_model(_short_output(args))
     _check_target(args)
@@ -326,11 +331,13 @@ def _convert(args: list, mask_mode: Optional[str], runtime: Optional[str], flags
     """tf2onnx's ``main`` under the plugin, a Keras file or a SavedModel named as ``convert`` names it
     (:mod:`.io_names`), writing to a hidden file renamed to ``--output`` at the end; returns the
     report. ``flags``: the plugin's switches given (``--schedule``, ``--keep-wrong``; ``--streaming``:
-    True, False, or None for a Keras file's stateful layers to decide, :mod:`.cli_streaming`);
+    True, False, or None for a Keras file's stateful layers to decide, :mod:`.cli_streaming`;
+    ``--quantize``: the mode, or None);
     ``renames`` gets hidden path -> output, for the log records."""
     from tf2onnx import convert  # pylint: disable=import-outside-toplevel
     from . import enable, last_report  # pylint: disable=import-outside-toplevel
     from .cli_logging import conversion_progress  # pylint: disable=import-outside-toplevel
+    from .cli_quantize import quantize_file  # pylint: disable=import-outside-toplevel
     from .cli_streaming import streaming_decided  # pylint: disable=import-outside-toplevel
     from .io_names import tf2onnx_main_named  # pylint: disable=import-outside-toplevel
     from .output_file import atomic_path  # pylint: disable=import-outside-toplevel
@@ -350,6 +357,8 @@ def _convert(args: list, mask_mode: Optional[str], runtime: Optional[str], flags
                 convert.main()
             if STOPPED:  # the signal's exception was lost in TensorFlow: the output is not kept
                 raise STOPPED[-1]
+            if flags["--quantize"]:
+                quantize_file(partial, flags["--quantize"])
     except (Exception, SystemExit) as error:  # pylint: disable=broad-except
         _conversion_failed(error, args, renames)
     finally:
@@ -407,7 +416,7 @@ def _rewrite(args: list) -> int:
         with command_logging(int(parsed.verbose), parsed.quiet, {}):
             rewritten, report = rewrite_onnx(parsed.model, mask_mode=parsed.mask_mode, runtime=parsed.runtime,
                                              schedule=parsed.schedule, streaming=parsed.streaming,
-                                             keep_wrong=parsed.keep_wrong)
+                                             keep_wrong=parsed.keep_wrong, quantize=parsed.quantize)
             with atomic_path(parsed.output, before_rename=_output_written) as partial:
                 save(rewritten, partial, parsed.output)
     except (ModelError, OutputError, ValueError) as error:
@@ -440,6 +449,7 @@ def _rewrite_parser() -> argparse.ArgumentParser:
                         help="each layer's states as inputs and outputs (<layer>/h_in ... <layer>/h_out)")
     parser.add_argument("--keep-wrong", action="store_true",
                         help="write the model even where it is known to be wrong (a layer that cannot stream)")
+    parser.add_argument("--quantize", choices=MODES, help="quantize the model for onnxruntime (docs/quantization.md)")
     parser.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors (no report, no warnings)")
     parser.add_argument("-v", "--verbose", action="store_true", help="also show what was done to each layer")
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error")

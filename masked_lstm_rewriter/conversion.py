@@ -24,6 +24,7 @@ from tf2onnx import tf_loader, utils
 
 from . import backend_process, io_names, keras_source, output_file
 from .plugin import enable
+from .quantize import check_quantize, quantize_converted
 from .report import ConversionReport, last_report, start_conversion
 from .targets import TARGETS
 
@@ -42,7 +43,7 @@ class Converted(NamedTuple):
 
 def convert(model, output_path=None, *, mask_mode: Optional[str] = None, runtime: Optional[str] = None,
             input_signature=None, opset: Optional[int] = None, schedule: bool = False, keep_wrong: bool = False,
-            streaming: Optional[bool] = None,
+            streaming: Optional[bool] = None, quantize: Optional[str] = None,
             custom_objects: Optional[dict] = None, **tf2onnx_options) -> Converted:
     """Convert ``model`` to ONNX with its masked recurrent layers as native ops.
 
@@ -61,6 +62,9 @@ def convert(model, output_path=None, *, mask_mode: Optional[str] = None, runtime
     (said at INFO), else off. False keeps a stateful model's states frozen as constants (said at INFO).
     ``keep_wrong``: write a model known to compute other values than its source (a SavedModel
     holding Keras 3's broken ``TimeDistributed`` trace) instead of failing with :class:`.KnownWrong`.
+    ``quantize``: ``"int8"`` quantizes the converted model with onnxruntime's dynamic quantization
+    (:mod:`.quantize`: an ``LSTM`` becomes ``DynamicQuantizeLSTM``, a ``Dense`` ``MatMulInteger``), for
+    onnxruntime only; None (the default): float32.
     ``custom_objects``: ``{name: class}`` of the custom classes (layers, cells) a ``.keras`` /
     ``.h5`` file names that are not registered with Keras, as Keras's ``load_model`` takes them
     (also for a model on JAX or torch, which the TensorFlow process loads from a file).
@@ -72,12 +76,14 @@ def convert(model, output_path=None, *, mask_mode: Optional[str] = None, runtime
     if tf2onnx_options.get("target") in TARGETS:
         raise ValueError(f"target= is tf2onnx's option (rs4, rs5, rs6, caffe2, tensorrt, nhwc); for the runtime "
                          f"the model is for, use runtime={tf2onnx_options['target']!r}")
+    check_quantize(quantize, runtime, schedule, bool(tf2onnx_options.get("large_model")))
     if output_path is not None:
         output_file.check_writable(output_path)  # before the work, not after it
     if backend_process.needs_tensorflow_process(model):  # a Keras 3 model on JAX or torch
-        return _in_tensorflow_process(model, output_path, tf2onnx_options, mask_mode=mask_mode, runtime=runtime,
-                                      schedule=schedule, opset=opset, keep_wrong=keep_wrong, streaming=streaming,
-                                      input_signature=input_signature, custom_objects=custom_objects)
+        return _in_tensorflow_process(model, output_path, tf2onnx_options, quantize, mask_mode=mask_mode,
+                                      runtime=runtime, schedule=schedule, opset=opset, keep_wrong=keep_wrong,
+                                      streaming=streaming, input_signature=input_signature,
+                                      custom_objects=custom_objects)
     start_conversion()
     with enable(mask_mode, runtime, schedule, keep_wrong=keep_wrong, streaming=bool(streaming)):
         if isinstance(model, (str, os.PathLike)) and keras_source.is_saved_model(model):
@@ -93,21 +99,27 @@ def convert(model, output_path=None, *, mask_mode: Optional[str] = None, runtime
                         streaming=streaming_for(keras_model, streaming)):
                 onnx_model, storage = _from_keras(keras_model, input_signature, opset, tf2onnx_options)
     io_names.name_dimensions(onnx_model)  # batch, time: not tf2onnx's unk__N
-    report = last_report() or ConversionReport()
+    return _finished(onnx_model, last_report() or ConversionReport(), quantize, output_path, storage)
+
+
+def _finished(onnx_model, report: ConversionReport, quantize: Optional[str], output_path, storage=None) -> Converted:
+    """The conversion's result: quantized if asked (:mod:`.quantize`), written if ``output_path`` is given."""
+    if quantize is not None:
+        onnx_model, report = quantize_converted(onnx_model, report, quantize)
     if output_path is not None:
         save(onnx_model, output_path, storage)
     return Converted(onnx_model, report)
 
 
-def _in_tensorflow_process(model, output_path, tf2onnx_options: dict, **options) -> Converted:
-    """:func:`convert` of a Keras 3 model on JAX or torch, in a TensorFlow process (``options``: convert's)."""
+def _in_tensorflow_process(model, output_path, tf2onnx_options: dict, quantize: Optional[str] = None,
+                           **options) -> Converted:
+    """:func:`convert` of a Keras 3 model on JAX or torch, in a TensorFlow process (``options``: convert's);
+    ``quantize`` here, on the model it returns."""
     if tf2onnx_options:
         raise ValueError(f"a model on the {backend_process.process_backend()} backend is converted in a TensorFlow "
                          f"process, which does not take tf2onnx's options ({', '.join(sorted(tf2onnx_options))})")
     onnx_model, report = backend_process.convert_in_tensorflow_process(model, **options)
-    if output_path is not None:
-        save(onnx_model, output_path)
-    return Converted(onnx_model, report)
+    return _finished(onnx_model, report, quantize, output_path)
 
 
 def streaming_for(model, streaming: Optional[bool]) -> bool:

@@ -24,6 +24,7 @@ PACKAGES = {
     "tf2onnx": ("tf2onnx 1.17", "pip install 'tf2onnx>=1.17,<1.18'"),
     "onnx": ("onnx", "pip install onnx"),
     "onnxruntime": ("onnxruntime to run the model", f"pip install '{PROJECT}[runtime]'"),
+    "onnxruntime.quantization": ("onnxruntime to quantize the model", f"pip install '{PROJECT}[runtime]'"),
     "openvino": ("OpenVINO to run the model", f"pip install '{PROJECT}[openvino]'"),
 }
 

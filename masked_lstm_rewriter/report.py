@@ -41,6 +41,7 @@ class LayerReport:
 class ConversionReport:
     layers: tuple = ()
     known_wrong: tuple = ()  # what makes the model compute other values than its source
+    quantized: str = ""  # for a quantized model: what is int8, what stays float32 (quantize.summary)
 
     @property
     def rewritten(self) -> tuple:
@@ -56,7 +57,8 @@ class ConversionReport:
 
     def __str__(self):
         return "\n".join([self.headline()] + [f"  {layer}" for layer in self.layers]
-                         + [f"  KNOWN WRONG: {wrong}" for wrong in self.known_wrong])
+                         + [f"  KNOWN WRONG: {wrong}" for wrong in self.known_wrong]
+                         + ([f"  quantized: {self.quantized}"] if self.quantized else []))
 
     def headline(self) -> str:
         """"masked_lstm_rewriter: 3 recurrent layer(s) (2 masked, 1 without a mask): 3 native, 0 left as Loop"."""
@@ -99,6 +101,12 @@ def finish_conversion() -> ConversionReport:
     _RECORDER.last = ConversionReport(tuple(_RECORDER.pending), tuple(_RECORDER.pending_wrong))
     _RECORDER.pending = []
     _RECORDER.pending_wrong = []
+    return _RECORDER.last
+
+
+def note_quantized(report: Optional[ConversionReport], quantized: str) -> ConversionReport:
+    """``report`` (None: an empty one) saying the model was quantized, also as the thread's last report."""
+    _RECORDER.last = dataclasses.replace(report or ConversionReport(), quantized=quantized)
     return _RECORDER.last
 
 

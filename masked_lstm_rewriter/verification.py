@@ -12,7 +12,8 @@ TensorFlow running a SavedModel's ``serving_default`` signature, or the original
 :mod:`.verify_batches` (post-padded, pre-padded, with holes, one row; random ones for an
 unmasked model), and every output is compared at every position: the largest
 |ONNX - reference| at valid and at padded positions apart (a sequence output is padded where
-the batch's mask is False).
+the batch's mask is False). The tolerance is 1e-5, or for an int8-quantized model a share of
+each output's scale, said in the notes (:mod:`.verify_tolerance`); one given is absolute.
 
 A model converted with ``mask_mode="post"`` carries the post-padding guard (nodes named with
 :data:`.masks.GUARD_MESSAGE`): on a batch that is not post-padded it must fail with that message,
@@ -47,11 +48,11 @@ from .keywords import NOT_GIVEN, renamed
 from .sessions import RUNTIMES, onnxruntime_session, openvino_compiled, runtime_available
 from .verify_batches import OutputDifference, output_difference
 from .verify_reference import Reference, has_guard, load_onnx, load_reference
+from .verify_tolerance import DEFAULT_TOLERANCE, Tolerance, as_tolerance, choose
 
 logger = logging.getLogger("masked_lstm_rewriter")
 
 PROG = "masked_lstm_rewriter"
-DEFAULT_TOLERANCE = 1e-5
 ROWS, STEPS = 5, 12
 MATCHED = "matched"
 GUARD_EXPECTED = "guard fired (expected)"
@@ -71,6 +72,7 @@ class Check:
     status: str               # MATCHED, GUARD_EXPECTED, GUARD_UNEXPECTED, GUARD_MISSING, MISMATCH or ERROR
     outputs: tuple = ()       # OutputDifference per output, when the ONNX model ran
     message: str = ""         # the error's line, for a run that failed
+    allowed: tuple = ()       # the tolerance applied to each output (Tolerance.allowed)
 
     @property
     def ok(self) -> bool:
@@ -83,7 +85,7 @@ class Verification:
 
     model: str
     onnx: str
-    tolerance: float
+    tolerance: Tolerance
     guarded: bool                                     # the ONNX model has the post-padding guard
     checks: list = dataclasses.field(default_factory=list)
     notes: list = dataclasses.field(default_factory=list)
@@ -104,7 +106,7 @@ class Verification:
 
     def format(self) -> str:
         guard = "post-padding guard present" if self.guarded else "no post-padding guard"
-        lines = [f"verify {self.onnx} against {self.model} (tolerance {self.tolerance:g}, {guard})"]
+        lines = [f"verify {self.onnx} against {self.model} (tolerance {self.tolerance}, {guard})"]
         lines += [f"note: {note}" for note in self.notes]
         lines += _table([row for check in self.by_runtime() for row in _rows(check, self.tolerance)])
         return "\n".join(lines + [self.verdict()])
@@ -119,7 +121,7 @@ class Verification:
                 if fired else ""
             runtimes = sorted({check.runtime for check in self.checks})
             ignored = f"; not compared: the state outputs {', '.join(self.ignored)}" if self.ignored else ""
-            return (f"verified: {self.onnx} matches {self.model} within {self.tolerance:g} on "
+            return (f"verified: {self.onnx} matches {self.model} within {self.tolerance} on "
                     f"{' and '.join(runtimes)} ({len(self.checks)} runs, every output at every position"
                     f"{ignored}){guard}")
         if not self.checks:
@@ -130,19 +132,21 @@ class Verification:
         return f"NOT verified: {len(failed)} of {len(self.checks)} runs failed ({listed}{more})"
 
 
-def _rows(check: Check, tolerance: float) -> list:
+def _rows(check: Check, tolerance: Tolerance) -> list:
     """The table's lines for one check: one per output, or one for a run that gave no output."""
     if not check.outputs:
         result = f"{check.status}: {check.message}" if check.message and check.status != GUARD_EXPECTED \
             else check.status
         return [(check.runtime, check.batch, "-", "-", "-", result)]
+    allowed = check.allowed or (tolerance.absolute,) * len(check.outputs)
     return [(check.runtime, check.batch, out.name, _number(out.valid), _number(out.padded),
-             _output_result(check, out, tolerance)) for out in check.outputs]
+             _output_result(check, out, limit) + (f" (tolerance {limit:.2g})" if tolerance.share else ""))
+            for out, limit in zip(check.outputs, allowed)]
 
 
-def _output_result(check: Check, out: OutputDifference, tolerance: float) -> str:
+def _output_result(check: Check, out: OutputDifference, allowed: float) -> str:
     if check.status == MISMATCH:
-        return f"{MISMATCH}: {out.problem}" if out.problem else (MATCHED if out.within(tolerance) else MISMATCH)
+        return f"{MISMATCH}: {out.problem}" if out.problem else (MATCHED if out.within(allowed) else MISMATCH)
     return check.status
 
 
@@ -173,18 +177,20 @@ class _Plan:
     roles: list
     output_names: list
     guarded: bool
-    tolerance: float
+    tolerance: Tolerance      # (a number: an absolute tolerance)
     states: dict = dataclasses.field(default_factory=dict)  # a streaming model's state inputs, fed zeros
 
 
-def verify(model, onnx_model, *, runtime="onnxruntime", tolerance: float = DEFAULT_TOLERANCE, seed: int = 0,
+def verify(model, onnx_model, *, runtime="onnxruntime", tolerance: Optional[float] = None, seed: int = 0,
            rows: int = ROWS, steps: int = STEPS, progress: Optional[Callable] = None,
            runtimes=NOT_GIVEN, custom_objects: Optional[dict] = None) -> Verification:
     """Run the reference ``model`` (a Keras model, a ``.keras``/``.h5`` path, a SavedModel directory,
     or the original ONNX model: an ``.onnx`` path or ``onnx.ModelProto``) and ``onnx_model`` (a path
     or ``onnx.ModelProto``) on the same batches, ``onnx_model`` on ``runtime`` ("onnxruntime",
     "openvino", a list of them, or "all": each one installed), and compare every output (see the
-    module docstring). Dynamic dimensions get ``rows`` x ``steps``; ``progress(message)`` is called
+    module docstring). ``tolerance``: the largest |ONNX - reference| accepted; None: 1e-5, or for an
+    int8-quantized model 20% of each output's largest |reference value| on the batch (said in the
+    notes; :mod:`.verify_tolerance`). Dynamic dimensions get ``rows`` x ``steps``; ``progress(message)`` is called
     before each step (default: an INFO log). ``runtimes=``: the deprecated name of ``runtime``.
     ``custom_objects``: ``{name: class}`` of the custom classes a Keras file names that are not
     registered with Keras (as in :func:`.convert`).
@@ -216,16 +222,18 @@ def runtime_names(runtime, keyword: str = "runtime") -> tuple:
     return names, []
 
 
-def _verify(model, onnx_model, runtimes: tuple, tolerance: float, shape: tuple, say,
+def _verify(model, onnx_model, runtimes: tuple, tolerance: Optional[float], shape: tuple, say,
             custom_objects: Optional[dict] = None) -> Verification:
     """:func:`verify`, its arguments checked (``shape``: the batches' rows, steps and seed)."""
     proto, onnx_label = load_onnx(onnx_model)
+    tolerance = choose(proto, tolerance)
     states = verify_batches.state_inputs(proto)
     ignored = [verify_batches.state_output(name) for name in states]
     output_names = [output.name for output in proto.graph.output if output.name not in ignored]
     reference = load_reference(model, output_names, custom_objects)
     result = Verification(reference.label, onnx_label, tolerance, has_guard(proto), ignored=ignored)
     result.notes += reference.notes + _streaming_notes(states, ignored)
+    result.notes += [f"tolerance {tolerance}: {tolerance.why}"] if tolerance.why else []
     try:
         roles = verify_batches.input_roles(reference.specs, proto, reference)
     except verify_batches.InterfaceError as error:
@@ -305,9 +313,10 @@ def check_batch(runtime: str, run: Callable, batch, expected: list, plan: _Plan)
         return Check(runtime, batch.label, ERROR,
                      message=f"the reference gives {len(expected)} output(s), the ONNX model {len(got)}")
     outputs = tuple(output_difference(name, e, g, batch) for name, e, g in zip(plan.output_names, expected, got))
-    if not all(out.within(plan.tolerance) for out in outputs):
-        return Check(runtime, batch.label, MISMATCH, outputs)
-    return Check(runtime, batch.label, GUARD_MISSING if guard_expected else MATCHED, outputs)
+    allowed = tuple(as_tolerance(plan.tolerance).allowed(e) for e in expected)
+    if not all(out.within(limit) for out, limit in zip(outputs, allowed)):
+        return Check(runtime, batch.label, MISMATCH, outputs, allowed=allowed)
+    return Check(runtime, batch.label, GUARD_MISSING if guard_expected else MATCHED, outputs, allowed=allowed)
 
 
 # ---------------------------------------------------------------- the runtimes
@@ -350,8 +359,9 @@ def add_arguments(parser):
     parser.add_argument("onnx", metavar="ONNX", help="the ONNX model converted or rewritten from it")
     parser.add_argument("--runtime", choices=RUNTIMES + ("all",), default="onnxruntime",
                         help="where to run the ONNX model (all: each one installed; default: onnxruntime)")
-    parser.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE,
-                        help=f"largest |ONNX - reference| accepted at any position (default: {DEFAULT_TOLERANCE:g})")
+    parser.add_argument("--tolerance", type=float, default=None,
+                        help=f"largest |ONNX - reference| accepted at any position (default: {DEFAULT_TOLERANCE:g}; "
+                             "for an int8-quantized model, 20%% of each output's largest |reference value|)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random batches (default: 0)")
     parser.add_argument("--rows", type=_positive, default=ROWS, help=f"rows of a dynamic batch (default: {ROWS})")
     parser.add_argument("--steps", type=_positive, default=STEPS,

@@ -19,6 +19,10 @@ each converted (opset 15) four ways:
   ov-post    (headline rows only) the "post" model on OpenVINO (CPU, f32, as many inference
              threads as onnxruntime's), compiled with the model's dynamic shapes
   ov-loop    (headline rows only) stock tf2onnx's Loop on OpenVINO, where OpenVINO compiles it
+  int8       (headline rows only) the "post" model quantized (mlr.quantize_model, as
+             quantize="int8" does) on onnxruntime, for the models it quantizes something in (not
+             the GRU model: onnxruntime has no int8 GRU), checked against Keras within verify's
+             int8 tolerance instead of 1e-5
 
 Grid: batch {1, 8, 32, 128} x T {16, 64, 256} x fill {1.0, 0.75, 0.5} x onnxruntime intra-op
 threads {1, all cores}. Fill is the mean count of valid steps per row over T; rows are
@@ -79,7 +83,8 @@ VARIANTS = ("loop", "post", "any", "unmasked", "sched")
 # OpenVINO (headline rows): the plugin's "post" model and stock tf2onnx's Loop, compiled with the
 # models' own dynamic shapes, as a user loading the file does
 OPENVINO_VARIANTS = {"ov-post": "post", "ov-loop": "loop"}
-HEADLINE_VARIANTS = VARIANTS + ("no-guard",) + tuple(OPENVINO_VARIANTS)
+QUANTIZED = "int8"  # the "post" model quantized (headline rows only)
+HEADLINE_VARIANTS = VARIANTS + ("no-guard", QUANTIZED) + tuple(OPENVINO_VARIANTS)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SETTLE_BELOW = 0.010  # seconds: a shorter run is timed after an untimed one of the same model (time_cell)
 
@@ -88,7 +93,7 @@ RATIOS = (("loop_over_post", "loop", "post"), ("post_over_unmasked", "post", "un
           ("any_over_post", "any", "post"), ("post_over_noguard", "post", "no-guard"),
           ("ovpost_over_post", "ov-post", "post"), ("ovloop_over_ovpost", "ov-loop", "ov-post"),
           ("loop_over_sched", "loop", "sched"), ("unmasked_over_sched", "unmasked", "sched"),
-          ("sched_over_post", "sched", "post"))
+          ("sched_over_post", "sched", "post"), ("post_over_int8", "post", QUANTIZED))
 
 FULL = dict(batches=(1, 8, 32, 128), times=(16, 64, 256), fills=(1.0, 0.75, 0.5),
             dist_batches=(1, 8, 32, 128), dist_time=100, dist_budget=4.0, dist_min_rounds=40, dist_max_rounds=1000,
@@ -506,6 +511,50 @@ def check_openvino_numerics(np, keras_models: dict, protos: dict, shapes: list, 
     return compiled
 
 
+def quantized_models(np, mlr, keras_models: dict, protos: dict, shapes: list, worst: dict, report: Report) -> dict:
+    """The "post" models quantized (int8), where that quantizes something, each checked against Keras
+    on ``shapes`` within verify's int8 tolerance; returns model -> ModelProto."""
+    from masked_lstm_rewriter.quantize import describe
+    from masked_lstm_rewriter.verify_tolerance import choose
+    quantized = {}
+    for model, (masked, _) in keras_models.items():
+        proto = mlr.quantize_model(protos[(model, "post")])
+        if not describe(proto):
+            report(f"  {MODEL_NAMES[model]:<13} int8: nothing to quantize (onnxruntime has no int8 "
+                   f"{NATIVE_OPS[model]}): no int8 variant")
+            continue
+        session, tolerance = onnxruntime_session(proto), choose(proto, None)
+        for batch, steps, fill in shapes:
+            tokens = shape_tokens(batch, steps, fill)
+            want = np.asarray(masked(tokens, training=False))
+            got = session.run(None, {"tokens": tokens})[0]
+            diff = float(np.max(np.abs(got - want))) if got.shape == want.shape else float("inf")
+            worst[(model, QUANTIZED)] = max(worst.get((model, QUANTIZED), 0.0), diff)
+            worst[(model, QUANTIZED, batch, steps, fill)] = diff
+            if not diff <= tolerance.allowed(want):
+                fail(f"{model}/{QUANTIZED} differs from Keras by {diff:.3g} (> {tolerance}) at batch {batch}, "
+                     f"T={steps}, fill {fill}")
+        quantized[model] = proto
+        report(f"  {MODEL_NAMES[model]:<13} int8 ({describe(proto)}), {len(shapes)} headline and distribution "
+               f"shapes: {worst[(model, QUANTIZED)]:.2g} (tolerance {tolerance})")
+    return quantized
+
+
+def report_quantized(ratio_rows: list, worst: dict, report: Report):
+    """The int8 variant on the headline rows: its latency against the float "post" model, its distance from Keras."""
+    rows = sorted((r for r in ratio_rows if r["set"] == "headline" and r["int8_ms"] != ""),
+                  key=lambda r: (MODELS.index(r["model"]), -r["fill"], r["batch"]))
+    if not rows:
+        return
+    report("int8: the \"post\" model quantized (quantize=\"int8\"), onnxruntime, 1 intra-op thread, medians in ms")
+    report(f"  {'model':<13} {'batch':>5} {'fill':>4} {'post':>7} {'int8':>7} {'post/int8':>17} {'max |int8 - Keras|':>18}")
+    for row in rows:
+        diff = worst.get((row["model"], QUANTIZED, row["batch"], row["time"], row["fill"]), float("nan"))
+        ratio = f"{row['post_over_int8']:.2f} [{row['post_over_int8_p10']:.2f}-{row['post_over_int8_p90']:.2f}]"
+        report(f"  {MODEL_NAMES[row['model']]:<13} {row['batch']:>5} {row['fill']:>4.2f} {row['post_ms']:>7.3f} "
+               f"{row['int8_ms']:>7.3f} {ratio:>17} {diff:>18.2g}")
+
+
 def check_numerics(np, keras_models: dict, protos: dict, shapes: list, report: Report) -> dict:
     """Runs every ONNX model on every (batch, T, fill) and compares with Keras; fails beyond TOLERANCE."""
     worst, largest = {}, {}
@@ -780,6 +829,7 @@ def main(argv=None) -> int:
     with quiet_stderr(quiet):
         worst = check_numerics(np, keras_models, protos, head_shapes + dist_shapes + grid_shapes, report)
         openvino_models = check_openvino_numerics(np, keras_models, protos, head_shapes + dist_shapes, worst, report)
+        int8_models = quantized_models(np, mlr, keras_models, protos, head_shapes + dist_shapes, worst, report)
     report()
 
     # timing, in one child process per thread count
@@ -797,6 +847,9 @@ def main(argv=None) -> int:
                     report(f"note: {model}: the plugin's model has no guard node; no no-guard variant")
         for (model, variant) in openvino_models:
             onnx_files[model][variant] = onnx_files[model][OPENVINO_VARIANTS[variant]]
+        for model, proto in int8_models.items():
+            onnx_files[model][QUANTIZED] = os.path.join(tmp, f"{model}-{QUANTIZED}.onnx")
+            onnx.save(proto, onnx_files[model][QUANTIZED])
         grid_cell = dict(set="grid", variants=list(VARIANTS), budget=settings["budget"],
                          min_rounds=settings["min_rounds"], max_rounds=settings["max_rounds"],
                          warmup=settings["warmup"])
@@ -852,6 +905,8 @@ def main(argv=None) -> int:
                f"{ratio_or_dash('ovpost_over_post'):>17} {row['rounds']:>6}")
     report("  unmasked: the same weights without a mask, converted with the plugin: "
            + "; ".join(f"{MODEL_NAMES[m]} {references[m]}" for m in args.models))
+    report()
+    report_quantized(ratio_rows, worst, report)
     report()
     report_distributions(ratio_rows, settings, report)
     report()

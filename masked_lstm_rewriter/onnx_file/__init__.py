@@ -22,6 +22,7 @@ from ..failure import known_wrong
 from ..pipeline import rewrite_graph
 from ..pipeline.streaming import cannot_stream, stream_native_nodes
 from ..plugin import resolve_options
+from ..quantize import check_quantize, quantize_converted
 from ..report import ConversionReport, finish_conversion, start_conversion
 from ..sources import ONNX_FILE_SOURCES
 from .model_io import ModelError, load, save, to_graph
@@ -32,14 +33,15 @@ __all__ = ["rewrite_onnx", "ModelError"]
 
 
 def rewrite_onnx(model, output_path=None, *, mask_mode: Optional[str] = None, runtime: Optional[str] = None,
-                 schedule: bool = False, streaming: bool = False, keep_wrong: bool = False) -> Converted:
+                 schedule: bool = False, streaming: bool = False, keep_wrong: bool = False,
+                 quantize: Optional[str] = None) -> Converted:
     """Rewrite the recurrent ``Loop``\\ s of an ONNX model into native ``LSTM``, ``GRU`` and ``RNN`` ops.
 
     ``model``: an ``onnx.ModelProto`` or the path of an ``.onnx`` file (its external data is read
     from beside it). ``output_path``: where to write the result (only if the rewrite succeeded; a
     model past 2 GB is written with its tensors in ``<name>.data`` beside it). ``mask_mode``,
-    ``runtime``, ``schedule``, ``streaming`` and ``keep_wrong`` as in :func:`..convert` (a streamed
-    layer's states are named after the layer the Loop's names give). Returns the model and the
+    ``runtime``, ``schedule``, ``streaming``, ``keep_wrong`` and ``quantize`` as in :func:`..convert` (a
+    streamed layer's states are named after the layer the Loop's names give). Returns the model and the
     report of every recurrent layer found: rewritten, or left as the Loop it was (with the reason). Every node
     that is not part of a rewritten Loop, the graph's inputs and outputs and the model's metadata
     stay as they were; the given ``ModelProto`` is not changed.
@@ -47,6 +49,7 @@ def rewrite_onnx(model, output_path=None, *, mask_mode: Optional[str] = None, ru
     if output_path is not None:
         output_file.check_writable(output_path)
     mask_mode = resolve_options(mask_mode, runtime, schedule)
+    check_quantize(quantize, runtime, schedule)
     original = load(model)
     start_conversion()
     graph = to_graph(original)
@@ -57,6 +60,8 @@ def rewrite_onnx(model, output_path=None, *, mask_mode: Optional[str] = None, ru
     if wrong is not None:
         raise wrong
     rewritten = splice(original, graph) if report.rewritten or streaming else _copy(original)
+    if quantize is not None:
+        rewritten, report = quantize_converted(rewritten, report, quantize)
     if output_path is not None:
         with output_file.atomic_path(output_path) as partial:
             save(rewritten, partial, os.fspath(output_path))
