@@ -7,32 +7,46 @@ time-major with dynamic T and B, and ``lengths`` [B] int32, post-padded rows) an
 
 facts    what each runtime does with an LSTM node over T=0 steps or B=0 rows, an empty Slice into
          an LSTM, Concat with an empty tensor, Gather with empty indices (each case in its own
-         process: a runtime may abort the process)
-exact    the no-If segmented forms (and a single-node control) against a numpy LSTM at every
-         position of Y, Y_h and Y_c, over a sequence of runs in ONE session / compiled model whose
-         shapes grow and shrink from run to run (what broke OpenVINO with the schedule's If)
-timing   one thread, interleaved rounds, medians: the single node (no sequence_lens / with it /
-         with the same output fix-ups as the segments) against the segmented forms, on full and
-         long-tailed batches, plus the fixed per-node cost
+         process: onnxruntime aborts the process on an LSTM over 0 rows)
+exact    the no-If segmented forms (and the single node with the project's fix-ups, as a control)
+         against a float64 numpy LSTM at every position of Y, Y_h and Y_c, over a sequence of runs
+         in ONE session / compiled model whose shapes grow and shrink from run to run (what broke
+         OpenVINO with the schedule's If), one and two stacked layers; OpenVINO also compiled per
+         input shape (static shapes)
+timing   one thread, medians of interleaved rounds: the single node (a: no sequence_lens, b: with
+         it, d: with the project's fix-ups) against the segmented forms, on full and long-tailed
+         batches, one and two layers; the fixed cost of a node and of a run
 
 The segmented forms (no If): rows sorted by length, longest first (TopK); boundaries at the sorted
-lengths at fixed ranks (RANKS_16THS, longest first) and the longest length; segment k runs the
-rows valid at its first step (a prefix of the sorted rows, at least one) over its steps, starting
-from the previous segment's Y_h/Y_c for those rows; the outputs are stacked (plus a zeros row) and
-gathered back into [T, 1, B, H] by indices computed from the lengths. An LSTM's cell state past a
-row's length is held by a padding column (1 at padded steps, driving the input gate to 0 and the
-forget gate to 1), so that a row's final c can be read from the segment its last valid step is in.
+lengths at fixed ranks (RANKS_16THS of the batch, longest first) and the longest length; segment k
+runs the rows valid at its first step (a prefix of the sorted rows; at least one row, since
+onnxruntime aborts on 0) over its steps, starting from the previous segment's Y_h/Y_c for those
+rows; the outputs are stacked (plus a zeros row) and gathered back into [T, 1, B, H] by indices
+computed from the lengths (a row past its length reads its last valid step, an empty row zeros).
 
   zero  boundaries = the quantiles themselves (non-decreasing): a segment may have 0 steps (an LSTM
-        node over T=0), whose Y_h/Y_c are replaced by its initial states with Where
-  pad   boundaries made strictly increasing (b_k = max_{j<=k}(q_j - j) + k) over X padded with S
-        zero steps: every segment has >= 1 step and >= 1 row; extra steps are never read
+        node over T=0; both runtimes leave its Y_h/Y_c unwritten, so they are replaced by its
+        initial states with Where; "zero unguarded" shows what happens without)
+  pad   boundaries made strictly increasing (b_k = max_{j<=k}(q_j - j) + k), reading up to S steps
+        past T (clamped indices): every segment has >= 1 step and >= 1 row; extra steps never read
 
-Usage: python tools/probe_schedule_forms.py [--only facts exact timing] [--rounds 40]
+A segment's input is one Gather from X flattened to [T * B, D] by a [steps, rows] grid of flat
+indices (computed once per mask, in the plan); "reorder" forms instead Gather the rows into sorted
+order and Slice per segment. With "+c", Y_c is exact too: X gets a padding column (1 at padded
+steps, driving the input gate to 0 and the forget gate to 1) and padded positions of the grid read
+a marker row [0, ..., 0, 1], so that a row's final c is held to the end of the segment its last
+valid step is in; without, padded positions read whatever X holds (NaN included): only rows past
+their length see it, and nothing reads those. "lens": each segment node gets an explicit
+sequence_lens (the segment's steps for every row), which OpenVINO needs with static input shapes.
+"chained" (stacked layers): a layer's segment k reads the previous layer's segment k output as it
+is; only the top layer gathers back.
+
+Usage: python tools/probe_schedule_forms.py [--only facts exact timing] [--rounds 25] [--seeds 1] [--thorough]
 """
 
 import argparse
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -115,9 +129,25 @@ def single_model(wrb, lengths=False):
     return g.model(inputs, outputs)
 
 
-def fixed_single_model(wrb):
-    """(d) the single node with what the project wraps around it (no schedule): padding column,
-    sequence_lens, h read from Y at the last valid step, Y past a row's length = its last output."""
+def single_stack_model(layers):
+    """(a) for stacked layers: one plain LSTM node per layer (no sequence_lens), Y and Y_h."""
+    g = Builder()
+    x = "X"
+    for index, (w, r, b) in enumerate(layers):
+        out = g.op("LSTM", x, g.const(w, np.float32), g.const(r, np.float32), g.const(b, np.float32), outputs=3,
+                   hidden_size=w.shape[1] // 4)
+        if index == len(layers) - 1:
+            g.nodes[-1].output[:] = ["Y", "Y_h", "Y_c"]
+        else:
+            x = g.op("Squeeze", out[0], g.const([1]))
+    inputs, outputs = io(layers[0][0].shape[2])
+    return g.model(inputs, outputs[:2])
+
+
+def fixed_single_model(wrb, with_c=True):
+    """(d) the single node with what the project wraps around it (no schedule): sequence_lens, h read
+    from Y at the last valid step, Y past a row's length = its last output; ``with_c``: the padding
+    column (and Y_c as an output)."""
     w, r, b = wrb
     hidden, width = w.shape[1] // 4, w.shape[2]
     g = Builder()
@@ -125,8 +155,8 @@ def fixed_single_model(wrb):
     steps = g.op("Shape", "X", start=0, end=1)
     time_ = g.op("Range", g.const(0), g.op("Squeeze", steps, g.const([0])), g.const(1))
     valid = g.op("Less", g.op("Unsqueeze", time_, g.const([1])), lengths)                   # [T, B]
-    x = _padding_column(g, "X", valid, width)
-    y = g.op("LSTM", x, g.const(with_padding_column(w), np.float32), g.const(r, np.float32),
+    x = _padding_column(g, "X", valid, width) if with_c else "X"
+    y = g.op("LSTM", x, g.const(with_padding_column(w) if with_c else w, np.float32), g.const(r, np.float32),
              g.const(b, np.float32), "lengths", outputs=3, hidden_size=hidden)
     last = g.op("Sub", lengths, g.const(1))
     index = g.op("Expand", g.op("Reshape", g.op("Max", last, g.const(0)), g.const([1, 1, -1, 1])),
@@ -138,10 +168,11 @@ def fixed_single_model(wrb):
     g.nodes[-1].output[0] = "Y"
     g.op("Identity", y_h)
     g.nodes[-1].output[0] = "Y_h"
-    g.op("Where", has, y[2], g.const(0.0, np.float32))
-    g.nodes[-1].output[0] = "Y_c"
+    if with_c:
+        g.op("Where", has, y[2], g.const(0.0, np.float32))
+        g.nodes[-1].output[0] = "Y_c"
     inputs, outputs = io(width)
-    return g.model(inputs, outputs)
+    return g.model(inputs, outputs[:3 if with_c else 2])
 
 
 def _padding_column(g, x, valid, width):
@@ -152,17 +183,61 @@ def _padding_column(g, x, valid, width):
     return g.op("Where", g.op("Unsqueeze", valid, g.const([2])), padded, g.const(marker, np.float32))
 
 
-def segmented_model(wrb, form="zero", ranks=RANKS_16THS):
-    """(c) the no-If segmented form (see the module docstring)."""
-    w, r, b = wrb
-    hidden, width = w.shape[1] // 4, w.shape[2]
-    segments = len(ranks) + 1
+def segmented_model(wrb, form="zero", ranks=RANKS_16THS, layers=None, with_c=True, x_by="grid", marker="concat",
+                    plan_only=False, chain=False, seq_lens=False, guard=True):
+    """(c) the no-If segmented form (see the module docstring).
+
+    ``layers``: a list of (W, R, B), stacked, sharing one plan (default: the one layer ``wrb``);
+    ``with_c``: compute Y_c exactly (padding column) and output it, else outputs Y and Y_h only;
+    ``x_by``: how a segment's input is made: "reorder" (Gather the rows into sorted order, Pad the
+    padding column, Where the marker at padded steps, then Slice per segment) or "grid" (one Gather
+    per segment from the flattened X by a [steps, rows] grid of flat indices computed in the plan;
+    with ``with_c``, padded positions index a marker row appended to X, by ``marker``: "concat"
+    (Pad the column, Concat the row) or "scatter" (Pad both, ScatterND the marker's 1));
+    ``plan_only``: only the plan's gather indices as outputs (for its cost); ``chain`` (stacked
+    layers, without c): a layer's segment k reads the previous layer's segment k output as it is
+    (rows sorted, only the segment's steps), so that only the top layer gathers back; ``seq_lens``:
+    give each segment node an explicit sequence_lens (all rows: the segment's steps); ``guard``
+    (zero form): replace a 0-step segment's Y_h/Y_c by its initial states (Where); "after-first":
+    not the first segment's (whose initial states are zeros: exact if a runtime wrote zeros)."""
+    assert not (chain and with_c), "chain: a padded step's input would need the padding column's marker"
+    layers = layers or [wrb]
+    width = layers[0][0].shape[2]
     g = Builder()
-    w_name, r_name, b_name = (g.const(with_padding_column(w), np.float32), g.const(r, np.float32),
-                              g.const(b, np.float32))
-    lengths = g.op("Cast", "lengths", to=TensorProto.INT64)                                # [B]
+    p = plan(g, "lengths", "X", form, ranks, x_by, with_c)
+    p["guard"] = guard
+    names = ("Y", "Y_h", "Y_c") if with_c else ("Y", "Y_h")
+    if plan_only:   # every index the layers use: the gather indices and the per-segment grids
+        values = [p["gather_y"], p["gather_h"]] + ([p["gather_c"]] if with_c else [])
+        values = values + [g.op("Concat", *(g.op("Reshape", t, g.const([-1])) for t in p["grids"]), axis=0)]
+        names = names + ("grids",)
+        outputs = [helper.make_tensor_value_info(n, TensorProto.INT64, None) for n in names]
+    else:
+        x, inputs = "X", None
+        for index, layer_wrb in enumerate(layers):
+            last = index == len(layers) - 1
+            values, ys = segmented_layer(g, p, x, layer_wrb, with_c, x_by, marker, inputs,
+                                         gather_back=last or not chain, seq_lens=seq_lens)
+            if not last:
+                if chain:   # the next layer's segment k reads this layer's segment k: no gathers
+                    inputs = [g.op("Squeeze", y, g.const([1])) for y in ys]
+                else:
+                    x = g.op("Squeeze", values[0], g.const([1]))
+        outputs = io(width)[1][:len(names)]
+    renames = dict(zip(values, names))
+    for node in g.nodes:   # name the graph outputs after their producers (an Identity would copy)
+        node.output[:] = [renames.get(o, o) for o in node.output]
+        node.input[:] = [renames.get(i, i) for i in node.input]
+    return g.model(io(width)[0], outputs)
+
+
+def plan(g, lengths_name, x_name, form, ranks, x_by="grid", with_c=True):
+    """Per mask, once: the rows longest first, the segments, and the gather indices (no If)."""
+    segments = len(ranks) + 1
+    p = {"segments": segments, "form": form}
+    lengths = g.op("Cast", lengths_name, to=TensorProto.INT64)                            # [B]
     batch = g.op("Shape", lengths)                                                       # [1]
-    steps = g.op("Shape", "X", start=0, end=1)                                            # [1]
+    steps = g.op("Shape", x_name, start=0, end=1)                                         # [1]
     sorted_, order = g.op("TopK", lengths, batch, outputs=2, axis=0, largest=1, sorted=1)
     longest = g.op("Slice", sorted_, g.const([0]), g.const([1]))                          # [1]
     quantiles = g.op("Gather", sorted_, g.op("Div", g.op("Mul", batch, g.const(ranks)), g.const(16)), axis=0)
@@ -180,52 +255,47 @@ def segmented_model(wrb, form="zero", ranks=RANKS_16THS):
         bounds = g.op("Add", g.op("ReduceMax", lifted, axes=[1], keepdims=0), g.const(index))
         first = g.op("Slice", bounds, g.const([0]), g.const([segments]))
         end = g.op("Slice", bounds, g.const([1]), g.const([segments + 1]))
-        extra = segments        # X gets this many zero steps more: b_S <= longest + S - 1 (or S)
+        extra = segments        # up to this many steps past T: b_S <= longest + S - 1 (or S)
     else:
         raise ValueError(form)
     seg_steps = g.op("Sub", end, first)                                                  # [S]
     count = g.op("ReduceSum", g.op("Cast", g.op("Greater", g.op("Unsqueeze", lengths, g.const([1])), first),
                                     to=TensorProto.INT64), g.const([0]), keepdims=0)     # [S]
     rows = g.op("Max", count, g.const(1))                                                # [S] rows run
-
-    # input: rows longest first, the padding column (and `extra` padded steps)
-    ordered = g.op("Gather", "X", order, axis=1)
-    padded = g.op("Pad", ordered, g.const([0, 0, 0, extra, 0, 1]))
-    time_all = g.op("Range", g.const(0), g.op("Squeeze", g.op("Add", steps, g.const(extra)), g.const([0])),
-                    g.const(1))
-    valid = g.op("Unsqueeze", g.op("Less", g.op("Unsqueeze", time_all, g.const([1])), sorted_), g.const([2]))
-    marker = np.zeros(width + 1, np.float32)
-    marker[-1] = 1
-    x = g.op("Where", valid, padded, g.const(marker, np.float32))                        # [T + extra, B, D + 1]
+    p.update(order=order, extra=extra)
 
     # per segment: Slice starts (first, 0) and ends (end, rows), and the rows as [1]
     table = g.op("Concat", *(g.op("Unsqueeze", t, g.const([1])) for t in (first, g.const([0] * segments), end, rows)),
                  axis=1)                                                                  # [S, 4]
-    pairs = g.op("Split", g.op("Reshape", table, g.const([-1])), g.const([2] * (2 * segments)),
-                 outputs=2 * segments, axis=0)
-    rows_k = g.op("Split", rows, g.const([1] * segments), outputs=segments, axis=0)
-    nonempty = g.op("Split", g.op("Greater", seg_steps, g.const(0)), g.const([1] * segments), outputs=segments,
-                    axis=0) if form == "zero" else None
-    flat_y, flat_c, states = [], [], None
-    for k in range(segments):
-        xk = g.op("Slice", x, pairs[2 * k], pairs[2 * k + 1], g.const([0, 1]))
-        if states is None:
-            initial = ["", ""]
-        else:
-            initial = [g.op("Slice", s, g.const([0]), rows_k[k], g.const([1])) for s in states]
-        out = g.op("LSTM", xk, w_name, r_name, b_name, "", *initial, outputs=3, hidden_size=hidden)
-        flat_y.append(g.op("Reshape", out[0], g.const([-1, hidden])))
-        flat_c.append(g.op("Reshape", out[2], g.const([-1, hidden])))
-        states = [out[1], out[2]]
-        if form == "zero" and k < segments - 1:
-            # an LSTM over 0 steps leaves Y_h/Y_c unwritten on both runtimes (stale memory)
-            initial = initial if k else [g.const(np.zeros((1, 1, hidden)), np.float32)] * 2
-            states = [g.op("Where", nonempty[k], s, i) for s, i in zip(states, initial)]
+    p["pairs"] = pairs = g.op("Split", g.op("Reshape", table, g.const([-1])), g.const([2] * (2 * segments)),
+                              outputs=2 * segments, axis=0)
+    p["rows_k"] = g.op("Split", rows, g.const([1] * segments), outputs=segments, axis=0)
+    p["nonempty"] = g.op("Split", g.op("Greater", seg_steps, g.const(0)), g.const([1] * segments), outputs=segments,
+                         axis=0) if form == "zero" else None
+    # explicit sequence_lens (every row the segment's steps): without it, OpenVINO with static input
+    # shapes fails its LSTMSequence batch check (it makes the lengths from the input's bounded batch)
+    steps_k = g.op("Split", seg_steps, g.const([1] * segments), outputs=segments, axis=0)
+    p["seq_lens"] = [g.op("Cast", g.op("Expand", steps_k[k], p["rows_k"][k]), to=TensorProto.INT32)
+                     for k in range(segments)]
+    time_all = g.op("Range", g.const(0), g.op("Squeeze", g.op("Add", steps, g.const(extra)), g.const([0])),
+                    g.const(1)) if extra else None
+    time_ = g.op("Range", g.const(0), g.op("Squeeze", steps, g.const([0])), g.const(1))         # [T]
+    time_all = time_all or time_
+    if x_by == "reorder":
+        p["valid"] = g.op("Unsqueeze", g.op("Less", g.op("Unsqueeze", time_all, g.const([1])), sorted_), g.const([2]))
+    else:
+        # [T + extra, B] flat index into X [T * B, D] of step t of the row at rank r; the steps
+        # past T (pad form) read step T - 1 (never used); with c, padded steps read the marker row
+        clamped = g.op("Min", time_all, g.op("Sub", steps, g.const([1]))) if extra else time_all
+        grid = g.op("Add", g.op("Unsqueeze", g.op("Mul", clamped, batch), g.const([1])),
+                    g.op("Add", order, g.const(1)) if with_c else order)
+        if with_c:   # the marker row is row 0
+            grid = g.op("Where", g.op("Less", g.op("Unsqueeze", time_all, g.const([1])), sorted_), grid, g.const(0))
+        p["grids"] = [g.op("Slice", grid, pairs[2 * k], pairs[2 * k + 1], g.const([0, 1])) for k in range(segments)]
 
-    # gather indices (once per mask in a real model)
+    # gather indices
     rank = g.op("ScatterElements", order, order,
                 g.op("Range", g.const(0), g.op("Squeeze", batch, g.const([0])), g.const(1)), axis=0)  # [B]
-    time_ = g.op("Range", g.const(0), g.op("Squeeze", steps, g.const([0])), g.const(1))         # [T]
     later = g.op("Slice", first, g.const([1]), g.const([segments]))
 
     def segment_of(t):
@@ -246,31 +316,102 @@ def segmented_model(wrb, form="zero", ranks=RANKS_16THS):
         column = g.op("Min", rank, g.op("Sub", g.op("Gather", step_rows, read, axis=0), g.const(1)))
         return g.op("Add", g.op("Gather", step_base, read, axis=0), column)
 
-    gather_y = position(g.op("Min", g.op("Unsqueeze", time_, g.const([1])), last))         # [T, B]
-    gather_h = position(last)                                                            # [B]
-    state_offsets = g.op("CumSum", rows, g.const(0), exclusive=1)
-    total = g.op("ReduceSum", rows, g.const([0]), keepdims=1)
-    gather_c = g.op("Where", g.op("Greater", lengths, g.const(0)),
-                    g.op("Add", g.op("Gather", state_offsets, segment_of(last), axis=0), rank), total)
+    p["gather_y"] = g.op("Unsqueeze", position(g.op("Min", g.op("Unsqueeze", time_, g.const([1])), last)),
+                         g.const([1]))                                                    # [T, 1, B]
+    p["gather_h"] = g.op("Unsqueeze", position(last), g.const([0]))                       # [1, B]
+    if with_c:
+        state_offsets = g.op("CumSum", rows, g.const(0), exclusive=1)
+        total = g.op("ReduceSum", rows, g.const([0]), keepdims=1)
+        p["gather_c"] = g.op("Unsqueeze", g.op("Where", g.op("Greater", lengths, g.const(0)), g.op(
+            "Add", g.op("Gather", state_offsets, segment_of(last), axis=0), rank), total), g.const([0]))  # [1, B]
+    return p
+
+
+def segmented_layer(g, p, x_name, wrb, with_c=True, x_by="grid", marker="concat", inputs=None, gather_back=True,
+                    seq_lens=False):
+    """One layer as one LSTM node per segment over the sorted rows, gathered back: ([Y [T, 1, B, H],
+    Y_h (and Y_c) [1, B, H]] in the caller's row order, or None without ``gather_back``; the
+    segments' own Y). ``inputs``: the segments' inputs as they are (else made from ``x_name``)."""
+    w, r, b = wrb
+    hidden, width = w.shape[1] // 4, w.shape[2]
+    segments = p["segments"]
+    w_name, r_name, b_name = (g.const(with_padding_column(w) if with_c else w, np.float32), g.const(r, np.float32),
+                              g.const(b, np.float32))
+    column = np.zeros(width + 1, np.float32)
+    column[-1] = 1
+    if inputs is not None:
+        pass
+    elif x_by == "reorder":
+        # input: rows longest first, the padding column (and `extra` padded steps)
+        x = g.op("Gather", x_name, p["order"], axis=1)
+        if with_c or p["extra"]:
+            x = g.op("Pad", x, g.const([0, 0, 0, p["extra"], 0, int(with_c)]))
+        if with_c:
+            x = g.op("Where", p["valid"], x, g.const(column, np.float32))                # [T + extra, B, D + 1]
+        inputs = [g.op("Slice", x, p["pairs"][2 * k], p["pairs"][2 * k + 1], g.const([0, 1])) for k in range(segments)]
+    else:
+        flat = g.op("Reshape", x_name, g.const([-1, width]))                              # [T * B, D]
+        if with_c and marker == "concat":
+            flat = g.op("Concat", g.const(column[None], np.float32), g.op("Pad", flat, g.const([0, 0, 0, 1])), axis=0)
+        elif with_c:
+            flat = g.op("ScatterND", g.op("Pad", flat, g.const([1, 0, 0, 1])), g.const([[0, width]]),
+                        g.const([1.0], np.float32))                                      # [1 + T * B, D + 1]
+        inputs = [g.op("Gather", flat, grid, axis=0) for grid in p["grids"]]
+    flat_y, flat_c, states, ys = [], [], None, []
+    for k in range(segments):
+        if states is None:
+            initial = ["", ""]
+        else:
+            initial = [g.op("Slice", s, g.const([0]), p["rows_k"][k], g.const([1])) for s in states]
+        out = g.op("LSTM", inputs[k], w_name, r_name, b_name, p["seq_lens"][k] if seq_lens else "", *initial,
+                   outputs=3, hidden_size=hidden)
+        ys.append(out[0])
+        if gather_back:
+            flat_y.append(g.op("Reshape", out[0], g.const([-1, hidden])))
+        if with_c:
+            flat_c.append(g.op("Reshape", out[2], g.const([-1, hidden])))
+        states = [out[1], out[2]]
+        if p["form"] == "zero" and k < segments - 1 and p["guard"] and (k or p["guard"] != "after-first"):
+            # an LSTM over 0 steps leaves Y_h/Y_c unwritten on both runtimes (stale memory)
+            initial = initial if k else [g.const(np.zeros((1, 1, hidden)), np.float32)] * 2
+            states = [g.op("Where", p["nonempty"][k], s, i) for s, i in zip(states, initial)]
+    if not gather_back:
+        return None, ys
     zeros = g.const(np.zeros((1, hidden)), np.float32)
     stacked_y = g.op("Concat", *flat_y, zeros, axis=0)
-    stacked_c = g.op("Concat", *flat_c, zeros, axis=0)
-    g.nodes.append(helper.make_node("Gather", [stacked_y, g.op("Unsqueeze", gather_y, g.const([1]))], ["Y"], axis=0))
-    g.nodes.append(helper.make_node("Gather", [stacked_y, g.op("Unsqueeze", gather_h, g.const([0]))], ["Y_h"], axis=0))
-    g.nodes.append(helper.make_node("Gather", [stacked_c, g.op("Unsqueeze", gather_c, g.const([0]))], ["Y_c"], axis=0))
-    inputs, outputs = io(width)
-    return g.model(inputs, outputs)
+    outputs = [g.op("Gather", stacked_y, p["gather_y"], axis=0), g.op("Gather", stacked_y, p["gather_h"], axis=0)]
+    if with_c:
+        outputs.append(g.op("Gather", g.op("Concat", *flat_c, zeros, axis=0), p["gather_c"], axis=0))
+    return outputs, ys
 
 
-FORMS = {
-    "single": lambda wrb: single_model(wrb),                            # (a)
-    "single+lens": lambda wrb: single_model(wrb, lengths=True),         # (b)
-    "single+fixups": fixed_single_model,                                # (d)
-    "seg-zero": lambda wrb: segmented_model(wrb, "zero"),               # (c)
-    "seg-pad": lambda wrb: segmented_model(wrb, "pad"),
-    "seg-zero-3": lambda wrb: segmented_model(wrb, "zero", (8, 2)),     # fewer segments
-    "seg-pad-3": lambda wrb: segmented_model(wrb, "pad", (8, 2)),
+FORMS = {   # "+c": Y_c is an output (exact: padding column); else Y and Y_h only
+    "single": lambda wrb: single_model(wrb),                                       # (a)
+    "single+lens": lambda wrb: single_model(wrb, lengths=True),                    # (b)
+    "fixups+c": fixed_single_model,                                                # (d)
+    "fixups": lambda wrb: fixed_single_model(wrb, with_c=False),
+    "zero+c reorder": lambda wrb: segmented_model(wrb, "zero", x_by="reorder"),    # (c), first version
+    "pad+c reorder": lambda wrb: segmented_model(wrb, "pad", x_by="reorder"),
+    "zero+c": lambda wrb: segmented_model(wrb, "zero"),
+    "zero+c scatter": lambda wrb: segmented_model(wrb, "zero", marker="scatter"),
+    "pad+c": lambda wrb: segmented_model(wrb, "pad"),
+    "zero": lambda wrb: segmented_model(wrb, "zero", with_c=False),
+    "pad": lambda wrb: segmented_model(wrb, "pad", with_c=False),
+    "zero S3": lambda wrb: segmented_model(wrb, "zero", (8, 2), with_c=False),     # fewer segments
+    "pad S3": lambda wrb: segmented_model(wrb, "pad", (8, 2), with_c=False),
+    "zero lens": lambda wrb: segmented_model(wrb, "zero", with_c=False, seq_lens=True),
+    "zero+c lens": lambda wrb: segmented_model(wrb, "zero", seq_lens=True),
+    "pad lens": lambda wrb: segmented_model(wrb, "pad", with_c=False, seq_lens=True),
+    "zero unguarded": lambda wrb: segmented_model(wrb, "zero", with_c=False, guard=False),   # expected wrong
+    "zero unguarded0": lambda wrb: segmented_model(wrb, "zero", with_c=False, guard="after-first"),
+    "zero S4": lambda wrb: segmented_model(wrb, "zero", (8, 4, 1), with_c=False),
+    "zero S8": lambda wrb: segmented_model(wrb, "zero", (14, 12, 8, 6, 4, 2, 1), with_c=False),
+    "plan zero": lambda wrb: segmented_model(wrb, "zero", with_c=False, plan_only=True),
+    "plan pad": lambda wrb: segmented_model(wrb, "pad", with_c=False, plan_only=True),
 }
+# not timed by default: measured no different from their siblings (or wrong)
+TIMING_SKIPPED = ("pad+c reorder", "zero+c scatter", "pad S3", "zero unguarded", "zero unguarded0")
+EXACT_FORMS = [name for name in FORMS if name not in ("single", "single+lens") and not name.startswith("plan")]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -297,6 +438,7 @@ def ov_runner(model, threads=None, path=None):
     core = ov.Core()
     config = dict(OV_F32, **({"INFERENCE_NUM_THREADS": threads} if threads else {}))
     compiled = core.compile_model(core.read_model(path), "CPU", config)
+    os.remove(path)
     request = compiled.create_infer_request()
     outputs = compiled.outputs
 
@@ -306,8 +448,27 @@ def ov_runner(model, threads=None, path=None):
     return run
 
 
+def ov_static_runner(model):
+    """OpenVINO with the inputs' shapes made static: compiled once per set of input shapes."""
+    import openvino as ov
+    path = f"/tmp/probe_sched/model_{os.getpid()}_{id(model)}_static.onnx"
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    onnx.save(model, path)
+    core, compiled = ov.Core(), {}
+
+    def run(feeds):
+        key = tuple((name, value.shape) for name, value in sorted(feeds.items()))
+        if key not in compiled:
+            source = core.read_model(path)
+            source.reshape({name: ov.PartialShape(list(shape)) for name, shape in key})
+            compiled[key] = core.compile_model(source, "CPU", OV_F32)
+        result = compiled[key](feeds)
+        return [np.array(result[o]) for o in compiled[key].outputs]
+    return run
+
+
 RUNNERS = {"ort": lambda m: ort_runner(m, 1), "ort-default": lambda m: ort_runner(m, None),
-           "ov": lambda m: ov_runner(m), "ov-1thread": lambda m: ov_runner(m, 1)}
+           "ov": lambda m: ov_runner(m), "ov-1thread": lambda m: ov_runner(m, 1), "ov-static": ov_static_runner}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -409,6 +570,11 @@ def facts():
 # 2. exactness over changing shapes
 # ---------------------------------------------------------------------------------------------
 
+def _sigmoid(v):
+    with np.errstate(over="ignore"):
+        return 1 / (1 + np.exp(-v))
+
+
 def reference(x, lengths, wrb):
     """numpy float64 LSTM per row: Y[t] = h_t for t < len, the last valid h after (zeros for an
     empty row); final h and c at the last valid step."""
@@ -418,12 +584,11 @@ def reference(x, lengths, wrb):
     h = np.zeros((batch, hidden))
     c = np.zeros((batch, hidden))
     y = np.zeros((steps, batch, hidden))
-    sigmoid = lambda v: 1 / (1 + np.exp(-v))  # noqa: E731
     for t in range(steps):
         gates = x[t].astype(np.float64) @ w.T + h @ r.T + b[:4 * hidden] + b[4 * hidden:]
         i, o, f, g = (gates[:, k * hidden:(k + 1) * hidden] for k in range(4))
-        c_new = sigmoid(f) * c + sigmoid(i) * np.tanh(g)
-        h_new = sigmoid(o) * np.tanh(c_new)
+        c_new = _sigmoid(f) * c + _sigmoid(i) * np.tanh(g)
+        h_new = _sigmoid(o) * np.tanh(c_new)
         valid = (t < lengths)[:, None]
         c = np.where(valid, c_new, c)
         h = np.where(valid, h_new, h)
@@ -432,8 +597,17 @@ def reference(x, lengths, wrb):
 
 
 def lengths_for(kind, batch, steps, rng):
-    if kind == "lognormal":
-        lengths = np.clip(np.rint(rng.lognormal(np.log(0.2 * steps), 0.75, batch)), 1, steps)
+    if kind == "benchmark":     # tools/benchmark.py's "lognormal" batch, the same draw
+        rng = np.random.default_rng(100 * batch + steps + 7)
+        lengths = np.rint(rng.lognormal(np.log(0.2 * steps), 0.75, batch))
+        lengths[rng.integers(batch)] = steps
+        lengths = np.clip(lengths, 1, steps)
+    elif kind == "typical-tail":  # the quantiles of lognormal(median 0.16 T, sigma 0.75), one row of T
+        quantiles = [statistics.NormalDist().inv_cdf((i + 0.5) / (batch - 1)) for i in range(batch - 1)]
+        lengths = np.r_[steps, np.clip(np.rint(0.16 * steps * np.exp(0.75 * np.array(quantiles))), 1, steps)]
+    elif kind in ("lognormal", "tail"):
+        median = 0.2 if kind == "lognormal" else 0.16
+        lengths = np.clip(np.rint(rng.lognormal(np.log(median * steps), 0.75, batch)), 1, steps)
         lengths[rng.integers(batch)] = steps
     elif kind == "full":
         lengths = np.full(batch, steps)
@@ -456,7 +630,7 @@ def lengths_for(kind, batch, steps, rng):
     return lengths.astype(np.int32)
 
 
-def run_sequence(seed=0):
+def run_sequence(seed):
     """(batch, steps, kind) runs: batches and steps growing and shrinking."""
     rng = np.random.default_rng(seed)
     fixed = [(1, 1, "full"), (3, 7, "lognormal"), (8, 50, "lognormal"), (32, 100, "lognormal"), (5, 13, "some-empty"),
@@ -470,100 +644,188 @@ def run_sequence(seed=0):
     return fixed + randomised + fixed[::-1]
 
 
-def exactness(forms, runtimes, sizes):
-    print("\n== 2. exactness: one session / compiled model per (form, runtime), a sequence of "
-          f"{len(run_sequence())} runs with changing B and T; max |diff| vs numpy (Y every position, Y_h, Y_c) ==")
-    for input_size, hidden in sizes:
-        wrb = weights(input_size, hidden, seed=3)
+def exactness(configs):
+    """Per config (D, H, layers, runtimes, seeds) and runtime: one session / compiled model per form,
+    the run sequences of ``seeds`` one after the other, twice; max |diff| vs numpy, and how many runs
+    give exactly (bitwise) the single node's (with the same fix-ups) numbers on the same runtime."""
+    print("\n== 2. exactness: one session / compiled model per (form, runtime), a sequence of runs with changing B "
+          "and T, twice; max |diff| vs float64 numpy over every position of Y, Y_h, Y_c; 'bitwise' = runs equal to "
+          "the single node + fix-ups on the same runtime; ov-static: compiled per input shape ==")
+    for input_size, hidden, depth, runtimes, seeds, forms in configs:
+        stack = [weights(input_size, hidden, seed=3)] + [weights(hidden, hidden, seed=4 + k) for k in range(depth - 1)]
         runs = []
-        for index, (batch, steps, kind) in enumerate(run_sequence()):
-            rng = np.random.default_rng(1000 + index)
-            lengths = lengths_for(kind, batch, steps, rng)
-            x = rng.normal(size=(steps, batch, input_size)).astype(np.float32)
-            padded = np.arange(steps)[:, None] >= lengths[None, :]
-            # padded steps hold garbage (NaN on every third run): nothing may read them
-            x[padded] = np.nan if index % 3 == 0 else 1e3
-            runs.append(((batch, steps, kind), {"X": x, "lengths": lengths}, reference(x, lengths, wrb)))
-        for form in forms:
-            model = FORMS[form](wrb)
-            for runtime in runtimes:
+        for seed in seeds:
+            for index, (batch, steps, kind) in enumerate(run_sequence(seed)):
+                rng = np.random.default_rng(1000 * seed + index)
+                lengths = lengths_for(kind, batch, steps, rng)
+                x = rng.normal(size=(steps, batch, input_size)).astype(np.float32)
+                padded = np.arange(steps)[:, None] >= lengths[None, :]
+                # padded steps hold garbage (NaN on every third run): nothing may read them
+                x[padded] = np.nan if index % 3 == 0 else 1e3
+                expected, layer_x = None, x
+                for layer_wrb in stack:
+                    expected = reference(layer_x, lengths, layer_wrb)
+                    layer_x = expected[0][:, 0].astype(np.float32)
+                runs.append(((batch, steps, kind), {"X": x, "lengths": lengths}, expected))
+        if depth == 1:
+            models = {name: FORMS[name](stack[0]) for name in forms}
+        else:
+            models = {name: segmented_model(None, name.split()[0].split("+")[0], layers=stack, with_c="+c" in name,
+                                            chain="chained" in name, seq_lens="lens" in name) for name in forms}
+        for runtime, names in runtimes:
+            control = {}
+            for name in names or models:
+                model = models[name]
                 run = RUNNERS[runtime](model)
-                worst, where, errors = np.zeros(3), ["", "", ""], 0
+                worst, where, errors, bitwise, compared, first_error = np.zeros(3), ["", "", ""], 0, 0, 0, ""
                 for repeat in range(2):
-                    for shape, feeds, expected in runs:
+                    for number, (shape, feeds, expected) in enumerate(runs):
                         try:
                             got = run(feeds)
                         except Exception as error:  # pylint: disable=broad-except
                             errors += 1
                             if errors == 1:
-                                print(f"    {form} {runtime} {shape}: {str(error).splitlines()[0][:100]}")
+                                lines = [line for line in str(error).splitlines() if "Check" in line]
+                                text = (lines or str(error).splitlines() or [repr(error)])[0].strip()
+                                first_error = f"{shape}: {text[:150]}"
                             continue
+                        if name.startswith("fixups"):
+                            control[len(got), number] = got
+                        elif (len(got), number) in control:
+                            compared += 1
+                            bitwise += all(np.array_equal(a, b) for a, b in zip(got, control[len(got), number]))
                         for k, (g_, e_) in enumerate(zip(got, expected)):
                             diff = np.inf if g_.shape != e_.shape else np.nan_to_num(np.abs(g_ - e_).max(initial=0),
                                                                                   nan=np.inf)
                             if diff > worst[k]:
                                 worst[k], where[k] = diff, f"{shape}#{repeat}"
-                verdict = "EXACT" if worst.max() < 1e-4 and not errors else "WRONG"
-                print(f"  D={input_size:<3} H={hidden:<4} {form:14s} {runtime:11s} {verdict}  "
-                      f"Y {worst[0]:.2e}  Y_h {worst[1]:.2e}  Y_c {worst[2]:.2e}  errors {errors}"
-                      + ("" if verdict == "EXACT" else f"  worst at {where}"))
+                verdict = "WRONG" if worst.max() >= 1e-5 else "ERRORS" if errors else "EXACT"
+                print(f"  D={input_size:<3} H={hidden:<4} layers {depth}  {name:14s} {runtime:11s} {verdict}  "
+                      f"runs {2 * len(runs) - errors:3d}  "
+                      f"Y {worst[0]:.1e}  Y_h {worst[1]:.1e}  "
+                      + (f"Y_c {worst[2]:.1e}  " if "+c" in name else "")
+                      + f"errors {errors}"
+                      + (f"  bitwise {bitwise}/{compared}" if compared else "")
+                      + ("" if verdict != "WRONG" else f"  worst at {where}")
+                      + ("" if not errors else f"\n      first error at {first_error}"))
 
 
 # ---------------------------------------------------------------------------------------------
 # 3. timing
 # ---------------------------------------------------------------------------------------------
 
+TIMING_CASES = {   # name: (batch, length kind, new lengths every round)
+    "full B=1": (1, "full", False), "full B=32": (32, "full", False),
+    "bench-lognormal B=32": (32, "benchmark", False), "tail B=32": (32, "typical-tail", False),
+    "tail B=32 new": (32, "tail", True)}
+
+
 def timing(forms, rounds, steps=100):
+    """Per case, interleaved rounds (every form once per round, in a shuffled order), medians; ratios
+    are medians of per-round ratios (runs close in time share the machine's load): to (a) and to the
+    single node with the project's fix-ups giving the same outputs (Y and Y_h, or with Y_c)."""
     wrb = weights(INPUT, HIDDEN, seed=5)
-    cases = {"full B=1": (1, "full"), "full B=32": (32, "full"), "lognormal B=32": (32, "lognormal")}
     print(f"\n== 3. timing: LSTM {INPUT}->{HIDDEN}, T={steps}, 1 thread, median ms over {rounds} interleaved rounds; "
-          "ratio = (a) single / form (>1: faster than the single node) ==")
+          "(x a) = single / form, (x d) = fixups / form with the same outputs (>1: faster) ==")
+    print("  bench-lognormal: tools/benchmark.py's batch (median 0.2 T, sigma 0.75, one row of T); tail: the "
+          "quantiles of median 0.16 T, sigma 0.75, one row of T; 'new': such lengths drawn anew every round "
+          "(new segment shapes every run); cases in turn, forms interleaved in shuffled order within each round")
+    order_rng = np.random.default_rng(0)
     for runtime in ("ort", "ov-1thread"):
         runners = {form: RUNNERS[runtime](FORMS[form](wrb)) for form in forms}
         feeds = {}
-        for case, (batch, kind) in cases.items():
+        for case, (batch, kind, new) in TIMING_CASES.items():
             rng = np.random.default_rng(100 * batch + steps + 7)
-            lengths = lengths_for(kind, batch, steps, rng)
-            feeds[case] = {"X": rng.normal(size=(steps, batch, INPUT)).astype(np.float32), "lengths": lengths}
-        times = {(f, c): [] for f in forms for c in cases}
-        for round_ in range(rounds + 3):
-            for case, feed in feeds.items():
-                for form in forms:
+            x = rng.normal(size=(steps, batch, INPUT)).astype(np.float32)
+            feeds[case] = [{"X": x, "lengths": lengths_for(kind, batch, steps, rng)}
+                           for _ in range(rounds + 3 if new else 1)]
+        times = {(f, c): [] for f in forms for c in TIMING_CASES}
+        # cases one after the other (a model sees one input shape in a row: OpenVINO pays much more
+        # when the input shapes alternate), forms interleaved within each round
+        for case, case_feeds in feeds.items():
+            for round_ in range(rounds + 3):
+                feed = case_feeds[round_ % len(case_feeds)]
+                for form in order_rng.permutation(forms):
                     start = time.perf_counter()
                     runners[form](feed)
                     if round_ >= 3:
                         times[form, case].append(time.perf_counter() - start)
-        print(f"  {runtime}:")
-        for case in cases:
-            fill = feeds[case]["lengths"].sum() / (steps * len(feeds[case]["lengths"]))
-            base = np.median(times["single", case])
-            cells = [f"{form} {1000 * np.median(times[form, case]):.3f} ({base / np.median(times[form, case]):.2f}x)"
-                     for form in forms]
-            print(f"    {case:15s} fill {fill:.2f}: " + ", ".join(cells))
+        med = {key: 1000 * np.median(value) for key, value in times.items()}
+
+        def ratio(num, den, case):
+            return np.median(np.array(times[num, case]) / np.array(times[den, case]))
+
+        fills = {case: np.mean([f["lengths"].mean() for f in feeds[case]]) / steps for case in TIMING_CASES}
+        print(f"  {runtime}: " + " | ".join(f"{case} (fill {fills[case]:.2f})" for case in TIMING_CASES))
+        for form in forms:
+            control = "fixups+c" if form.endswith("+c") or "+c " in form else "fixups"
+            cells = []
+            for case in TIMING_CASES:
+                cell = f"{med[form, case]:7.3f} (x a {ratio('single', form, case):.2f}"
+                if control in forms and not form.startswith(("single", "fixups", "plan")):
+                    cell += f", x d {ratio(control, form, case):.2f}"
+                cells.append(cell + ")")
+            print(f"    {form:15s} " + " | ".join(cells))
+    stacked_timing(rounds)
     node_overhead(rounds)
 
 
+def stacked_timing(rounds, steps=100):
+    """Two stacked layers (64 -> 128 -> 128) sharing one plan, Y and Y_h only."""
+    stack = [weights(INPUT, HIDDEN, seed=5), weights(HIDDEN, HIDDEN, seed=6)]
+    forms = {"single x2": single_stack_model(stack),
+             "zero x2": segmented_model(None, "zero", layers=stack, with_c=False),
+             "zero x2 chained": segmented_model(None, "zero", layers=stack, with_c=False, chain=True),
+             "pad x2 chained": segmented_model(None, "pad", layers=stack, with_c=False, chain=True)}
+    cases = {k: TIMING_CASES[k] for k in ("full B=1", "full B=32", "tail B=32", "tail B=32 new")}
+    print(f"\n  two stacked layers, one plan: median ms over {rounds} rounds (x a = single x2 / form)")
+    order_rng = np.random.default_rng(1)
+    for runtime in ("ort", "ov-1thread"):
+        runners = {name: RUNNERS[runtime](model) for name, model in forms.items()}
+        times = {(f, c): [] for f in forms for c in cases}
+        for case, (batch, kind, new) in cases.items():
+            rng = np.random.default_rng(100 * batch + steps + 7)
+            x = rng.normal(size=(steps, batch, INPUT)).astype(np.float32)
+            feeds = [{"X": x, "lengths": lengths_for(kind, batch, steps, rng)} for _ in range(rounds + 3 if new else 1)]
+            for round_ in range(rounds + 3):
+                for form in order_rng.permutation(list(forms)):
+                    start = time.perf_counter()
+                    runners[form](feeds[round_ % len(feeds)])
+                    if round_ >= 3:
+                        times[form, case].append(time.perf_counter() - start)
+        print(f"  {runtime}: " + " | ".join(cases))
+        for form in forms:
+            print(f"    {form:15s} " + " | ".join(
+                f"{1000 * np.median(times[form, c]):7.3f} (x a "
+                f"{np.median(np.array(times['single x2', c]) / np.array(times[form, c])):.2f})" for c in cases))
+
+
 def node_overhead(rounds):
-    """The fixed cost of a node: a 1-step LSTM at batch 1, an LSTM over 0 steps, a Slice."""
+    """The fixed cost of an LSTM node at batch 1: a whole run of a one-node model over 1 step and
+    over 0 steps, and what each node adds in a chain of 6 (each measured in a block of runs with
+    one input shape, blocks interleaved)."""
     wrb = weights(INPUT, HIDDEN, seed=5)
-    print(f"\n  fixed costs (us, median of {rounds * 20}): one LSTM node over 1 step at B=1; over 0 steps "
-          "(T=0); the model with 6 such 1-step nodes chained minus one")
+    print(f"\n  fixed costs (us, median of {rounds * 20}): a whole run of one LSTM node at B=1 over 1 step / 0 steps "
+          "(includes the per-run overhead); per node added in a chain of 6 (over 1 step / 0 steps)")
     for runtime in ("ort", "ov-1thread"):
         one, chain = RUNNERS[runtime](single_model(wrb)), RUNNERS[runtime](_chain(wrb, 6))
         x1 = np.random.default_rng(0).normal(size=(1, 1, INPUT)).astype(np.float32)
         feeds = {"one 1-step": (one, {"X": x1, "lengths": np.ones(1, np.int32)}),
-                 "one 0-step": (one, {"X": x1[:0], "lengths": np.zeros(1, np.int32)}),
-                 "six 1-step": (chain, {"X": x1, "lengths": np.ones(1, np.int32)})}
+                 "one 0-step": (RUNNERS[runtime](single_model(wrb)), {"X": x1[:0], "lengths": np.zeros(1, np.int32)}),
+                 "six 1-step": (chain, {"X": x1, "lengths": np.ones(1, np.int32)}),
+                 "six 0-step": (RUNNERS[runtime](_chain(wrb, 6)), {"X": x1[:0], "lengths": np.zeros(1, np.int32)})}
         times = {k: [] for k in feeds}
-        for round_ in range(rounds * 20 + 20):
+        for block in range(rounds + 1):
             for k, (run, feed) in feeds.items():
-                start = time.perf_counter()
-                run(feed)
-                if round_ >= 20:
-                    times[k].append(time.perf_counter() - start)
+                for _ in range(20):
+                    start = time.perf_counter()
+                    run(feed)
+                    if block:
+                        times[k].append(time.perf_counter() - start)
         med = {k: 1e6 * np.median(v) for k, v in times.items()}
-        print(f"    {runtime:11s} 1-step node {med['one 1-step']:.1f}, 0-step node {med['one 0-step']:.1f}, "
-              f"per extra chained 1-step node {(med['six 1-step'] - med['one 1-step']) / 5:.1f}")
+        print(f"    {runtime:11s} run of one node: 1 step {med['one 1-step']:.1f}, 0 steps {med['one 0-step']:.1f}; "
+              f"per node added: 1 step {(med['six 1-step'] - med['one 1-step']) / 5:.1f}, "
+              f"0 steps {(med['six 0-step'] - med['one 0-step']) / 5:.1f}")
 
 
 def _chain(wrb, count):
@@ -583,21 +845,37 @@ def _chain(wrb, count):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="+", choices=["facts", "exact", "timing"], default=["facts", "exact", "timing"])
-    parser.add_argument("--rounds", type=int, default=40)
-    parser.add_argument("--forms", nargs="+", default=list(FORMS), choices=list(FORMS))
+    parser.add_argument("--rounds", type=int, default=25, help="timing rounds")
+    parser.add_argument("--seeds", type=int, default=1, help="run sequences in the small exactness check")
+    parser.add_argument("--thorough", action="store_true", help="every form and runtime in the exactness check "
+                        "(about twice as long)")
+    parser.add_argument("--forms", nargs="+", default=[f for f in FORMS if f not in TIMING_SKIPPED],
+                        choices=list(FORMS), help="the forms timed")
     parser.add_argument("--fact", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.fact:
         run_fact(*args.fact)
         return
-    import onnxruntime
-    import openvino
+    import onnxruntime  # pylint: disable=import-outside-toplevel
+    import openvino  # pylint: disable=import-outside-toplevel
     print(f"onnx {onnx.__version__}, onnxruntime {onnxruntime.__version__}, openvino {openvino.__version__}")
     if "facts" in args.only:
         facts()
     if "exact" in args.only:
-        exactness([f for f in args.forms if f not in ("single", "single+lens")],
-                  ["ort", "ort-default", "ov", "ov-1thread"], [(INPUT, HIDDEN), (5, 8)])
+        runtimes = [(name, None) for name in ("ort", "ort-default", "ov", "ov-1thread")]
+        static = ["fixups+c", "fixups", "zero", "zero+c", "zero lens", "zero+c lens", "pad lens"]
+        if args.thorough:
+            big = ["fixups+c", "fixups", "zero+c", "pad+c", "zero", "zero lens", "zero unguarded", "zero unguarded0"]
+            small = EXACT_FORMS
+            stacked, stacked_runtimes = ["zero+c", "zero chained", "pad chained", "zero lens chained"], ["ort", "ov",
+                                                                                                        "ov-1thread"]
+        else:
+            big = ["fixups+c", "zero+c", "zero", "zero lens", "zero unguarded", "zero unguarded0"]
+            small = [f for f in EXACT_FORMS if f not in ("zero+c scatter", "pad S3", "zero S3", "zero S4", "zero S8")]
+            stacked, stacked_runtimes = ["zero+c", "pad chained", "zero lens chained"], ["ort", "ov-1thread"]
+        exactness([(INPUT, HIDDEN, 1, runtimes[:1] + runtimes[2:], range(1), big),
+                   (5, 8, 1, runtimes + [("ov-static", static)], range(args.seeds), small),
+                   (INPUT, HIDDEN, 2, [(name, None) for name in stacked_runtimes], range(1), stacked)])
     if "timing" in args.only:
         timing(args.forms, args.rounds)
 

@@ -164,7 +164,8 @@ def _compute_segments(g, lengths: str, batch: str) -> tuple:
     ranks = make_op(g, "Div", make_op(g, "Mul", batch, int64_const(g, "ranks", RANKS_16THS)), int64_const(g, "sixteen", [16]))
     quantiles = make_op(g, "Concat", int64_const(g, "zero", [0]), make_op(g, "Gather", sorted_lengths, ranks, axis=0), axis=0)
     index = int64_const(g, "segment_index", list(range(segments)))
-    below = np.triu(np.full((segments, segments), -(1 << 40), np.int64), 1)   # [k, j]: j > k excluded
+    # [k, j]: j > k excluded, by a value within int32 (OpenVINO computes int64 as int32)
+    below = np.triu(np.full((segments, segments), -(1 << 30), np.int64), 1)
     lifted = make_op(g, "Add", make_op(g, "Unsqueeze", make_op(g, "Sub", quantiles, index), int64_const(g, "axes", [0])),
                  g.make_const(utils.make_name("not_before"), below).output[0])
     rising = make_op(g, "Add", _reduce_max(g, lifted, 1), index)
