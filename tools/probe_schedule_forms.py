@@ -16,6 +16,10 @@ exact    the no-If segmented forms (and the single node with the project's fix-u
 timing   one thread, medians of interleaved rounds: the single node (a: no sequence_lens, b: with
          it, d: with the project's fix-ups) against the segmented forms, on full and long-tailed
          batches, one and two layers; the fixed cost of a node and of a run
+branch   (only with --only branch) a run-time choice between the segments (zero+c) and (d) with
+         no If, by Loops of trip count 1 whose condition is the decision (see branch_model): what
+         each runtime does with a Loop that runs 0 times, exactness over the run sequence and over
+         one alternating between the branches, timing against (a) and (d)
 
 The segmented forms (no If): rows sorted by length, longest first (TopK); boundaries at the sorted
 lengths at fixed ranks (RANKS_16THS of the batch, longest first) and the longest length; segment k
@@ -42,6 +46,7 @@ sequence_lens (the segment's steps for every row), which OpenVINO needs with sta
 is; only the top layer gathers back.
 
 Usage: python tools/probe_schedule_forms.py [--only facts exact timing] [--rounds 25] [--seeds 1] [--thorough]
+       python tools/probe_schedule_forms.py --only branch [--branch-parts facts exact timing] [--branch-forms ...]
 """
 
 import argparse
@@ -69,12 +74,12 @@ OV_F32 = {"INFERENCE_PRECISION_HINT": "f32"}
 class Builder:
     """A tiny graph builder: ``op`` adds a node and returns its output name(s)."""
 
-    def __init__(self):
-        self.nodes, self.initializers, self.count = [], [], 0
+    def __init__(self, prefix=""):
+        self.nodes, self.initializers, self.count, self.prefix = [], [], 0, prefix   # prefix: a subgraph's
 
     def name(self, stem):
         self.count += 1
-        return f"{stem}_{self.count}"
+        return f"{self.prefix}{stem}_{self.count}"
 
     def const(self, value, dtype=np.int64):
         name = self.name("const")
@@ -262,7 +267,8 @@ def plan(g, lengths_name, x_name, form, ranks, x_by="grid", with_c=True):
     count = g.op("ReduceSum", g.op("Cast", g.op("Greater", g.op("Unsqueeze", lengths, g.const([1])), first),
                                     to=TensorProto.INT64), g.const([0]), keepdims=0)     # [S]
     rows = g.op("Max", count, g.const(1))                                                # [S] rows run
-    p.update(order=order, extra=extra)
+    p.update(order=order, extra=extra, first=first, end=end, count=count, seg_steps=seg_steps, longest=longest,
+             batch=batch, sorted=sorted_)
 
     # per segment: Slice starts (first, 0) and ends (end, rows), and the rows as [1]
     table = g.op("Concat", *(g.op("Unsqueeze", t, g.const([1])) for t in (first, g.const([0] * segments), end, rows)),
@@ -842,9 +848,447 @@ def _chain(wrb, count):
     return g.model(inputs, outputs)
 
 
+# ---------------------------------------------------------------------------------------------
+# 4. a run-time branch without If: Loop as the branch
+# ---------------------------------------------------------------------------------------------
+
+SEGMENT_COST, PLAN_COST, GAIN = 10, 70, (3, 4)       # the project's (masked_lstm_rewriter/plan/schedule.py)
+FIXED_COST = SEGMENT_COST * (len(RANKS_16THS) + 1) + PLAN_COST
+
+
+def branch_of(lengths, ranks=RANKS_16THS):
+    """numpy mirror of the graphs' decision: "seg", "single" or "single (pre)" (ruled out by the pre-check)."""
+    lengths = np.asarray(lengths, np.int64)
+    batch, longest = lengths.size, int(lengths.max(initial=0))
+    if not GAIN[1] * (lengths.sum() + FIXED_COST) < GAIN[0] * batch * longest:
+        return "single (pre)"
+    quantiles = np.sort(lengths)[::-1][batch * np.array(ranks) // 16]
+    first, end = np.r_[0, quantiles], np.r_[quantiles, longest]
+    count = (lengths[:, None] > first[None]).sum(0)
+    cost = (np.maximum(count, 2) * (end - first)).sum() + FIXED_COST
+    return "seg" if GAIN[1] * cost < GAIN[0] * batch * longest and longest >= len(ranks) + 1 else "single"
+
+
+def precheck(g, lengths):
+    """Bool []: can segments pay at all, 4 (sum + FIXED) < 3 B longest, computed in int32 as
+    sum_b (4 l_b - 3 longest) < -4 FIXED (6 nodes)."""
+    most = g.op("ReduceMax", lengths, keepdims=1)
+    spread = g.op("Sub", g.op("Mul", lengths, g.const(GAIN[1], np.int32)),
+                  g.op("Mul", most, g.const(GAIN[0], np.int32)))
+    return g.op("Less", g.op("ReduceSum", spread, keepdims=0), g.const(-GAIN[1] * FIXED_COST, np.int32))
+
+
+def plan_head(g, lengths_name, ranks=RANKS_16THS):
+    """What the decision needs of the (zero-form) plan: the sort and the segments, no gather indices."""
+    lengths = g.op("Cast", lengths_name, to=TensorProto.INT64)
+    batch = g.op("Shape", lengths)
+    sorted_ = g.op("TopK", lengths, batch, outputs=2, axis=0, largest=1, sorted=1)[0]
+    longest = g.op("Slice", sorted_, g.const([0]), g.const([1]))
+    quantiles = g.op("Gather", sorted_, g.op("Div", g.op("Mul", batch, g.const(ranks)), g.const(16)), axis=0)
+    first = g.op("Concat", g.const([0]), quantiles, axis=0)
+    end = g.op("Concat", quantiles, longest, axis=0)
+    count = g.op("ReduceSum", g.op("Cast", g.op("Greater", g.op("Unsqueeze", lengths, g.const([1])), first),
+                                    to=TensorProto.INT64), g.const([0]), keepdims=0)
+    return {"batch": batch, "longest": longest, "count": count, "seg_steps": g.op("Sub", end, first)}
+
+
+def decision(g, p, segments=len(RANKS_16THS) + 1):
+    """Bool []: the segments pay (the project's rule: rows at least 2 per segment, FIXED_COST, GAIN)."""
+    covered = g.op("ReduceSum", g.op("Mul", g.op("Max", p["count"], g.const(2)), p["seg_steps"]), keepdims=1)
+    cost = g.op("Mul", g.op("Add", covered, g.const([FIXED_COST])), g.const([GAIN[1]]))
+    single = g.op("Mul", g.op("Mul", p["batch"], p["longest"]), g.const([GAIN[0]]))
+    pays = g.op("And", g.op("Less", cost, single), g.op("GreaterOrEqual", p["longest"], g.const([segments])))
+    return g.op("Squeeze", pays, g.const([0]))
+
+
+def loop(g, cond, inits, body, prefix, trip=None):
+    """A Loop of trip count 1 and condition ``cond`` (bool []): its body runs once or not at all.
+    ``inits``: [(name, elem_type[, rank])] of the loop-carried values; ``body(b, carried)`` -> (carried
+    outputs, [(scan output, elem_type)]). Returns the Loop's outputs (final carried values, then the
+    scan outputs, [0 or 1, ...])."""
+    b = Builder(prefix)
+    carried = [f"{prefix}carried_{k}" for k in range(len(inits))]
+    outs, scans = body(b, carried)
+    outs = [b.op("Identity", o) if o in carried else o for o in outs]
+    cond_out = b.op("Identity", f"{prefix}cond")
+    info = helper.make_tensor_value_info
+    graph = helper.make_graph(
+        b.nodes, f"{prefix}body",
+        [info(f"{prefix}iter", TensorProto.INT64, []), info(f"{prefix}cond", TensorProto.BOOL, [])]
+        + [info(c, t, [f"{c}_{k}" for k in range(rank)]) for c, (_, t, rank) in
+           zip(carried, (i if len(i) == 3 else (*i, 0) for i in inits))],
+        [info(cond_out, TensorProto.BOOL, [])] + [info(o, i[1], None) for o, i in zip(outs, inits)]
+        + [info(o, t, None) for o, t in scans], b.initializers)
+    out = g.op("Loop", trip or g.const(1), cond, *(i[0] for i in inits), outputs=len(inits) + len(scans), body=graph)
+    return [out] if isinstance(out, str) else out
+
+
+def fixed_single_layer(g, x_name, lengths_name, wrb, seq_lens=True):
+    """(d) with Y_c as names [Y, Y_h, Y_c] (the same nodes as :func:`fixed_single_model`)."""
+    w, r, b = wrb
+    hidden, width = w.shape[1] // 4, w.shape[2]
+    lengths = g.op("Cast", lengths_name, to=TensorProto.INT64)
+    steps = g.op("Shape", x_name, start=0, end=1)
+    time_ = g.op("Range", g.const(0), g.op("Squeeze", steps, g.const([0])), g.const(1))
+    valid = g.op("Less", g.op("Unsqueeze", time_, g.const([1])), lengths)
+    x = _padding_column(g, x_name, valid, width)
+    y = g.op("LSTM", x, g.const(with_padding_column(w), np.float32), g.const(r, np.float32), g.const(b, np.float32),
+             lengths_name if seq_lens else "", outputs=3, hidden_size=hidden)
+    y_out, y_h = _fixups(g, y[0], lengths, valid, hidden)
+    return [y_out, y_h, g.op("Where", _has(g, lengths), y[2], g.const(0.0, np.float32))]
+
+
+def _has(g, lengths):
+    return g.op("Reshape", g.op("Greater", lengths, g.const(0)), g.const([1, -1, 1]))
+
+
+def _fixups(g, y, lengths, valid, hidden):
+    """(Y, Y_h) from a node's Y [T, 1, B, H] exact at valid steps: h read at the last valid step (zeros
+    for an empty row), Y past a row's length = h. Idempotent on outputs that already are so."""
+    last = g.op("Sub", lengths, g.const(1))
+    index = g.op("Expand", g.op("Reshape", g.op("Max", last, g.const(0)), g.const([1, 1, -1, 1])),
+                 g.const([1, 1, 1, hidden]))
+    y_h = g.op("Where", _has(g, lengths), g.op("Squeeze", g.op("GatherElements", y, index, axis=0), g.const([0])),
+               g.const(0.0, np.float32))
+    return g.op("Where", g.op("Unsqueeze", valid, g.const([1, 3])), y, y_h), y_h
+
+
+def segmented_outputs(g, wrb, p=None, seq_lens=False):
+    """The zero+c segmented layer (plan included unless given): [Y, Y_h, Y_c]."""
+    if p is None:
+        p = plan(g, "lengths", "X", "zero", RANKS_16THS, "grid", True)
+        p["guard"] = True
+    return segmented_layer(g, p, "X", wrb, True, "grid", seq_lens=seq_lens)[0]
+
+
+def branch_model(wrb, variant):
+    """A model choosing at run time, with Loops and no If, between the zero+c segments and (d).
+
+    scan3     Loop P (cond: pre-check; body: sort, segments, decision; carries `used`, init false),
+              Loop S (cond: used; the plan and segments as scan outputs), Loop F (cond: not used;
+              (d) as scan outputs); outputs: Concat of the two Loops' scan outputs, reshaped
+    carry3    P, S and F as above, the outputs chained as loop-carried values: S's initialised by
+              small constants, F's by S's final values; the outputs are F's
+    nested    one Loop A (cond: pre-check) computing the plan and the decision, with the segments in
+              a Loop nested in it (cond: decision), carrying (used, Y, Y_h, Y_c); then F as in carry3
+    slice     P and S (scan outputs) as in scan3; the single node always runs, over Slice(X, 0, T
+              if not used else 0) (never 0 rows; its Y_h/Y_c at 0 steps are only Sliced to 0 rows,
+              never read); Y is the Concat over time of S's and its Y, fix-ups applied to it (on
+              S's part they change nothing); Y_c: Concat of S's and a 0/1-row Slice of its
+    +lens     the single node with sequence_lens Min(lengths, its steps)
+    slice2    (guarded only) S with carried outputs; the single node as in slice, but its fix-ups
+              applied to its own Y before the Concat (the index of a row's last valid step Sliced to
+              0 or 1 rows with it), so that nothing outside S touches the segments' Y but the Concat
+    seglens   the segment nodes with an explicit sequence_lens (what OpenVINO needs with static shapes)
+    guarded   (carry3: S's and F's outputs each Unsqueezed, then taken as follows) nothing read from
+              a Loop that ran 0 times (OpenVINO 2026.4 gives such a Loop's outputs
+              the previous run's values, or a first-run shape with 0 in every dynamic dimension):
+              used = pre-check AND P's value; each Loop's scan output Sliced to its first 0 or 1
+              rows by the decision (only its shape is read) before it is reshaped and concatenated
+    """
+    w, r, b = wrb
+    hidden, width = w.shape[1] // 4, w.shape[2]
+    seg_lens = variant.endswith(" seglens")   # the segment nodes with explicit sequence_lens (OpenVINO static)
+    variant = variant.replace(" seglens", "")
+    guarded = variant.endswith(" guarded")
+    variant = variant.replace(" guarded", "")
+    segmented = lambda b_: segmented_outputs(b_, wrb, seq_lens=seg_lens)  # noqa: E731
+    g = Builder()
+    f32, boolean = TensorProto.FLOAT, TensorProto.BOOL
+    pre = precheck(g, "lengths")
+    false = g.const(False, np.bool_)
+    shape_y = g.op("Concat", g.const([-1, 1]), g.op("Shape", "lengths"), g.const([hidden]), axis=0)
+    shape_s = g.op("Concat", g.const([-1]), g.op("Shape", "lengths"), g.const([hidden]), axis=0)
+    initial = [(g.const(np.zeros((1, 1, 1, hidden)), np.float32), f32, 4)] + [
+        (g.const(np.zeros((1, 1, hidden)), np.float32), f32, 3)] * 2
+
+    def decide(b_, _carried):
+        return [decision(b_, plan_head(b_, "lengths"))], []
+
+    if variant == "nested":
+        def outer(b_, carried):
+            p = plan(b_, "lengths", "X", "zero", RANKS_16THS, "grid", True)
+            p["guard"] = True
+            use = decision(b_, p)
+            inner = loop(b_, use, [(c, f32, rank) for c, rank in zip(carried[1:], (4, 3, 3))],
+                         lambda b2, _c: (segmented_outputs(b2, wrb, p), []), "A_S_")
+            return [use, *inner], []
+        result = loop(g, pre, [(false, boolean)] + initial, outer, "A_")
+        used, carried = result[0], [(n, f32, rank) for n, rank in zip(result[1:], (4, 3, 3))]
+    else:
+        used = loop(g, pre, [(false, boolean)], decide, "P_")[0]
+        if guarded:
+            used = g.op("And", pre, used)
+    chosen = g.op("Unsqueeze", g.op("Cast", used, to=TensorProto.INT64), g.const([0]))        # [1]: 1 segments
+    other = g.op("Unsqueeze", g.op("Cast", g.op("Not", used), to=TensorProto.INT64), g.const([0]))  # [1]: 1 single
+
+    steps = g.op("Shape", "X", start=0, end=1)
+    batch = g.op("Shape", "lengths")
+
+    def take(scan, count, per_step):
+        """A scan output [1, ...] as [T, 1, B, H] (per_step) or [1, B, H]; guarded: its first ``count``
+        (0 or 1) rows only, reshaped to an explicit shape (of 0 elements if 0; OpenVINO resolves
+        a -1 over an empty tensor to 0 in other dimensions too)."""
+        if not guarded:
+            return g.op("Reshape", scan, shape_y if per_step else shape_s)
+        rows = g.op("Mul", steps, count) if per_step else count
+        shape = g.op("Concat", rows, *([g.const([1])] if per_step else []), batch, g.const([hidden]), axis=0)
+        return g.op("Reshape", g.op("Slice", scan, g.const([0]), count, g.const([0])), shape)
+
+    if variant in ("scan3", "slice", "slice+lens"):
+        seg = loop(g, used, [], lambda b_, _c: ([], [(o, f32) for o in segmented(b_)]), "S_")
+        seg = [take(s_, chosen, k == 0) for k, s_ in enumerate(seg)]
+    elif variant in ("carry3", "slice2") and guarded:
+        seg = loop(g, used, initial, lambda b_, _c: (segmented(b_), []), "S_")
+        seg = [take(g.op("Unsqueeze", s_, g.const([0])), chosen, k == 0) for k, s_ in enumerate(seg)]
+    elif variant == "carry3":
+        seg = loop(g, used, initial, lambda b_, _c: (segmented(b_), []), "S_")
+        carried = [(n, f32, rank) for n, rank in zip(seg, (4, 3, 3))]
+    if variant == "scan3":
+        single = loop(g, g.op("Not", used), [],
+                      lambda b_, _c: ([], [(o, f32) for o in fixed_single_layer(b_, "X", "lengths", wrb)]), "F_")
+        outputs = [g.op("Concat", s, take(f, other, k == 0), axis=0) for k, (s, f) in enumerate(zip(seg, single))]
+    elif variant == "carry3" and guarded:
+        single = loop(g, g.op("Not", used), initial,
+                      lambda b_, _c: (fixed_single_layer(b_, "X", "lengths", wrb), []), "F_")
+        outputs = [g.op("Concat", s_, take(g.op("Unsqueeze", f, g.const([0])), other, k == 0), axis=0)
+                   for k, (s_, f) in enumerate(zip(seg, single))]
+    elif variant == "slice2":
+        # the single node's own fix-ups before the Concat, over its 0 or T steps: the index of h at a
+        # row's last valid step Sliced to 0 or 1 rows with it (no op over the segments' Y outside S)
+        lengths = g.op("Cast", "lengths", to=TensorProto.INT64)
+        own = g.op("Mul", steps, other)
+        xs = g.op("Slice", "X", g.const([0]), own, g.const([0]))
+        time_s = g.op("Range", g.const(0), g.op("Squeeze", own, g.const([0])), g.const(1))
+        valid_s = g.op("Less", g.op("Unsqueeze", time_s, g.const([1])), lengths)
+        y = g.op("LSTM", _padding_column(g, xs, valid_s, width), g.const(with_padding_column(w), np.float32),
+                 g.const(r, np.float32), g.const(b, np.float32), outputs=3, hidden_size=hidden)
+        index = g.op("Expand", g.op("Reshape", g.op("Max", g.op("Sub", lengths, g.const(1)), g.const(0)),
+                                    g.const([1, 1, -1, 1])), g.const([1, 1, 1, hidden]))
+        has = g.op("Greater", lengths, g.const(0))
+        y_h = g.op("Where", g.op("Reshape", has, g.const([1, 1, -1, 1])), g.op(
+            "GatherElements", y[0], g.op("Slice", index, g.const([0]), other, g.const([0])), axis=0),
+            g.const(0.0, np.float32))                                                   # [0 or 1, 1, B, H]
+        y_s = g.op("Where", g.op("Unsqueeze", valid_s, g.const([1, 3])), y[0], y_h)
+        c_s = g.op("Where", g.op("Reshape", has, g.const([1, -1, 1])),
+                   g.op("Slice", y[2], g.const([0]), other, g.const([0])), g.const(0.0, np.float32))
+        outputs = [g.op("Concat", seg[0], y_s, axis=0), g.op("Concat", seg[1], g.op("Squeeze", y_h, g.const([1])),
+                                                            axis=0), g.op("Concat", seg[2], c_s, axis=0)]
+    elif variant in ("carry3", "nested"):
+        outputs = loop(g, g.op("Not", used), carried,
+                       lambda b_, _c: (fixed_single_layer(b_, "X", "lengths", wrb), []), "F_")
+    elif variant.startswith("slice"):
+        lengths = g.op("Cast", "lengths", to=TensorProto.INT64)
+        own = g.op("Mul", steps, other)                                                 # [1] its steps
+        xs = g.op("Slice", "X", g.const([0]), own, g.const([0]))
+        time_s = g.op("Range", g.const(0), g.op("Squeeze", own, g.const([0])), g.const(1))
+        valid_s = g.op("Less", g.op("Unsqueeze", time_s, g.const([1])), lengths)
+        lens = g.op("Cast", g.op("Min", lengths, own), to=TensorProto.INT32) if variant == "slice+lens" else ""
+        y = g.op("LSTM", _padding_column(g, xs, valid_s, width), g.const(with_padding_column(w), np.float32),
+                 g.const(r, np.float32), g.const(b, np.float32), lens, outputs=3, hidden_size=hidden)
+        y_raw = g.op("Concat", seg[0], y[0], axis=0)                                     # [T, 1, B, H]
+        time_ = g.op("Range", g.const(0), g.op("Squeeze", steps, g.const([0])), g.const(1))
+        valid = g.op("Less", g.op("Unsqueeze", time_, g.const([1])), lengths)
+        y_out, y_h = _fixups(g, y_raw, lengths, valid, hidden)
+        y_c = g.op("Concat", seg[2], g.op("Slice", y[2], g.const([0]), other, g.const([0])), axis=0)
+        outputs = [y_out, y_h, g.op("Where", _has(g, lengths), y_c, g.const(0.0, np.float32))]
+    else:
+        raise ValueError(variant)
+    renames = dict(zip(outputs, ("Y", "Y_h", "Y_c")))
+    for node in g.nodes:
+        node.output[:] = [renames.get(o, o) for o in node.output]
+        node.input[:] = [renames.get(i, i) for i in node.input]
+    return g.model(io(width)[0], io(width)[1])
+
+
+BRANCH_FORMS = {name: (lambda variant: lambda wrb: branch_model(wrb, variant))(name)
+                for name in ("scan3", "carry3", "nested", "slice", "scan3 guarded", "carry3 guarded", "slice guarded",
+                             "slice+lens guarded", "slice2 guarded", "scan3 guarded seglens",
+                             "slice2 guarded seglens")}
+
+
+ALTERNATING = [(32, 100), (8, 20), (64, 100), (16, 50), (48, 99), (9, 7), (64, 60), (2, 13), (40, 100), (12, 100),
+               (64, 100), (1, 1), (33, 77), (24, 30)]
+
+
+def alternating_sequence():
+    """Runs alternating between a long-tailed batch (segments, where they pay) and full rows (the single
+    node), shapes growing and shrinking; then the same sizes in reverse with the kinds swapped (each
+    size seen by both branches, one right after the other)."""
+    forward = [(b, t, ("typical-tail", "full")[i % 2]) for i, (b, t) in enumerate(ALTERNATING)]
+    return forward + [(b, t, ("full", "typical-tail")[i % 2]) for i, (b, t) in enumerate(ALTERNATING[::-1])]
+
+
+def branch_runs(input_size, hidden, seeds, sequence="tool"):
+    """The exactness section's run sequences (shapes growing and shrinking), or the alternating one,
+    with the branch each takes."""
+    wrb = weights(input_size, hidden, seed=3)
+    runs = []
+    for seed in seeds:
+        for index, (batch, steps, kind) in enumerate(run_sequence(seed) if sequence == "tool" else
+                                                     alternating_sequence()):
+            rng = np.random.default_rng(1000 * seed + index)
+            lengths = lengths_for(kind, batch, steps, rng)
+            x = rng.normal(size=(steps, batch, input_size)).astype(np.float32)
+            x[np.arange(steps)[:, None] >= lengths[None, :]] = np.nan if index % 3 == 0 else 1e3
+            runs.append(((batch, steps, kind), {"X": x, "lengths": lengths}, reference(x, lengths, wrb),
+                         branch_of(lengths)))
+    return wrb, runs
+
+
+def branch_exactness(forms, runtimes, input_size, hidden, seeds, repeats=2, sequence="tool"):
+    """Each form in one session / compiled model over the run sequence (``repeats`` times): max |diff|
+    vs numpy per output; bitwise agreement with (d) on the single-branch runs and with zero+c on the
+    segment runs (same runtime): evidence of which branch ran."""
+    wrb, runs = branch_runs(input_size, hidden, seeds, sequence)
+    pattern = "".join("S" if r[3] == "seg" else "p" if "pre" in r[3] else "s" for r in runs)
+    switches = sum(a.isupper() != b.isupper() for a, b in zip(pattern, pattern[1:]))
+    print(f"\n  D={input_size} H={hidden}, {sequence} sequence: {len(runs)} runs x {repeats}; branch per run "
+          f"(S segments, s single, "
+          f"p single by the pre-check): {pattern}  ({switches} switches between branches)")
+    for runtime in runtimes:
+        controls = {}
+        for name in ("fixups+c", "zero+c"):
+            run = RUNNERS[runtime](FORMS[name](wrb) if runtime != "ov-static" or name != "zero+c"
+                                   else FORMS["zero+c lens"](wrb))   # OpenVINO static shapes: lens
+            controls[name] = [run(feeds) for _, feeds, _, _ in runs]
+        for name in forms:
+            try:
+                run = RUNNERS[runtime](BRANCH_FORMS[name](wrb))
+            except Exception as error:  # pylint: disable=broad-except
+                print(f"    {name:11s} {runtime:11s} COMPILE/LOAD FAILED: {str(error).strip().splitlines()[0][:150]}")
+                continue
+            worst, where, errors, first_error = np.zeros(3), [""] * 3, 0, ""
+            same = {"seg": [0, 0], "single": [0, 0]}
+            for repeat in range(repeats):
+                for number, (shape, feeds, expected, branch) in enumerate(runs):
+                    try:
+                        got = run(feeds)
+                    except Exception as error:  # pylint: disable=broad-except
+                        errors += 1
+                        if errors == 1:
+                            first_error = f"{shape}: {(str(error).strip().splitlines() or [repr(error)])[0][:150]}"
+                        continue
+                    key = "seg" if branch == "seg" else "single"
+                    control = controls["zero+c" if key == "seg" else "fixups+c"][number]
+                    same[key][0] += all(np.array_equal(a, c) for a, c in zip(got, control))
+                    same[key][1] += 1
+                    for k, (g_, e_) in enumerate(zip(got, expected)):
+                        diff = np.inf if g_.shape != e_.shape else np.nan_to_num(np.abs(g_ - e_).max(initial=0),
+                                                                              nan=np.inf)
+                        if diff > worst[k]:
+                            worst[k], where[k] = diff, f"{shape}#{repeat}"
+            verdict = "WRONG" if worst.max() >= 1e-5 else "ERRORS" if errors else "EXACT"
+            print(f"    {name:11s} {runtime:11s} {verdict:6s} runs {repeats * len(runs) - errors:3d}  "
+                  f"Y {worst[0]:.1e}  Y_h {worst[1]:.1e}  Y_c {worst[2]:.1e}  errors {errors}  "
+                  f"bitwise = zero+c on segment runs {same['seg'][0]}/{same['seg'][1]}, "
+                  f"= (d) on single runs {same['single'][0]}/{same['single'][1]}"
+                  + ("" if verdict != "WRONG" else f"\n      worst at {where}")
+                  + ("" if not errors else f"\n      first error at {first_error}"))
+
+
+def loop_facts():
+    """What each runtime gives for a Loop that runs 0 times (condition false, or trip count 0): its
+    carried output should be the initial value (7s, [1, 1, 1, 3]) and its scan output empty ([0, ...]);
+    runs in turn in one session / compiled model, the body's output being 2 * X (and + the iteration)."""
+    f32 = TensorProto.FLOAT
+
+    def model(kind, how):
+        g = Builder()
+        init = g.const(np.full((1, 1, 1, 3), 7.0), np.float32)
+
+        def body(b_, _carried):
+            y = b_.op("Unsqueeze", b_.op("Mul", "X", b_.const(2.0, np.float32)), b_.const([1]))
+            return ([], [(y, f32)]) if kind == "scan" else ([y], [])
+        inits = [] if kind == "scan" else [(init, f32, 4)]
+        if how == "cond":
+            loop(g, "c", inits, body, "L_")
+        else:
+            loop(g, g.const(True, np.bool_), inits, body, "L_", trip=g.op("Cast", "c", to=TensorProto.INT64))
+        g.nodes[-1].output[:] = ["Y"]
+        return g.model([helper.make_tensor_value_info("X", f32, ["T", "B", 3]),
+                        helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+                       [helper.make_tensor_value_info("Y", f32, None)])
+
+    print("\n  a Loop that runs 0 times (runs in turn: (T, B, runs?) -> output shape [values]); expected: carried = "
+          "the initial 7s [1, 1, 1, 3], scan = [0, ...]")
+    for kind in ("carry", "scan"):
+        for how in ("cond", "trip"):
+            m = model(kind, how)
+            for runtime in ("ort", "ov", "ov-1thread"):
+                run, cells = RUNNERS[runtime](m), []
+                for steps, batch, c in ((3, 2, False), (4, 2, True), (4, 2, False), (6, 3, True), (5, 2, False)):
+                    try:
+                        y = run({"X": np.ones((steps, batch, 3), np.float32), "c": np.array(c)})[0]
+                        cells.append(f"({steps},{batch},{'y' if c else 'n'})->{list(y.shape)}"
+                                     + ("" if y.size == 0 else f"{np.unique(y).tolist()}"))
+                    except Exception as error:  # pylint: disable=broad-except
+                        cells.append(f"({steps},{batch},{'y' if c else 'n'})->error "
+                                     f"{(str(error).strip().splitlines() or [''])[-1][:40]}")
+                print(f"    {kind:5s} 0 trips by {'condition ' if how == 'cond' else 'trip count'} {runtime:10s} "
+                      + " ".join(cells))
+
+
+BRANCH_CASES = {"full B=1": (1, "full"), "full B=32": (32, "full"), "tail B=32": (32, "typical-tail")}
+
+
+def branch_timing(forms, rounds, runtimes=("ort", "ov-1thread"), steps=100, cases=BRANCH_CASES):
+    """One thread; per case, interleaved rounds (forms in a shuffled order each round); median ms and
+    medians of per-round ratios: x a = single / form, x d = fixups+c / form (>1: faster)."""
+    wrb = weights(INPUT, HIDDEN, seed=5)
+    models = {"single": FORMS["single"](wrb), "fixups+c": FORMS["fixups+c"](wrb), "zero+c": FORMS["zero+c"](wrb)}
+    models.update({name: BRANCH_FORMS[name](wrb) for name in forms})
+    print(f"\n  timing: LSTM {INPUT}->{HIDDEN}, T={steps}, 1 thread, median ms over {rounds} interleaved rounds; "
+          "x a = single / form, x d = fixups+c / form (medians of per-round ratios)")
+    order_rng = np.random.default_rng(0)
+    for runtime in runtimes:
+        runners = {name: RUNNERS[runtime](model) for name, model in models.items()}
+        times = {(f, c): [] for f in models for c in cases}
+        branches = {}
+        for case, (batch, kind) in cases.items():
+            rng = np.random.default_rng(100 * batch + steps + 7)
+            feed = {"X": rng.normal(size=(steps, batch, INPUT)).astype(np.float32),
+                    "lengths": lengths_for(kind, batch, steps, rng)}
+            branches[case] = f"fill {feed['lengths'].mean() / steps:.2f}, {branch_of(feed['lengths'])}"
+            for round_ in range(rounds + 3):
+                for form in order_rng.permutation(list(models)):
+                    start = time.perf_counter()
+                    runners[form](feed)
+                    if round_ >= 3:
+                        times[form, case].append(time.perf_counter() - start)
+        print(f"  {runtime}: " + " | ".join(f"{case} ({branches[case]})" for case in cases))
+        for form in models:
+            cells = []
+            for case in cases:
+                ratio = lambda den: np.median(np.array(times[den, case]) / np.array(times[form, case]))  # noqa: E731
+                cells.append(f"{1000 * np.median(times[form, case]):7.3f} (x a {ratio('single'):.3f}, "
+                             f"x d {ratio('fixups+c'):.3f})")
+            print(f"    {form:11s} " + " | ".join(cells))
+
+
+def branch(args):
+    print("\n== 4. a run-time branch without If (Loop as the branch): exactness over the run sequence "
+          "(one session / compiled model, shapes growing and shrinking, branches alternating), then timing ==")
+    forms = args.branch_forms
+    if "facts" in args.branch_parts:
+        loop_facts()
+    if "exact" in args.branch_parts:
+        for sequence in ("tool", "alternating"):
+            branch_exactness(forms, ["ort", "ov", "ov-1thread"], INPUT, HIDDEN, range(1), sequence=sequence)
+            branch_exactness(forms, ["ort", "ov", "ov-1thread"] + (["ov-static"] if args.thorough else []), 5, 8,
+                             range(args.seeds), sequence=sequence)
+    if "timing" in args.branch_parts:
+        branch_timing(forms, args.rounds)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", nargs="+", choices=["facts", "exact", "timing"], default=["facts", "exact", "timing"])
+    parser.add_argument("--only", nargs="+", choices=["facts", "exact", "timing", "branch"],
+                        default=["facts", "exact", "timing"])
+    parser.add_argument("--branch-forms", nargs="+", default=list(BRANCH_FORMS), choices=list(BRANCH_FORMS),
+                        help="section 4's forms")
+    parser.add_argument("--branch-parts", nargs="+", default=["facts", "exact", "timing"],
+                        choices=["facts", "exact", "timing"])
     parser.add_argument("--rounds", type=int, default=25, help="timing rounds")
     parser.add_argument("--seeds", type=int, default=1, help="run sequences in the small exactness check")
     parser.add_argument("--thorough", action="store_true", help="every form and runtime in the exactness check "
@@ -878,6 +1322,8 @@ def main():
                    (INPUT, HIDDEN, 2, [(name, None) for name in stacked_runtimes], range(1), stacked)])
     if "timing" in args.only:
         timing(args.forms, args.rounds)
+    if "branch" in args.only:
+        branch(args)
 
 
 if __name__ == "__main__":
