@@ -101,6 +101,37 @@ def test_padded_steps_may_hold_anything(padding):
     assert_within_the_int8_tolerance(quantized, native, lengths)
 
 
+def lstm_with_lengths(opset: int) -> onnx.ModelProto:
+    """One ONNX LSTM (input 3, hidden 4, random weights) with ``sequence_lens`` as an input, at ``opset``."""
+    rng = np.random.default_rng(1)
+    weights = [numpy_helper.from_array(rng.normal(0, 0.5, shape).astype(np.float32), name)
+               for name, shape in (("W", (1, 16, 3)), ("R", (1, 16, 4)), ("B", (1, 32)))]
+    node = helper.make_node("LSTM", ["x", "W", "R", "B", "lengths"], ["y", "y_h"], hidden_size=4, name="lstm")
+    graph = helper.make_graph([node], "lstm", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["T", "N", 3]),
+                                               helper.make_tensor_value_info("lengths", onnx.TensorProto.INT32, ["N"])],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["T", 1, "N", 4]),
+                               helper.make_tensor_value_info("y_h", onnx.TensorProto.FLOAT, [1, "N", 4])],
+                              weights)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
+
+
+@pytest.mark.parametrize("opset", [12, 17])  # Unsqueeze's axes: an attribute before 13, an input from 13
+def test_zeroing_the_padded_steps_changes_no_valid_output(opset):
+    """The zeroed model, fed NaN at padded steps, gives the LSTM's outputs on the zero-padded input."""
+    model = lstm_with_lengths(opset)
+    lengths = np.array([5, 2, 0, 3], np.int32)
+    valid = np.arange(5)[:, None] < lengths[None, :]
+    x = np.random.default_rng(2).normal(size=(5, 4, 3)).astype(np.float32)
+    zeroed = quantize.zero_padded_steps(model)
+    onnx.checker.check_model(zeroed)
+    assert op_counts(zeroed)["Where"] == 1
+    want = onnxruntime_session(model).run(None, {"x": np.where(valid[..., None], x, 0), "lengths": lengths})
+    got = onnxruntime_session(zeroed).run(None, {"x": np.where(valid[..., None], x, np.nan).astype(np.float32),
+                                                 "lengths": lengths})
+    for w, g in zip(want, got):
+        np.testing.assert_array_equal(g, w)
+
+
 def test_the_guard_still_fails_on_a_pre_padded_batch(native):
     quantized = quantize_model(native["LSTM"])
     with pytest.raises(Exception, match="the mask is not post-padded"):
