@@ -101,6 +101,24 @@ def test_padded_steps_may_hold_anything(padding):
     assert_within_the_int8_tolerance(quantized, native, lengths)
 
 
+@pytest.mark.parametrize("layout", ["pre", "holes"])
+def test_mask_mode_any_on_masks_that_are_not_post_padded(layout):
+    """In "any" the LSTM runs over each row's valid steps moved first: the zeroing past each row's
+    length keeps them, whatever the padded steps hold, and the numbers stay within the tolerance."""
+    native = with_dense(mlr.rewrite_onnx(EXPLICIT_MASK, mask_mode="any")[0])
+    quantized = quantize_model(native)
+    assert op_counts(quantized).get("DynamicQuantizeLSTM") == 1 and "Loop" not in op_counts(quantized)
+    lengths = [9, 4, 1, 0, 6]
+    feeds = feeds_for(native, lengths, layout=layout)
+    expected = onnxruntime_session(native).run(None, feeds)
+    (features,) = [name for name, value in feeds.items() if value.dtype == np.float32 and value.ndim == 3]
+    (mask,) = [name for name, value in feeds.items() if value.dtype == bool]
+    feeds[features] = np.where(feeds[mask][..., None], feeds[features], np.float32(np.nan))
+    tolerance = choose(quantized, None)
+    for want, have in zip(expected, onnxruntime_session(quantized).run(None, feeds)):
+        assert np.all(np.isfinite(have)) and np.max(np.abs(have - want)) <= tolerance.allowed(want)
+
+
 def lstm_with_lengths(opset: int) -> onnx.ModelProto:
     """One ONNX LSTM (input 3, hidden 4, random weights) with ``sequence_lens`` as an input, at ``opset``."""
     rng = np.random.default_rng(1)
