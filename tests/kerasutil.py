@@ -8,6 +8,7 @@ batch and compares every output at every position, padded ones included.
 import collections
 import hashlib
 import logging
+import weakref
 
 import numpy as np
 import pytest
@@ -17,8 +18,10 @@ import tf2onnx
 import masked_lstm_rewriter as mlr
 import runtimes
 import signatures
+from masked_lstm_rewriter import io_names
 from masked_lstm_rewriter.corpus.ops import op_counts, scheduled_layers, walk_nodes  # noqa: F401
 from masked_lstm_rewriter.flavours import current_flavour
+from masked_lstm_rewriter.plugin import enabled_mode
 from masked_lstm_rewriter.sessions import onnxruntime_session as session  # noqa: F401
 
 FLAVOUR = current_flavour()
@@ -47,12 +50,41 @@ def randomize_weights(model, seed=0, scale=0.5):
 
 
 def convert(model, spec, rewriter="default", opset=15):
-    """ONNX ModelProto of ``model``; ``rewriter=None`` gives stock tf2onnx."""
+    """ONNX ModelProto of ``model``; ``rewriter=None`` gives stock tf2onnx. The model is traced as
+    ``mlr.convert`` traces it (tf2onnx's ``from_keras`` trace and names: :func:`_traced`), once for
+    all the conversions of a model with one signature, weights and plugin state."""
     if rewriter == "default":
         rewriter = mlr.rewrite_masked_lstm
-    onnx_model, _ = tf2onnx.convert.from_keras(
-        model, input_signature=spec, opset=opset, custom_rewriter=None if rewriter is None else [rewriter])
+    traced = _traced(model, spec)
+    graph_def = tf.compat.v1.GraphDef()
+    graph_def.CopyFrom(traced.graph_def)  # the conversion is handed its own copy
+    with tf.device("/cpu:0"):
+        onnx_model, _ = tf2onnx.convert._convert_common(  # pylint: disable=protected-access
+            graph_def, name=model.name, continue_on_error=True, opset=opset,
+            custom_rewriter=None if rewriter is None else [rewriter], input_names=traced.inputs,
+            output_names=traced.outputs, tensors_to_rename=traced.renames, initialized_tables=traced.tables)
     return onnx_model
+
+
+_TRACES = collections.OrderedDict()  # (model, spec, weights, plugin state) -> (model ref, KerasGraph), the last few
+_TRACES_SIZE = 4
+
+
+def _traced(model, spec):
+    """``model`` traced and frozen with ``spec`` (:func:`masked_lstm_rewriter.io_names.keras_graph`,
+    what ``mlr.convert`` and tf2onnx's ``from_keras`` do), kept for the next conversions of the same
+    model object with the same signature, weights and plugin state (``mlr.enable``'s patches change
+    the trace): a test converting one model several ways (modes, runtimes, stock) traces it once.
+    Tracing and freezing are about half of a conversion."""
+    key = (id(model), repr(spec), _digest(model.get_weights()), enabled_mode())
+    kept = _TRACES.get(key)
+    if kept is None or kept[0]() is not model:
+        kept = (weakref.ref(model), io_names.keras_graph(model, spec))
+        _TRACES[key] = kept
+        while len(_TRACES) > _TRACES_SIZE:
+            _TRACES.popitem(last=False)
+    _TRACES.move_to_end(key)
+    return kept[1]
 
 
 def keras_outputs(model, inputs):
