@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""Latency benchmark: stock tf2onnx's Loop vs the plugin vs the unmasked native op (onnxruntime).
+"""Latency benchmark: stock tf2onnx's Loop vs the plugin vs the unmasked native op (onnxruntime),
+and the routes a user could take instead (TensorFlow, OpenVINO's TensorFlow front end, LiteRT).
 
 Three models, Embedding(1000, 64, mask_zero=True) -> LSTM(128, return_sequences=True), the
 same with Bidirectional(LSTM), and with GRU(128, return_sequences=True) (--models picks some),
@@ -24,6 +25,23 @@ each converted (opset 15) four ways:
              the GRU model: onnxruntime has no int8 GRU), checked against Keras within verify's
              int8 tolerance instead of 1e-5
 
+and the routes a user could take instead of converting to ONNX (tools/benchmark_alternatives.py
+builds them; --alternatives picks some), timed on the headline rows and the grid's 1-thread rows,
+in the same interleaved rounds, with their ratio over "post" (tf_over_post, ...):
+
+  tf         TensorFlow running the Keras model: a tf.function with a [None, None] input signature,
+             saved as a SavedModel and run in the timing process, TensorFlow's intra- and inter-op
+             threads set to the cell's thread count before it runs anything
+  ov-tf      OpenVINO's own TensorFlow front end (openvino.convert_model on that SavedModel, dynamic
+             shapes), CPU, f32, as many inference threads as onnxruntime's
+  litert     LiteRT: tf.lite.TFLiteConverter (builtin ops) on the model traced at each (batch, T),
+             one static-shape model per shape, on ai-edge-litert's interpreter (pip install
+             ai-edge-litert; else tf.lite.Interpreter), num_threads as onnxruntime's
+
+Each alternative is checked against Keras like the ONNX models, but a failure does not stop the
+benchmark: one line says what failed (or the largest difference), and the variant is marked
+"failed" (not timed) or "not exact" (timed) in the tables and in the CSVs' status columns.
+
 Grid: batch {1, 8, 32, 128} x T {16, 64, 256} x fill {1.0, 0.75, 0.5} x onnxruntime intra-op
 threads {1, all cores}. Fill is the mean count of valid steps per row over T; rows are
 post-padded, with lengths spread evenly over fill +- 0.125 (every row full at fill 1.0). Headline
@@ -36,17 +54,30 @@ range of each variant, and the ratios (median over median; p10-p90 of the per-ro
 The timing runs in one child process per thread count, with one onnxruntime global thread pool
 shared by the variants' sessions: per-session pools left spinning after a run would steal a
 core from the next variant's run (measured: it made the 2-thread Loop 5x slower at batch 1).
+That pool's own worker spins too, at 2 threads: so the alternatives are timed at 1 thread only.
+A child that times "tf" loads TensorFlow and sets its threads first; its pools burn no CPU after
+a run (measured: no more than after an onnxruntime run), so they take no core from the others.
+Like OpenVINO's, a run of TensorFlow or LiteRT leaves the caches cold for the variant after it:
+its untimed run takes most of that back (measured, the "post" model at batch 1: +10% after a
+TensorFlow run, as after OpenVINO's Loop; +60% without the untimed run). Not all of it for the
+Loop: in quick runs on a busy machine, Loop/post came out up to 1.3x higher (10 of 12 headline
+rows higher) with the alternatives than with --alternatives none, while post/unmasked did not
+move; compare the two before quoting Loop/post from a run with the alternatives.
 
 Before timing, every ONNX model is run once on every shape and compared with Keras (every
 output position, padded ones included): the benchmark stops with an error if any differs by
 more than 1e-5. It also times the conversions (median of a few) and records the ONNX file sizes.
 
-Writes to --out (default docs/benchmark): ratios.csv (one row per cell), latency.csv (one row
-per cell and variant), conversion.csv, summary.txt (what is printed after the timing tables)
-and the plots benchmark.png and benchmark_bidirectional.png (tools/plot_benchmark.py).
+Writes to --out (default docs/benchmark): ratios.csv (one row per cell; the alternatives'
+status in tf_status, ovtf_status, litert_status), latency.csv (one row per cell and variant,
+with its status; a failed alternative's without figures), conversion.csv, summary.txt (what is
+printed after the timing tables) and the plots benchmark.png and benchmark_bidirectional.png
+(tools/plot_benchmark.py).
 
     .venv/bin/python tools/benchmark.py [--quick] [--keras keras3|tf_keras] [--out DIR]
-                                        [--budget SECONDS] [--threads N ...]
+                                        [--budget SECONDS] [--threads N ...] [--models M ...]
+                                        [--alternatives tf,ov-tf,litert|all|none]
+                                        [--alternatives-headline-only]
 
 --quick: a smaller grid and fewer rounds (about a minute on 2 cores), written to
 build/benchmark-quick unless --out is given, so that it never overwrites the full results.
@@ -57,6 +88,7 @@ from __future__ import annotations
 import argparse
 import csv
 import datetime
+import functools
 import json
 import logging
 import os
@@ -68,6 +100,7 @@ import tempfile
 import time
 
 from toolutil import import_stack, op_counts, quiet_stderr  # tools/ is on sys.path when run as a script
+import benchmark_alternatives as alternatives  # pylint: disable=wrong-import-order  (beside this file)
 from masked_lstm_rewriter import flavours  # pylint: disable=wrong-import-order  (toolutil puts the checkout first)
 from masked_lstm_rewriter.corpus.ops import without_guard  # pylint: disable=wrong-import-order
 from masked_lstm_rewriter.sessions import onnxruntime_session, openvino_compiled  # pylint: disable=wrong-import-order
@@ -93,7 +126,10 @@ RATIOS = (("loop_over_post", "loop", "post"), ("post_over_unmasked", "post", "un
           ("any_over_post", "any", "post"), ("post_over_noguard", "post", "no-guard"),
           ("ovpost_over_post", "ov-post", "post"), ("ovloop_over_ovpost", "ov-loop", "ov-post"),
           ("loop_over_sched", "loop", "sched"), ("unmasked_over_sched", "unmasked", "sched"),
-          ("sched_over_post", "sched", "post"), ("post_over_int8", "post", QUANTIZED))
+          ("sched_over_post", "sched", "post"), ("post_over_int8", "post", QUANTIZED),
+          # the routes a user could take instead (tools/benchmark_alternatives.py)
+          ("tf_over_post", "tf", "post"), ("ovtf_over_post", "ov-tf", "post"),
+          ("litert_over_post", "litert", "post"))
 
 FULL = dict(batches=(1, 8, 32, 128), times=(16, 64, 256), fills=(1.0, 0.75, 0.5),
             dist_batches=(1, 8, 32, 128), dist_time=100, dist_budget=4.0, dist_min_rounds=40, dist_max_rounds=1000,
@@ -199,11 +235,14 @@ def other_load(start, end, wall: float) -> float:
     return max(0.0, ((end[0] - start[0]) - (end[1] - start[1])) / wall)
 
 
+STAT_COLUMNS = ("median_ms", "p10_ms", "p25_ms", "p75_ms", "p90_ms")
+
+
 def stats(values) -> dict:
     import numpy as np
     ms = 1000 * np.asarray(values)
     p10, p25, p50, p75, p90 = np.percentile(ms, [10, 25, 50, 75, 90])
-    return dict(median_ms=p50, p10_ms=p10, p25_ms=p25, p75_ms=p75, p90_ms=p90)
+    return dict(zip(STAT_COLUMNS, (p50, p10, p25, p75, p90)))
 
 
 def ratio_stats(times: dict, top: str, bottom: str):
@@ -225,6 +264,9 @@ def format_cell(cell: dict) -> str:
         value = ratio_stats(times, top, bottom)
         text += f" {value[0]:>{9 if key == 'loop_over_post' else 8}.2f}"
     text += f" {cell['rounds']:>6} {cell['other_load']:>5.2f}"
+    # the alternatives, far slower, after the columns (with their ratio over "post")
+    text += "".join(f"  {name} {med[name]:.3f} ({med[name] / med['post']:.1f}x)"
+                    for name in alternatives.ALTERNATIVES if name in med)
     return text
 
 
@@ -236,20 +278,20 @@ TABLE_HEADER = (f"{'model':<13} {'th':>2} {'T':>4} {'batch':>5} {'fill':>5} "
 # ----------------------------------------------------------------------------------------------
 # the timing child: onnxruntime and numpy only
 
-def time_cell(sessions: dict, feed: dict, budget: float, min_rounds: int, max_rounds: int, warmup: float):
+def time_cell(runs: dict, feed: dict, budget: float, min_rounds: int, max_rounds: int, warmup: float):
     """Interleaved rounds, each running every variant, the order rotating. A variant whose run takes
     under SETTLE_BELOW runs once untimed before its timed run: the variant before it (another
     model, on OpenVINO another runtime) has evicted its weights from the caches, and timing that
     cold run would charge a small model the previous one's footprint rather than its own cost
     (measured: the LSTM "post" model at batch 1 took 0.49 ms right after an OpenVINO run, 0.37 ms
-    warm)."""
-    names = list(sessions)
+    warm). ``runs``: variant -> a callable taking the feed (open_runs)."""
+    names = list(runs)
     start = time.perf_counter()
     warm_rounds, last = 0, {}
     while warm_rounds < 3 or (time.perf_counter() - start < warmup and warm_rounds < 50):
         for name in names:
             begin = time.perf_counter()
-            sessions[name].run(None, feed)
+            runs[name](feed)
             last[name] = time.perf_counter() - begin
         warm_rounds += 1
     settle = {name: last[name] < SETTLE_BELOW for name in names}
@@ -259,11 +301,11 @@ def time_cell(sessions: dict, feed: dict, budget: float, min_rounds: int, max_ro
     for index in range(rounds):
         first = index % len(names)
         for name in names[first:] + names[:first]:  # rotate the order: no variant always runs first
-            session = sessions[name]
+            run = runs[name]
             if settle[name]:
-                session.run(None, feed)
+                run(feed)
             begin = time.perf_counter()
-            session.run(None, feed)
+            run(feed)
             times[name].append(time.perf_counter() - begin)
     return times, rounds, warm_rounds
 
@@ -294,21 +336,36 @@ def open_session(variant: str, path: str, threads: int):
         return None
 
 
-def worker(job_path: str) -> int:
+def open_runs(job: dict) -> dict:
+    """model -> variant -> a callable taking the feed: onnxruntime sessions sharing one global
+    pool, OpenVINO models, and the alternatives (TensorFlow's threads set before it runs anything)."""
     import onnxruntime as ort
-    with open(job_path) as handle:
-        job = json.load(handle)
     threads = job["threads"]
     # One pool for all sessions: see the module docstring. Spinning stays at onnxruntime's default.
     ort.set_global_thread_pool_sizes(threads, 1)
-    sessions = {}
+    if any(spec["kind"] == "tf" for specs in job["alternatives"].values() for spec in specs.values()):
+        with quiet_stderr():  # TensorFlow's start-up notices
+            alternatives.configure_tensorflow(threads)
+    runs = {}
     for model, files in job["models"].items():
         opened = {variant: open_session(variant, path, threads) for variant, path in files.items()}
-        sessions[model] = {variant: session for variant, session in opened.items() if session is not None}
+        runs[model] = {variant: functools.partial(session.run, None) for variant, session in opened.items()
+                       if session is not None}
+        with quiet_stderr():  # LiteRT announces its delegate, TensorFlow its start-up
+            for variant, spec in job["alternatives"].get(model, {}).items():
+                runs[model][variant] = alternatives.open_runner(spec, threads).run
+    return runs
+
+
+def worker(job_path: str) -> int:
+    with open(job_path) as handle:
+        job = json.load(handle)
+    threads = job["threads"]
+    runs = open_runs(job)
     results = []
     for cell in job["cells"]:
-        variants = [v for v in cell["variants"] if v in sessions[cell["model"]]]
-        chosen = {v: sessions[cell["model"]][v] for v in variants}
+        variants = [v for v in cell["variants"] if v in runs[cell["model"]]]
+        chosen = {v: runs[cell["model"]][v] for v in variants}
         feed = {"tokens": cell_tokens(cell)}
         before, wall_start = cpu_snapshot(), time.perf_counter()
         times, rounds, warm = time_cell(chosen, feed, cell["budget"], cell["min_rounds"], cell["max_rounds"],
@@ -339,6 +396,11 @@ def parse_args(argv=None):
     parser.add_argument("--threads", type=int, nargs="+", metavar="N",
                         help="onnxruntime intra-op thread counts (default: 1 and every core)")
     parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
+    parser.add_argument("--alternatives", default="all", metavar="NAMES",
+                        help="the routes a user could take instead, timed beside the ONNX variants: a comma-"
+                             "separated subset of tf,ov-tf,litert, or all (default) or none")
+    parser.add_argument("--alternatives-headline-only", action="store_true",
+                        help="time the alternatives on the headline rows only, not on the grid")
     parser.add_argument("--no-plot", action="store_true", help="skip the PNG plots")
     parser.add_argument("--verbose", action="store_true", help="show TensorFlow's and tf2onnx's messages")
     parser.add_argument("--worker", metavar="JOB", help=argparse.SUPPRESS)
@@ -349,6 +411,10 @@ def parse_args(argv=None):
         args.threads = sorted({1, os.cpu_count() or 1})
     if any(n < 1 for n in args.threads) or (args.budget is not None and args.budget <= 0):
         parser.error("--threads and --budget must be positive")
+    try:
+        args.alternatives = alternatives.parse_names(args.alternatives)
+    except ValueError as error:
+        parser.error(f"--alternatives: {error}")
     return args
 
 
@@ -583,10 +649,109 @@ def check_numerics(np, keras_models: dict, protos: dict, shapes: list, report: R
     return worst
 
 
-def run_children(args, settings, onnx_files: dict, cells_by_threads: dict, tmp: str) -> list:
+def grid_alternatives(args, threads: int) -> list:
+    """The alternatives timed on the grid's cells of ``threads`` threads: on the 1-thread ones only.
+    With more, onnxruntime's global pool keeps a worker spinning for tens of milliseconds after each
+    run (Python cannot turn that off for the global pool), which takes a core from the variant run
+    next: TensorFlow measured 1.3-1.5x slower right after an onnxruntime run at 2 threads."""
+    return [] if args.alternatives_headline_only or threads != 1 else list(args.alternatives)
+
+
+def build_alternatives(np, tf, args, keras_models: dict, shapes: list, folder: str, worst: dict,
+                       report: Report) -> dict:
+    """The routes a user could take instead (tools/benchmark_alternatives.py), built in ``folder``
+    and checked against Keras on ``shapes``; their differences go into ``worst`` beside the ONNX
+    variants'. Returns (model, variant) -> Outcome. A failure is reported, never raised."""
+    if not args.alternatives:
+        return {}
+    if not shapes:
+        report("alternatives: not timed (they are timed on 1-thread cells only; see --threads)")
+        report()
+        return {}
+    report(f"alternatives, built and checked against Keras at every position on {len(shapes)} shapes "
+           f"(tolerance {TOLERANCE:g}); TensorFlow {tf.__version__}:")
+    for name in args.alternatives:
+        report(f"  {name:<7} {alternatives.DESCRIPTIONS[name]}")
+    masked = {model: pair[0] for model, pair in keras_models.items()}
+    outcomes = alternatives.prepare_all(np, tf, args.alternatives, masked, shapes, folder, shape_tokens, TOLERANCE,
+                                        report, MODEL_NAMES, quiet=not args.verbose)
+    for (model, variant), outcome in outcomes.items():
+        if outcome.diffs:
+            worst[(model, variant)] = outcome.worst
+        for (batch, steps, fill), diff in outcome.diffs.items():
+            worst[(model, variant, batch, steps, fill)] = diff
+    report()
+    return outcomes
+
+
+def timed_alternatives(outcomes: dict) -> dict:
+    """model -> variant -> the spec the timing process opens, for the alternatives that did not fail."""
+    specs = {}
+    for (model, variant), outcome in outcomes.items():
+        if outcome.spec is not None:
+            specs.setdefault(model, {})[variant] = outcome.spec
+    return specs
+
+
+def report_alternatives(ratio_rows: list, outcomes: dict, report: Report) -> bool:
+    """The alternatives on the headline rows: their latency and their ratio over the plugin's "post"
+    model on onnxruntime. Returns whether there was anything to show."""
+    names = list(dict.fromkeys(variant for _, variant in outcomes))
+    if not names:
+        return False
+    report("alternatives: the routes a user could take instead, T=100, 1 thread, medians in ms; ratio over the "
+           "plugin's \"post\" model on onnxruntime (median over median [p10-p90 per round])")
+    report(f"  {'model':<13} {'batch':>5} {'fill':>4} {'post':>7} "
+           + " ".join(f"{name:>9} {name + '/post':>17}" for name in names))
+    for row in sorted((r for r in ratio_rows if r["set"] == "headline"),
+                      key=lambda r: (MODELS.index(r["model"]), -r["fill"], r["batch"])):
+        cells = [alternative_cell(row, name) for name in names]
+        report(f"  {MODEL_NAMES[row['model']]:<13} {row['batch']:>5} {row['fill']:>4.2f} {row['post_ms']:>7.3f} "
+               + " ".join(cells))
+    if any(o.status == alternatives.NOT_EXACT for o in outcomes.values()):
+        report("  *: not exact against Keras (see the alternatives' check above): timed, but not a like-for-like "
+               "route")
+    return True
+
+
+def alternative_cell(row: dict, name: str) -> str:
+    """One alternative's columns in the headline table: milliseconds and ratio, or why there are none."""
+    key = column(name)
+    status = row[key + "_status"]
+    if status in ("", alternatives.FAILED) or row[key + "_ms"] == "":
+        text = status or "-"
+        return f"{text:>9} {text:>17}"
+    mark = "*" if status == alternatives.NOT_EXACT else ""
+    ratio = f"{row[key + '_over_post']:.1f}x [{row[key + '_over_post_p10']:.1f}-{row[key + '_over_post_p90']:.1f}]"
+    return f"{row[key + '_ms']:>8.3f}{mark or ' '} {ratio + mark:>17}"
+
+
+def report_alternatives_grid(ratio_rows: list, report: Report):
+    """Over the grid: the range of each alternative's time over the plugin's, per model."""
+    grid = [r for r in ratio_rows if r["set"] == "grid"]
+    lines = []
+    for model in MODELS:
+        for name in alternatives.ALTERNATIVES:
+            key = column(name) + "_over_post"
+            mine = [r for r in grid if r["model"] == model and r[key] != ""]
+            if mine:
+                low, high = min(mine, key=lambda r: r[key]), max(mine, key=lambda r: r[key])
+                mark = " (not exact)" if mine[0][column(name) + "_status"] == alternatives.NOT_EXACT else ""
+                lines.append(f"  {MODEL_NAMES[model]}: {name}{mark} takes {low[key]:.1f}x (batch {low['batch']}, "
+                             f"T={low['time']}, fill {low['fill']!r}) to {high[key]:.1f}x (batch {high['batch']}, "
+                             f"T={high['time']}, fill {high['fill']!r}) the plugin's time, over {len(mine)} "
+                             f"cells (1 thread)")
+    if lines:
+        report()
+        report("the alternatives over the grid, against the plugin (\"post\") on onnxruntime:")
+        for line in lines:
+            report(line)
+
+
+def run_children(args, onnx_files: dict, alternative_specs: dict, cells_by_threads: dict, tmp: str) -> list:
     results = []
     for threads, cells in cells_by_threads.items():
-        job = dict(threads=threads, models=onnx_files, cells=cells,
+        job = dict(threads=threads, models=onnx_files, alternatives=alternative_specs, cells=cells,
                    results=os.path.join(tmp, f"results-{threads}.json"))
         job_path = os.path.join(tmp, f"job-{threads}.json")
         with open(job_path, "w") as handle:
@@ -601,8 +766,8 @@ def run_children(args, settings, onnx_files: dict, cells_by_threads: dict, tmp: 
     return results
 
 
-def summarise(results: list, worst: dict) -> tuple:
-    """Rows for ratios.csv and latency.csv."""
+def summarise(results: list, worst: dict, outcomes: dict) -> tuple:
+    """Rows for ratios.csv and latency.csv; ``outcomes``: the alternatives' (build_alternatives)."""
     import numpy as np
     ratio_rows, latency_rows = [], []
     for cell in results:
@@ -613,9 +778,12 @@ def summarise(results: list, worst: dict) -> tuple:
                     batch=cell["batch"], time=cell["time"], fill=cell["fill"])
         row = dict(base, fill_actual=round(float(np.mean(lengths)) / cell["time"], 4),
                    max_length=int(np.max(lengths)), rounds=cell["rounds"], other_load=round(cell["other_load"], 3))
-        for variant in HEADLINE_VARIANTS:
-            row[variant.replace("-", "") + "_ms"] = (round(stats(times[variant])["median_ms"], 4)
+        for variant in HEADLINE_VARIANTS + alternatives.ALTERNATIVES:
+            row[column(variant) + "_ms"] = (round(stats(times[variant])["median_ms"], 4)
                                                      if variant in times else "")
+        for variant in alternatives.ALTERNATIVES:  # exact, not exact (timed, marked), failed (not timed), or ""
+            outcome = outcomes.get((cell["model"], variant)) if variant in cell["variants"] else None
+            row[column(variant) + "_status"] = outcome.status if outcome else ""
         for key, top, bottom in RATIOS:
             value = ratio_stats(times, top, bottom)
             for suffix, index in (("", 0), ("_p10", 1), ("_p25", 3), ("_p75", 4), ("_p90", 2)):
@@ -626,8 +794,33 @@ def summarise(results: list, worst: dict) -> tuple:
                               cell["batch"], cell["time"], cell.get("dist") or cell["fill"]), "")
             latency_rows.append(dict(base, variant=variant, rounds=len(values),
                                      **{k: round(v, 4) for k, v in stats(values).items()},
-                                     max_abs_diff_vs_keras=(f"{diff:.3g}" if diff != "" else "")))
+                                     max_abs_diff_vs_keras=(f"{diff:.3g}" if diff != "" else ""),
+                                     status=variant_status(variant, cell["model"], outcomes)))
+        latency_rows += failed_latency_rows(cell, base, outcomes)
     return ratio_rows, latency_rows
+
+
+def column(variant: str) -> str:
+    """A variant's name in the CSVs' column names: ``ov-tf`` -> ``ovtf`` (``ovtf_ms``, ``ovtf_over_post``)."""
+    return variant.replace("-", "")
+
+
+def variant_status(variant: str, model: str, outcomes: dict) -> str:
+    """latency.csv's status of a timed variant: the ONNX ones passed the check before timing."""
+    if variant in alternatives.ALTERNATIVES:
+        return outcomes[(model, variant)].status
+    return "within int8 tolerance" if variant == QUANTIZED else "exact"
+
+
+def failed_latency_rows(cell: dict, base: dict, outcomes: dict) -> list:
+    """A latency.csv row, without figures, for each alternative of the cell that failed (not timed)."""
+    rows = []
+    for variant in cell["variants"]:
+        outcome = outcomes.get((cell["model"], variant))
+        if outcome is not None and outcome.status == alternatives.FAILED:
+            rows.append(dict(base, variant=variant, rounds=0, **dict.fromkeys(STAT_COLUMNS, ""),
+                             max_abs_diff_vs_keras="", status=f"failed: {outcome.detail}"))
+    return rows
 
 
 def write_csv(path: str, rows: list):
@@ -834,6 +1027,10 @@ def main(argv=None) -> int:
 
     # timing, in one child process per thread count
     with tempfile.TemporaryDirectory(prefix="mlr-benchmark-") as tmp:
+        # the alternatives are timed on 1-thread cells only (grid_alternatives): their shapes
+        alternative_shapes = ([] if 1 not in args.threads else
+                              head_shapes + ([] if args.alternatives_headline_only else grid_shapes))
+        outcomes = build_alternatives(np, tf, args, keras_models, alternative_shapes, tmp, worst, report)
         onnx_files = {}
         for (model, variant), proto in protos.items():
             onnx_files.setdefault(model, {})[variant] = path = os.path.join(tmp, f"{model}-{variant}.onnx")
@@ -853,7 +1050,8 @@ def main(argv=None) -> int:
         grid_cell = dict(set="grid", variants=list(VARIANTS), budget=settings["budget"],
                          min_rounds=settings["min_rounds"], max_rounds=settings["max_rounds"],
                          warmup=settings["warmup"])
-        head_cell = dict(set="headline", variants=list(HEADLINE_VARIANTS), budget=settings["headline_budget"],
+        head_cell = dict(set="headline", variants=list(HEADLINE_VARIANTS + args.alternatives),
+                         budget=settings["headline_budget"],
                          min_rounds=settings["headline_min_rounds"], max_rounds=settings["headline_max_rounds"],
                          warmup=max(settings["warmup"], 0.2))
         dist_cell = dict(set="dist", variants=list(VARIANTS), budget=settings["dist_budget"],
@@ -868,18 +1066,20 @@ def main(argv=None) -> int:
                 cells += [dict(dist_cell, model=m, batch=b, time=t, dist=d,
                                fill=round(float(np.mean(distribution_lengths(d, b, t))) / t, 4))
                           for m in args.models for b, t, d in dist_shapes]
-            cells += [dict(grid_cell, model=m, batch=b, time=t, fill=f) for m in args.models for b, t, f in grid_shapes]
+            cells += [dict(grid_cell, model=m, batch=b, time=t, fill=f,
+                           variants=grid_cell["variants"] + grid_alternatives(args, threads))
+                      for m in args.models for b, t, f in grid_shapes]
             cells_by_threads[threads] = cells
         total = sum(len(c) for c in cells_by_threads.values())
         print(f"latency: {total} cells, medians in ms of interleaved rounds; 'other' = mean cores used by "
               f"other processes meanwhile", flush=True)
         print(TABLE_HEADER, flush=True)
         timing_start = time.perf_counter()
-        results = run_children(args, settings, onnx_files, cells_by_threads, tmp)
+        results = run_children(args, onnx_files, timed_alternatives(outcomes), cells_by_threads, tmp)
         timing_seconds = time.perf_counter() - timing_start
     print(flush=True)
 
-    ratio_rows, latency_rows = summarise(results, worst)
+    ratio_rows, latency_rows = summarise(results, worst, outcomes)
     for row in ratio_rows:  # CSV values for the checks below
         row["fill"] = float(row["fill"])
 
@@ -908,9 +1108,12 @@ def main(argv=None) -> int:
     report()
     report_quantized(ratio_rows, worst, report)
     report()
+    if report_alternatives(ratio_rows, outcomes, report):
+        report()
     report_distributions(ratio_rows, settings, report)
     report()
     evaluate_targets(ratio_rows, settings, report)
+    report_alternatives_grid(ratio_rows, report)
     report()
 
     # files
