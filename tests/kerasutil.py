@@ -21,7 +21,6 @@ import signatures
 from masked_lstm_rewriter import io_names
 from masked_lstm_rewriter.corpus.ops import op_counts, scheduled_layers, walk_nodes  # noqa: F401
 from masked_lstm_rewriter.flavours import current_flavour
-from masked_lstm_rewriter.plugin import enabled_mode
 from masked_lstm_rewriter.sessions import onnxruntime_session as session  # noqa: F401
 
 FLAVOUR = current_flavour()
@@ -76,7 +75,7 @@ def _traced(model, spec):
     model object with the same signature, weights and plugin state (``mlr.enable``'s patches change
     the trace): a test converting one model several ways (modes, runtimes, stock) traces it once.
     Tracing and freezing are about half of a conversion."""
-    key = (id(model), repr(spec), _digest(model.get_weights()), enabled_mode())
+    key = (id(model), repr(spec), _digest(model.get_weights()), mlr.enabled_mode())
     kept = _TRACES.get(key)
     if kept is None or kept[0]() is not model:
         kept = (weakref.ref(model), io_names.keras_graph(model, spec))
