@@ -8,6 +8,8 @@ only has to exist in the graph; the oracle is Keras's generic path, which an eag
 machine without a GPU takes.
 """
 
+import collections
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -17,6 +19,7 @@ from kerasutil import FLAVOUR, check_batches, keras, op_counts, post_padded_toke
 from models import FEATURES, UNITS
 
 import masked_lstm_rewriter as mlr
+from masked_lstm_rewriter import io_names
 from masked_lstm_rewriter.corpus.cudnn_trace import traced_as_on_a_gpu
 
 pytestmark = pytest.mark.skipif(FLAVOUR != "keras3", reason="CudnnRNNV3 graphs are Keras 3's (tf_keras selects its "
@@ -27,13 +30,24 @@ STEPS, VOCAB = 6, 30
 
 @pytest.fixture
 def gpu_tracing(monkeypatch):
-    """tf2onnx's Keras front door traces as on a GPU machine (Keras itself, the oracle, does not)."""
-    from_keras = tf2onnx.convert.from_keras
+    """Conversions trace as on a GPU machine (Keras itself, the oracle, does not). Yields the traced
+    graph's count of cuDNN ops (the last trace's), so a test can check its conversion really read them."""
+    cudnn_ops = collections.Counter()
+    from_keras, keras_graph = tf2onnx.convert.from_keras, io_names.keras_graph
 
-    def traced_on_a_gpu(*args, **kwargs):
+    def from_keras_on_a_gpu(*args, **kwargs):
         with traced_as_on_a_gpu():
             return from_keras(*args, **kwargs)
-    monkeypatch.setattr(tf2onnx.convert, "from_keras", traced_on_a_gpu)
+
+    def keras_graph_on_a_gpu(*args, **kwargs):
+        with traced_as_on_a_gpu():
+            traced = keras_graph(*args, **kwargs)
+        cudnn_ops.clear()
+        cudnn_ops.update(node.op for node in traced.graph_def.node if node.op.startswith("CudnnRNN"))
+        return traced
+    monkeypatch.setattr(tf2onnx.convert, "from_keras", from_keras_on_a_gpu)
+    monkeypatch.setattr(io_names, "keras_graph", keras_graph_on_a_gpu)
+    return cudnn_ops
 
 
 def _token_model(make_layer):
@@ -69,13 +83,13 @@ MASKED = {
 
 @pytest.mark.parametrize("mode", ["post", "any"])
 @pytest.mark.parametrize("name", sorted(MASKED))
-def test_masked_layer_traced_on_a_gpu_is_native_and_exact(name, mode, gpu_tracing):  # pylint: disable=unused-argument
+def test_masked_layer_traced_on_a_gpu_is_native_and_exact(name, mode, gpu_tracing):
     make, ops = MASKED[name]
     model = _token_model(make)
     post, pre, holed = _token_batches()
     batches = [post] if mode == "post" else [post, pre, holed]
     onnx_model = check_batches(model, (token_spec(),), batches, rewriter=mlr.make_rewriter(mode), ops=ops)
-    assert not op_counts(onnx_model)["CudnnRNNV3"]
+    assert gpu_tracing["CudnnRNNV3"] == sum(ops.values()) and not op_counts(onnx_model)["CudnnRNNV3"], gpu_tracing
     assert all(layer.rewritten and layer.masked for layer in mlr.last_report().layers), mlr.last_report()
 
 
@@ -88,19 +102,20 @@ UNMASKED = {
 
 
 @pytest.mark.parametrize("name", sorted(UNMASKED))
-def test_unmasked_layer_traced_on_a_gpu_is_native_and_exact(name, gpu_tracing):  # pylint: disable=unused-argument
+def test_unmasked_layer_traced_on_a_gpu_is_native_and_exact(name, gpu_tracing):
     make, ops = UNMASKED[name]
     features = keras.Input((None, FEATURES), name="features")
     model = randomize_weights(keras.Model(features, make()(features)))
     spec = (tf.TensorSpec((None, None, FEATURES), tf.float32, name="features"),)
     batch = np.random.default_rng(1).normal(size=(3, STEPS, FEATURES)).astype(np.float32)
     onnx_model = check_batches(model, spec, [[batch]], ops=ops)
+    assert gpu_tracing["CudnnRNNV3"] == sum(ops.values()), gpu_tracing
     counts = op_counts(onnx_model)
     assert not counts["CudnnRNNV3"] and not counts["ScatterElements"] and not counts["CumSum"], counts
     assert all(layer.rewritten and not layer.masked for layer in mlr.last_report().layers), mlr.last_report()
 
 
-def test_masking_layer_and_an_initial_state_from_an_encoder(gpu_tracing):  # pylint: disable=unused-argument
+def test_masking_layer_and_an_initial_state_from_an_encoder(gpu_tracing):
     """A Masking layer's mask, and a decoder starting from an encoder's final states (both cuDNN ops)."""
     features = keras.Input((None, FEATURES), name="features")
     masked = keras.layers.Masking(0.0)(features)
@@ -112,6 +127,7 @@ def test_masking_layer_and_an_initial_state_from_an_encoder(gpu_tracing):  # pyl
     for row, length in enumerate([STEPS, 4, 1, 2]):
         batch[row, length:] = 0.0
     check_batches(model, spec, [[batch]], ops={"LSTM": 2})
+    assert gpu_tracing["CudnnRNNV3"] == 2, gpu_tracing
 
 
 def test_the_graph_really_holds_the_cudnn_op(gpu_tracing):  # pylint: disable=unused-argument
