@@ -6,10 +6,12 @@ the interpreter starts, but only if the variable is set. Nothing heavy happens t
 is standalone (importing the package would import TensorFlow), and it only arranges for
 ``masked_lstm_rewriter.enable(mode)`` to run right after ``tf2onnx.tfonnx`` is first imported,
 that is, before any conversion work, whatever front end (``python -m tf2onnx.convert``, a
-script) does the converting. When ``tf2onnx.convert`` is what imports ``tfonnx`` (a script's
-``tf2onnx.convert.from_keras``), the plugin is enabled once ``tf2onnx.convert`` is complete, since
-``enable`` wraps functions of it. A value other than ``post`` or ``any`` makes that import fail with
-a message saying so; ``TF2ONNX_MASKED_LSTM_TARGET=openvino`` picks the OpenVINO target.
+script) does the converting. When ``tfonnx`` is imported while ``tf2onnx.convert`` or a module of
+this package is still loading (a script's ``tf2onnx.convert.from_keras``, or its
+``import masked_lstm_rewriter.plugin``), the plugin is enabled once the outermost of them is
+complete: ``enable`` wraps functions of ``tf2onnx.convert`` and is defined by the plugin module.
+A value other than ``post`` or ``any`` makes that import fail with a message saying so;
+``TF2ONNX_MASKED_LSTM_TARGET=openvino`` picks the OpenVINO target.
 """
 
 import importlib.abc
@@ -22,6 +24,7 @@ TARGET_ENV = "TF2ONNX_MASKED_LSTM_TARGET"  # optional: "openvino" (see masked_ls
 MODES = ("post", "any")
 TARGET = "tf2onnx.tfonnx"
 CONVERT = "tf2onnx.convert"  # may import TARGET half-way through: then enable after it
+PACKAGE = "masked_lstm_rewriter"  # its modules may import TARGET half-way through too
 
 
 def install():
@@ -37,16 +40,18 @@ def active() -> bool:
 
 
 class _EnableAfterImport(importlib.abc.MetaPathFinder):
-    """Finds ``tf2onnx.tfonnx`` and ``tf2onnx.convert`` through the other finders and wraps their
-    loaders: the plugin is enabled after ``tfonnx`` is loaded, unless ``convert`` is being loaded
-    (then after it)."""
+    """Finds ``tf2onnx.tfonnx``, ``tf2onnx.convert`` and the package's modules through the other
+    finders and wraps their loaders: the plugin is enabled once ``tfonnx`` is loaded and none of
+    the others is still loading. (``target``, ``convert`` and ``package`` name other modules in tests.)"""
 
-    def __init__(self, value):
+    def __init__(self, value, target=TARGET, convert=CONVERT, package=PACKAGE):
         self.value = value
-        self.loading_convert = 0
+        self.target, self.convert, self.package = target, convert, package
+        self.loading = 0  # the watched modules being loaded, one inside another
+        self.target_loaded = False
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname not in (TARGET, CONVERT):
+        if not self._watches(fullname):
             return None
         sys.meta_path.remove(self)  # avoid finding ourselves below
         try:
@@ -58,18 +63,31 @@ class _EnableAfterImport(importlib.abc.MetaPathFinder):
         spec.loader = _Loader(spec.loader, self, fullname)
         return spec
 
+    def _watches(self, fullname) -> bool:
+        return fullname in (self.target, self.convert) or fullname.split(".")[0] == self.package
+
     def check(self):
         if self.value not in MODES:
             raise ValueError(f"{ENV}={self.value!r}: expected one of {', '.join(MODES)} "
                              "(or unset for stock tf2onnx)")
 
+    def loaded(self, fullname):
+        """``fullname`` finished loading (or failed to): enable the plugin if it is time."""
+        self.target_loaded |= fullname == self.target
+        if self.target_loaded and not self.loading:
+            self.enable()
+
     def enable(self):
-        """Once: the hook leaves, and the plugin is enabled."""
+        """Once: the hook leaves, and the plugin is enabled. A failure is raised as a RuntimeError
+        (an AttributeError would vanish in ``from tf2onnx import tfonnx``, which tries another way)."""
         if self not in sys.meta_path:
             return
         sys.meta_path.remove(self)
-        import masked_lstm_rewriter  # pylint: disable=import-outside-toplevel
-        masked_lstm_rewriter.enable(self.value, os.environ.get(TARGET_ENV, "").strip() or None)
+        try:
+            package = importlib.import_module(self.package)
+            package.enable(self.value, os.environ.get(TARGET_ENV, "").strip() or None)
+        except Exception as error:
+            raise RuntimeError(f"{ENV}={self.value}: could not enable {self.package}: {error}") from error
 
 
 class _Loader(importlib.abc.Loader):
@@ -85,12 +103,11 @@ class _Loader(importlib.abc.Loader):
         return self.loader.create_module(spec)
 
     def exec_module(self, module):
-        self.hook.check()
-        convert = self.name == CONVERT
-        self.hook.loading_convert += convert
+        if self.name == self.hook.target:
+            self.hook.check()
+        self.hook.loading += 1
         try:
             self.loader.exec_module(module)
         finally:
-            self.hook.loading_convert -= convert
-        if not self.hook.loading_convert:
-            self.hook.enable()
+            self.hook.loading -= 1
+            self.hook.loaded(self.name)

@@ -354,6 +354,7 @@ SCRIPT_IMPORTS = {
     "tf2onnx.convert attribute": "import tf2onnx",           # tf2onnx.convert imports tfonnx half-way through
     "from tf2onnx import convert": "from tf2onnx import convert",
     "tfonnx first": "import tf2onnx.tfonnx; import tf2onnx.convert",
+    "the plugin module first": "import masked_lstm_rewriter.plugin",  # it imports tfonnx before defining enable
 }
 
 
