@@ -30,7 +30,6 @@ import contextlib
 import functools
 import io
 import os
-import signal
 import sys
 import traceback
 from importlib import metadata
@@ -40,6 +39,7 @@ from . import cli_input, dependencies
 from .cli_input import UsageError, bad_input, environment_choice, keras_on_tensorflow, model_file_problem, pop_choice
 from .cli_logging import command_logging, progress, quiet_run, rename, verbosity
 from .cli_quantize import MODES, pop_quantize
+from .cli_signals import STOPPED, Interrupted, output_written, stopped_by_signals
 from .cli_streaming import pop_streaming
 
 PROG = "masked_lstm_rewriter"
@@ -127,33 +127,13 @@ class Failed(Exception):
         self.code = code
 
 
-class Interrupted(BaseException):
-    """Ctrl-C or SIGTERM: the run stops, cleaning up as for an error (exit 130 or 143).
-
-    TensorFlow may wrap the exception raised in the middle of its work into one of its own, or
-    drop it: the last signal is also kept in :data:`STOPPED`, which the conversion checks before
-    it keeps its output."""
-
-    def __init__(self, code: int, what: str):
-        super().__init__(what)
-        self.code = code
-
-
-STOPPED: list = []  # the Interrupted of the signal that stopped this run, if any
-WRITTEN: list = []  # not empty once the output is being renamed into place: the run is done, signals wait
-SIGNALS = {signal.SIGINT: (130, "interrupted"), signal.SIGTERM: (143, "terminated")}
-
-
 def main(argv: Optional[list] = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
     quiet = any(arg in QUIET for arg in args) and not any(arg in ("-h", "--help", "--version") for arg in args)
-    STOPPED.clear()
-    WRITTEN.clear()
-    previous = {number: signal.signal(number, _stop) for number in SIGNALS}
     kept: list = []  # what the run said on stderr under --quiet that is still shown: its errors
     try:
-        with quiet_run(quiet, kept, keep_all=debug):
+        with stopped_by_signals(), quiet_run(quiet, kept, keep_all=debug):
             if args and args[0] == "verify":
                 return _verify(args[1:])
             if args and args[0] == "rewrite":
@@ -168,21 +148,8 @@ def main(argv: Optional[list] = None) -> int:
     except Interrupted as stop:
         return _fail(stop.code, str(stop), debug)
     finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
         if kept:
             print("\n".join(kept), file=sys.stderr)
-
-
-def _stop(signum, frame):  # pylint: disable=unused-argument
-    STOPPED.append(Interrupted(*SIGNALS[signum]))
-    if not WRITTEN:  # else the output is (being) renamed into place: the run is done, and ends with 0
-        raise STOPPED[-1]
-
-
-def _output_written() -> None:
-    """Called just before the output is renamed into place: from now on, signals no longer stop the run."""
-    WRITTEN.append(True)
 
 
 def _fail(code: int, message: str, debug: bool, cause: Optional[BaseException] = None) -> int:
@@ -345,7 +312,7 @@ def _convert(args: list, mask_mode: Optional[str], runtime: Optional[str], flags
     output = _option(args, "--output")
     saved = sys.argv
     try:
-        with atomic_path(output, before_rename=_output_written) as partial:
+        with atomic_path(output, before_rename=output_written) as partial:
             renames[partial] = output
             start_conversion()
             plugin = functools.partial(enable, mask_mode, runtime, flags["--schedule"],
@@ -417,7 +384,7 @@ def _rewrite(args: list) -> int:
             rewritten, report = rewrite_onnx(parsed.model, mask_mode=parsed.mask_mode, runtime=parsed.runtime,
                                              schedule=parsed.schedule, streaming=parsed.streaming,
                                              keep_wrong=parsed.keep_wrong, quantize=parsed.quantize)
-            with atomic_path(parsed.output, before_rename=_output_written) as partial:
+            with atomic_path(parsed.output, before_rename=output_written) as partial:
                 save(rewritten, partial, parsed.output)
     except (ModelError, OutputError, ValueError) as error:
         raise UsageError(str(error)) from None
