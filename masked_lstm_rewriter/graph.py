@@ -223,6 +223,11 @@ def make_op(g, kind: str, *inputs, **attr) -> str:
     return g.make_node(kind, list(inputs), attr=attr).output[0]
 
 
+def const(g, name: str, value) -> str:
+    """A new constant holding ``value`` (a numpy array, its dtype kept), named after ``name``."""
+    return g.make_const(utils.make_name(name), value).output[0]
+
+
 def int64_const(g, name: str, values) -> str:
     """A new int64 constant (named after ``name``)."""
     return g.make_const(utils.make_name(name), np.array(values, np.int64)).output[0]

@@ -11,7 +11,9 @@ listed here. The reader, the planner, the emitter and the plugin consult this mo
   whether it is scheduled);
 * :data:`DTYPE_REASONS` and :data:`REFUSED_ACTIVATION_REASONS` are what the reader refuses for
   every runtime; :func:`default_mask_mode` is a target's mask mode when none is asked for;
-  :func:`shared_swaps_scrambled` tells the emitter to give each native node its own input.
+  :func:`shared_swaps_scrambled` tells the emitter to give each native node its own input;
+  :func:`bidirectional_veto` tells the planner where a masked forward and backward layer cannot
+  be one ``direction="bidirectional"`` node, :func:`bidirectional_slow` where it would be slower.
 
 Measured with onnxruntime 1.31 and OpenVINO 2026.4 (tests/test_float64.py, tests/test_openvino.py
 and tests/test_schedule.py pin them).
@@ -37,6 +39,12 @@ class Runtime:
     guard_note: Optional[str] = None        # where the "post" guard's error can be dropped
     schedule_note: Optional[str] = None     # why a scheduled layer is not exact there (None: it is)
     scrambles_shared_swaps: bool = False    # folds a Transpose read by several nodes into one Reshape
+    # the native ops whose direction="bidirectional" node ignores sequence_lens when a dimension is dynamic
+    # (the others honour it in both directions, given an explicit activations attribute, as the emitter writes)
+    bidirectional_ignores_lengths: tuple = ()
+    # the native ops whose direction="bidirectional" node with an activations attribute runs several times
+    # slower than two forward nodes
+    bidirectional_slow_with_activations: tuple = ()
 
 
 ONNXRUNTIME = Runtime("onnxruntime", "onnxruntime")
@@ -49,7 +57,8 @@ OPENVINO = Runtime(
     schedule_note=("OpenVINO 2026.4 computes some layers inside the schedule's If wrongly, with no error, "
                    "on a run whose shapes outgrow the ones before (a Bidirectional layer's forward half), and "
                    "refuses some layers in mask_mode='any'"),
-    scrambles_shared_swaps=True)
+    scrambles_shared_swaps=True, bidirectional_ignores_lengths=("RNN",),
+    bidirectional_slow_with_activations=("LSTM", "GRU"))
 RUNTIMES = (ONNXRUNTIME, OPENVINO)
 TARGETS = tuple(runtime.name for runtime in RUNTIMES)
 _BY_NAME = {runtime.name: runtime for runtime in RUNTIMES}
@@ -103,6 +112,26 @@ def shared_swaps_scrambled() -> bool:
     return any(runtime.scrambles_shared_swaps for runtime in RUNTIMES)
 
 
+def bidirectional_veto(op: str, target: Optional[str]) -> Optional[str]:
+    """Why a masked forward and backward layer of native ``op`` cannot be one ``direction="bidirectional"``
+    node for ``target`` (None: every runtime), or None: its reverse direction starts each row at its
+    last valid step only where the runtime honours ``sequence_lens``."""
+    for entry in RUNTIMES if target is None else (runtime(target),):
+        if op in entry.bidirectional_ignores_lengths:
+            return (f"{entry.title} ignores the sequence_lens of a bidirectional {op} node when a dimension is "
+                    f"dynamic")
+    return None
+
+
+def bidirectional_slow(op: str, target: Optional[str], activations=()) -> Optional[str]:
+    """The runtime (its title) among ``target``'s (None: every runtime) that runs a bidirectional node of
+    ``op`` with an ``activations`` attribute (these names) several times slower than two forward nodes,
+    or None. A runtime that compiles no such node (:func:`uncompiled_activations`) has no say."""
+    return next((entry.title for entry in (RUNTIMES if target is None else (runtime(target),))
+                 if op in entry.bidirectional_slow_with_activations
+                 and not uncompiled_activations(entry.name, activations)), None)
+
+
 def portability_refusal(layer) -> Optional[str]:
     """Why the layer cannot be emitted without depending on how a runtime treats padded steps, or None.
 
@@ -150,12 +179,16 @@ class Veto:
     what: str = ""  # what of the plan it is about, for the log ("" for the layer's native ops)
 
 
-def not_for(layer, target: Optional[str], scheduled: bool) -> list:
+def not_for(layer, target: Optional[str], scheduled: bool, bidirectional: bool = False) -> list:
     """The :class:`Veto` of each thing that keeps another runtime from running the rewritten ``layer``
-    exactly, seeing the whole plan: its native ops (convert for that runtime), then the schedule
-    (convert without it)."""
+    exactly, seeing the whole plan: its native ops (convert for that runtime), the one bidirectional
+    node it shares with its other half (``bidirectional``, masked), then the schedule (convert without it)."""
     found = [Veto(other, reason, f"convert with runtime={other!r}") for other in TARGETS
              if other != target and (reason := target_refusal(layer, other))]
+    if bidirectional and layer.mask is not None:
+        found += [Veto(other, reason, f"convert with runtime={other!r}", " is one direction=bidirectional node")
+                  for other in TARGETS if other != target and other not in {veto.runtime for veto in found}
+                  and (reason := bidirectional_veto(layer.top.op, other))]
     if scheduled:
         found += [Veto(other, note, "convert without schedule=True",
                        " has the length-aware schedule, exact on onnxruntime only") for other, note in NOT_FOR.items()]

@@ -19,7 +19,7 @@ import masked_lstm_rewriter as mlr
 import runtimes
 import signatures
 from masked_lstm_rewriter import io_names
-from masked_lstm_rewriter.corpus.ops import op_counts, scheduled_layers, walk_nodes  # noqa: F401
+from masked_lstm_rewriter.corpus.ops import native_ops, op_counts, scheduled_layers, walk_nodes  # noqa: F401
 from masked_lstm_rewriter.flavours import current_flavour
 from masked_lstm_rewriter.sessions import onnxruntime_session as session  # noqa: F401
 
@@ -182,9 +182,10 @@ def _runtimes_needing_a_target(rewriter) -> set:
 def check_conversion(model, spec, inputs, rewriter="default", ops=None, opset=15):
     """Converts ``model`` with its declared ``spec`` and with the static signature forms sampled for the test
     (:mod:`signatures`), and checks each conversion on every runtime (:mod:`runtimes`) against
-    Keras on ``inputs``, at every position. ``ops``: the expected native op counts
-    (``{"LSTM": 2}``), or a function of the signature form that gives them, checked with no
-    Loop left. Returns the model converted with ``spec``."""
+    Keras on ``inputs``, at every position. ``ops``: the expected native layers per op
+    (``{"LSTM": 2}``: a bidirectional node counts as its two halves, :func:`native_layers`), or a
+    function of the signature form that gives them, checked with no Loop left. Returns the model
+    converted with ``spec``."""
     return check_batches(model, spec, [inputs], rewriter, ops, opset)
 
 
@@ -213,7 +214,7 @@ def check_whole_model(model, spec, batches, mode, native):
     with mlr.enable(mask_mode=mode):
         onnx_model = check_batches(model, spec, batches, rewriter=mlr.make_rewriter(mode))
     counts = op_counts(onnx_model)
-    assert "Loop" not in counts and sum(counts.get(op, 0) for op in ("LSTM", "GRU", "RNN")) == native, counts
+    assert "Loop" not in counts and sum(native_layers(onnx_model).values()) == native, counts
     report = mlr.last_report()
     assert report.rewritten and not report.left_as_loop, str(report)
 
@@ -263,24 +264,36 @@ def structure(onnx_model):
         initializers
 
 
+def native_layers(onnx_model) -> collections.Counter:
+    """The Keras layers behind the native recurrent nodes, per op: a ``direction="bidirectional"`` node
+    holds a Bidirectional layer's two halves and counts twice."""
+    return collections.Counter({op: sum(2 if direction == "bidirectional" else 1 for direction in directions)
+                                for op, directions in native_ops(onnx_model).items()})
+
+
 def assert_native(onnx_model, lstm=1, op="LSTM"):
-    """No Loop left, and ``lstm`` native ``op`` nodes (LSTM, GRU or RNN)."""
+    """No Loop left, and ``lstm`` native ``op`` layers (LSTM, GRU or RNN; :func:`native_layers`)."""
     counts = op_counts(onnx_model)
     assert counts["Loop"] == 0, counts
-    assert counts[op] == lstm, counts
+    assert native_layers(onnx_model)[op] == lstm, (counts, native_ops(onnx_model))
 
 
 def layer_directions(onnx_model, op="LSTM"):
     """Sorted directions of the Keras layers behind the native ``op`` nodes: every node runs
     forward (ONNX ``direction="forward"``), a backward layer over its rows reversed within their
-    length (its input comes from a ReverseSequence). A scheduled layer counts once (its single node)."""
+    length (its input comes from a ReverseSequence), but a Bidirectional layer's one
+    ``direction="bidirectional"`` node, which holds a forward and a reverse layer. A scheduled layer
+    counts once (its single node)."""
     producers = {out: n for n in walk_nodes(onnx_model.graph, segments=True) for out in n.output}
     directions = []
     for node in walk_nodes(onnx_model.graph):
         if node.op_type != op:
             continue
         attrs = {a.name: a for a in node.attribute}
-        assert attrs["direction"].s == b"forward", "every native node must run forward"
+        if attrs["direction"].s == b"bidirectional":
+            directions += ["forward", "reverse"]
+            continue
+        assert attrs["direction"].s == b"forward", "every native node must run forward, or be bidirectional"
         source = producers.get(node.input[0])
         while source is not None and source.op_type in ("Where", "Pad"):  # the padding column
             source = producers.get(source.input[1] if source.op_type == "Where" else source.input[0])

@@ -28,6 +28,14 @@ pytestmark = pytest.mark.grid  # a sample of each parametrized grid (tests/grid.
 INJECTED = "injected failure"
 
 
+@pytest.fixture(autouse=True)
+def each_layer_alone(monkeypatch):
+    """The failures are injected into one layer's emission (``emit_layer``): here a Bidirectional's
+    halves are emitted alone, not as one bidirectional node (whose rollback to two nodes
+    tests/unit/test_emit_bidirectional.py checks)."""
+    monkeypatch.setattr(rewrite, "pair_directions", lambda layers, *args, **kwargs: list(layers))
+
+
 class Injected(RuntimeError):
     pass
 

@@ -21,7 +21,8 @@ import tensorflow as tf
 
 import masked_lstm_rewriter as mlr
 import runtimes
-from kerasutil import FLAVOUR, assert_matches_keras, convert, keras, layer_directions, onnx_outputs, op_counts, randomize_weights
+from kerasutil import (FLAVOUR, assert_matches_keras, convert, keras, layer_directions, native_layers, onnx_outputs,
+                       op_counts, randomize_weights)
 
 pytestmark = [
     pytest.mark.skipif(FLAVOUR != "tf_keras", reason="time_major is a tf_keras (Keras 2) argument: "
@@ -109,14 +110,14 @@ def batches_for(source: str, mode: str) -> list:
 
 
 def check(model, spec, batches, mode: str, op: str, natives: int = 1, by_plugin: bool = True):
-    """Converted with ``mask_mode=mode``: every layer native (``natives`` ``op`` nodes, no Loop; made so
-    by the plugin unless not ``by_plugin``), and equal to Keras at every position on every runtime and
-    batch. Returns the ONNX model."""
+    """Converted with ``mask_mode=mode``: every layer native (``natives`` ``op`` layers, a bidirectional
+    node counting as its two halves, no Loop; made so by the plugin unless not ``by_plugin``), and equal
+    to Keras at every position on every runtime and batch. Returns the ONNX model."""
     onnx_model = convert(model, spec, rewriter=mlr.make_rewriter(mode))
     report = mlr.last_report()
     assert (bool(report.rewritten) or not by_plugin) and not report.left_as_loop, str(report)
     counts = op_counts(onnx_model)
-    assert counts["Loop"] == 0 and counts[op] == natives, counts
+    assert counts["Loop"] == 0 and native_layers(onnx_model)[op] == natives, counts
     for runtime in runtimes.runtimes():
         for batch in batches:
             assert_matches_keras(model, onnx_model, spec, batch, runtime)

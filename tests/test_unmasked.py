@@ -33,9 +33,10 @@ LAYERS = {
     "gru_backwards_last": (lambda: keras.layers.GRU(UNITS, go_backwards=True), {"GRU": 1}),
     "simple_rnn": (lambda: keras.layers.SimpleRNN(UNITS, return_sequences=True), {"RNN": 1}),
     "simple_rnn_state": (lambda: keras.layers.SimpleRNN(UNITS, return_state=True), {"RNN": 1}),
-    # tf_keras: stock tf2onnx makes one bidirectional node of it (kept as it is)
+    # one bidirectional node (two layers: kerasutil.native_layers): stock tf2onnx's in tf_keras (kept as it
+    # is), the plugin's in Keras 3
     "bidirectional_gru": (lambda: keras.layers.Bidirectional(keras.layers.GRU(UNITS, return_sequences=True)),
-                          {"GRU": 1 if FLAVOUR == "tf_keras" else 2}),
+                          {"GRU": 2}),
     "bidirectional_simple_rnn": (lambda: keras.layers.Bidirectional(keras.layers.SimpleRNN(UNITS), merge_mode="sum"),
                                  {"RNN": 2}),
     "lstm_hard_sigmoid": (lambda: keras.layers.LSTM(UNITS, recurrent_activation="hard_sigmoid",

@@ -104,4 +104,4 @@ def _reset_before(graph, reader, x_item, r_part, factor):
 
 
 KIND = CellKind(name="GRU", op="GRU", keras_name="GRU", keras_gates=("z", "r", "h"), onnx_gates=("z", "r", "h"), states=1,
-                read=read_gru_cell, cudnn_mode="gru", cudnn_gates=("r", "z", "h"))
+                read=read_gru_cell, cudnn_mode="gru", cudnn_gates=("r", "z", "h"), default_activations=("Sigmoid", "Tanh"))

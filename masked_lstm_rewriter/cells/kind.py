@@ -53,6 +53,8 @@ class CellKind:
     # params; None for a kind Keras never runs on cuDNN
     cudnn_mode: Optional[str] = None
     cudnn_gates: tuple = ()
+    # the op's activations per direction when its node has no activations attribute (ONNX's defaults)
+    default_activations: tuple = ()
 
     @property
     def outputs(self) -> int:

@@ -56,4 +56,4 @@ def read_lstm_cell(graph, x_item, h_prev, h_new, cell_state):
 
 KIND = CellKind(name="LSTM", op="LSTM", keras_name="LSTM", keras_gates=("i", "f", "c", "o"), onnx_gates=("i", "o", "f", "c"),
                 states=2, read=read_lstm_cell, padding_drive={"i": -1, "f": +1},
-                cudnn_mode="lstm", cudnn_gates=("i", "f", "c", "o"))
+                cudnn_mode="lstm", cudnn_gates=("i", "f", "c", "o"), default_activations=("Sigmoid", "Tanh", "Tanh"))

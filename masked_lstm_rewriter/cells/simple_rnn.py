@@ -16,4 +16,4 @@ def read_simple_rnn_cell(graph, x_item, h_prev, h_new, cell_state=None):  # pyli
 
 
 KIND = CellKind(name="RNN", op="RNN", keras_name="SimpleRNN", keras_gates=("h",), onnx_gates=("h",), states=1,
-                read=read_simple_rnn_cell)
+                read=read_simple_rnn_cell, default_activations=("Tanh",))

@@ -15,7 +15,8 @@ row's length:
 
 * every layer is one ``direction="forward"`` node over post-padded rows; a backward layer runs
   over its rows reversed within their length (``ReverseSequence``), and its outputs are
-  reversed back the same way;
+  reversed back the same way (but a pair, :mod:`.bidirectional`: one ``direction="bidirectional"``
+  node, whose outputs get the same fix-ups);
 * the last output and the final ``h`` are gathered from ``Y`` at each row's last valid step
   (zeros for a row with none), never read from ``Y_h``;
 * an LSTM's final cell state can only come from ``Y_c``: when it is used, the input gets one
@@ -46,17 +47,14 @@ from typing import Optional
 
 import numpy as np
 from onnx import TensorProto
-from tf2onnx import utils
 from tf2onnx.graph_builder import GraphBuilder
 
+from ..graph import const
 from ..layer import MaskedRecurrentLayer, RecurrentCell
 from ..plan.masks import MaskTensors
 from .node import cell_node, emit_node
 from .rewire import rewire
 
-
-def _const(graph, name, value):
-    return graph.make_const(utils.make_name(name), value).output[0]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,15 +73,15 @@ def emit_layer(graph, layer: MaskedRecurrentLayer, masks: MaskTensors, connect=r
     """One ONNX node per cell of ``layer``, each reading the steps of the one below, then the Keras
     outputs (of the top cell) and every cell's final states; finally ``connect`` points the
     source's consumers at them (:func:`.rewire.rewire` for a loop)."""
-    x_node, states = _layer_input(graph, layer, masks), []
+    x_node, states = layer_input(graph, layer, masks), []
     for cell in layer.cells:
         out = _emit_recurrent_node(graph, layer, cell, masks, x_node)
-        states.append(_keras_states(graph, cell, masks, out.h_last, out.c_last))
+        states.append(keras_states(graph, cell, masks, out.h_last, out.c_last))
         x_node = out.y_node
-    connect(graph, layer, *_keras_outputs(graph, layer, out, masks), states)
+    connect(graph, layer, *keras_outputs(graph, layer, out, masks), states)
 
 
-def _layer_input(g, layer: MaskedRecurrentLayer, masks: MaskTensors) -> str:
+def layer_input(g, layer: MaskedRecurrentLayer, masks: MaskTensors) -> str:
     """The layer's input [T, B, I] in the node layout: each row's valid steps first ("any" moves
     them there), reversed within the row's length for a backward layer."""
     x = layer.x
@@ -100,7 +98,7 @@ def _emit_recurrent_node(g, layer: MaskedRecurrentLayer, cell: RecurrentCell, ma
     gb = GraphBuilder(g)
     padding_column = cell.carries_cell_state  # saturating: targets.portability_refusal() let it through
     if padding_column:
-        x = _with_padding_column(g, x, masks.valid_steps, cell.input_size)
+        x = with_padding_column(g, x, masks.valid_steps, cell.input_size)
     node = cell_node(g, cell, x, masks.lengths, f"{layer.layer}/masked_{cell.kind.lower()}", padding_column)
     # in segments, an LSTM's final cell state past its row's length is held by the padding column
     carry = None
@@ -111,7 +109,7 @@ def _emit_recurrent_node(g, layer: MaskedRecurrentLayer, cell: RecurrentCell, ma
     if carried:  # the last step shows each row's last output
         h_last_step = gb.make_slice({"data": y, "starts": [-1], "ends": [np.iinfo(np.int64).max], "axes": [0]})
     else:
-        h_last_step = _last_valid_step(g, y, masks, cell.hidden_size)
+        h_last_step = last_valid_step(g, y, masks, cell.hidden_size)
     if layer.direction == "reverse":
         y = _reverse_valid_steps(g, y, masks)
     return NodeOutputs(y=y, y_node=y_node, h_last=gb.make_squeeze({"data": h_last_step, "axes": [0]}),
@@ -129,12 +127,12 @@ def _carry_last_output(g, y_node: str, masks: MaskTensors, hidden: int) -> str:
     with none: ``Where(mask, Y, last output)``, kept in Y's layout."""
     y = GraphBuilder(g).make_squeeze({"data": y_node, "axes": [1]})
     mask = GraphBuilder(g).make_unsqueeze({"data": masks.mask_tm, "axes": [1]})
-    return g.make_node("Where", [mask, y_node, _last_valid_step(g, y, masks, hidden)]).output[0]
+    return g.make_node("Where", [mask, y_node, last_valid_step(g, y, masks, hidden)]).output[0]
 
 
 def _gather_steps(g, tensor: str, flat_index: str, width: int) -> str:
     """``tensor`` [T, B, width] re-ordered: position (t, b) takes row ``flat_index[t, b]`` of it."""
-    rows = g.make_node("Reshape", [tensor, _const(g, "rows_shape", np.array([-1, width], np.int64))]).output[0]
+    rows = g.make_node("Reshape", [tensor, const(g, "rows_shape", np.array([-1, width], np.int64))]).output[0]
     return g.make_node("Gather", [rows, flat_index], attr={"axis": 0}).output[0]
 
 
@@ -144,25 +142,25 @@ def _reverse_valid_steps(g, tensor: str, masks: MaskTensors) -> str:
                        attr={"batch_axis": 1, "time_axis": 0}).output[0]
 
 
-def _with_padding_column(g, x: str, valid_steps: str, width: int) -> str:
+def with_padding_column(g, x: str, valid_steps: str, width: int) -> str:
     """[T, B, width + 1]: ``x`` and a column of zeros at valid steps; ``[0, ..., 0, 1]`` at padded ones
     (whatever ``x`` held there: -inf and NaN would not stay out of a carried state otherwise)."""
-    padded = g.make_node("Pad", [x, _const(g, "pads", np.array([0, 0, 0, 0, 0, 1], np.int64))]).output[0]
+    padded = g.make_node("Pad", [x, const(g, "pads", np.array([0, 0, 0, 0, 0, 1], np.int64))]).output[0]
     marker = np.zeros(width + 1, np.float32)
     marker[-1] = 1
-    return g.make_node("Where", [valid_steps, padded, _const(g, "padding_marker", marker)]).output[0]
+    return g.make_node("Where", [valid_steps, padded, const(g, "padding_marker", marker)]).output[0]
 
 
-def _last_valid_step(g, y: str, masks: MaskTensors, hidden: int) -> str:
+def last_valid_step(g, y: str, masks: MaskTensors, hidden: int) -> str:
     """[1, B, H]: ``y`` [T, B, H] at each row's last valid step, zeros for a row with none (its index,
     -1, reads the last step, which the Where then replaces)."""
-    index = g.make_node("Expand", [masks.last_step, _const(g, "hidden_shape", np.array([1, 1, hidden], np.int64))]
+    index = g.make_node("Expand", [masks.last_step, const(g, "hidden_shape", np.array([1, 1, hidden], np.int64))]
                         ).output[0]
     gathered = g.make_node("GatherElements", [y, index], attr={"axis": 0}).output[0]
-    return g.make_node("Where", [masks.has_steps, gathered, _zero(g)]).output[0]
+    return g.make_node("Where", [masks.has_steps, gathered, zero(g)]).output[0]
 
 
-def _keras_outputs(g, layer: MaskedRecurrentLayer, out: NodeOutputs, masks: MaskTensors):
+def keras_outputs(g, layer: MaskedRecurrentLayer, out: NodeOutputs, masks: MaskTensors):
     """(sequence in Keras's order, sequence in the model's time order, last output), from the top
     cell's node."""
     gb = GraphBuilder(g)
@@ -172,7 +170,7 @@ def _keras_outputs(g, layer: MaskedRecurrentLayer, out: NodeOutputs, masks: Mask
         # mask_mode="any": the node ran over the valid steps moved to the front; map back
         where = masks.reorder.output_map(layer.direction, layer.output_carried)
         mapped = _gather_steps(g, out.y, where.index, layer.top.hidden_size)
-        in_time_order = g.make_node("Where", [where.keep, mapped, _zero(g)]).output[0]
+        in_time_order = g.make_node("Where", [where.keep, mapped, zero(g)]).output[0]
         if layer.direction == "reverse":
             sequence = reverse_time(gb, in_time_order)
             last_output = last_output if layer.output_carried else time_step(gb, in_time_order, 0)
@@ -182,7 +180,7 @@ def _keras_outputs(g, layer: MaskedRecurrentLayer, out: NodeOutputs, masks: Mask
     elif layer.direction == "reverse":
         # Keras ran forward over the reversed rows, whose padding comes first: those steps output
         # zeros (the carried output starts at zeros); its last step saw the row's first step.
-        in_time_order = g.make_node("Where", [masks.mask_tm, out.y, _zero(g)]).output[0]
+        in_time_order = g.make_node("Where", [masks.mask_tm, out.y, zero(g)]).output[0]
         sequence = reverse_time(gb, in_time_order)
     elif out.carried:
         sequence = out.y
@@ -191,7 +189,7 @@ def _keras_outputs(g, layer: MaskedRecurrentLayer, out: NodeOutputs, masks: Mask
         sequence = g.make_node("Where", [masks.mask_tm, out.y, out.h_last_step]).output[0]
     else:
         # masked steps output zeros (zero_output_for_mask)
-        sequence = g.make_node("Where", [masks.mask_tm, out.y, _zero(g)]).output[0]
+        sequence = g.make_node("Where", [masks.mask_tm, out.y, zero(g)]).output[0]
         last_output = time_step(gb, sequence, -1)
     if layer.output_starts_from_state and not layer.top.zero_initial_state:
         sequence, last_output = _from_initial_state(g, layer.top, masks, sequence, last_output)
@@ -206,8 +204,8 @@ def _from_initial_state(g, top: RecurrentCell, masks: MaskTensors, sequence: str
     carried output starts from zeros. A step is before the first valid one while the running count
     of valid steps is 0."""
     counted = g.make_node("Cast", [masks.mask_tm], attr={"to": TensorProto.INT32}).output[0]
-    running = g.make_node("CumSum", [counted, _const(g, "time_axis", np.array(0, np.int32))]).output[0]
-    before_first = g.make_node("Equal", [running, _const(g, "no_step", np.array(0, np.int32))]).output[0]
+    running = g.make_node("CumSum", [counted, const(g, "time_axis", np.array(0, np.int32))]).output[0]
+    before_first = g.make_node("Equal", [running, const(g, "no_step", np.array(0, np.int32))]).output[0]
     sequence = g.make_node("Where", [before_first, top.initial_h, sequence]).output[0]
     last_output = g.make_node("Where", [masks.has_steps, last_output, top.initial_h]).output[0]
     return sequence, last_output
@@ -220,8 +218,8 @@ def time_step(gb, sequence, index):
                                                    "axes": [0]}), "axes": [0]})
 
 
-def _zero(g):
-    return _const(g, "zero_f32", np.array(0, np.float32))
+def zero(g):
+    return const(g, "zero_f32", np.array(0, np.float32))
 
 
 def reverse_time(gb, tensor):
@@ -229,7 +227,7 @@ def reverse_time(gb, tensor):
                           "steps": [-1]})
 
 
-def _keras_states(g, cell: RecurrentCell, masks: MaskTensors, h_last, c_last):
+def keras_states(g, cell: RecurrentCell, masks: MaskTensors, h_last, c_last):
     """(final h, final c) of ``cell`` as Keras has them: a row with no valid step keeps the initial state.
 
     With a zero initial state that is zeros, which ``h_last`` already is there (and ``c_last``:

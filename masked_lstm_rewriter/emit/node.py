@@ -1,6 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """One native ONNX node per cell: its weights in the op's layout, its attributes, and the node itself
-(or, with the length-aware schedule, an If between its segments and it: :mod:`.segments`).
+(or, with the length-aware schedule, an If between its segments and it: :mod:`.segments`). The two
+halves of a pair (:mod:`..plan.pairs`) are one node with ``direction="bidirectional"``: each weight
+stacks their blocks along its first (direction) axis, forward first.
 
 Everything kind-specific comes from the cell kind (:mod:`..cells`): the gate order of W, R and B,
 the number of states, the kind's own attributes, the gates the padding column drives.
@@ -11,12 +13,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
+import numpy as np
 from tf2onnx import utils
 
 from .. import targets
 from ..cells import CellKind, kind_of
-from ..graph import int64_const, make_op
+from ..graph import const, int64_const, int64_scalar, make_op
 from ..layer import RecurrentCell
+from ..plan.pairs import names_activations
 from ..plan.schedule import SegmentPlan, schedule_if
 from .read_alone import read_alone
 from .segments import segments
@@ -26,18 +30,21 @@ MIN_OPSET = 13  # Split and Squeeze take their sizes and axes as inputs, as the 
 
 @dataclasses.dataclass(frozen=True)
 class RecurrentNode:
-    """One layer's forward ONNX node, as the emitter built its inputs (node layout)."""
+    """One layer's forward ONNX node (or one pair's bidirectional node), as the emitter built its inputs
+    (node layout)."""
 
     kind: CellKind       # its op, states and outputs
     x: str               # [T, B, I] input in the node layout
     weights: tuple       # (W, R, B or "")
     lengths: str         # [B] int32 sequence_lens (the single node only)
-    initial: tuple       # (initial_h, initial_c) as [B, H] tensors, or () for zeros
+    initial: tuple       # each state's initial value per direction, ((h,), (c,)) or ((h_fwd, h_bwd), ...) as
+                         # [B, H] tensors, or () for zeros
     attr: dict
     name: str
     hidden: int
     wants_c: bool        # the final cell state is used
     extra: tuple = ()    # the kind's inputs after the initial states (cells.kind.CellKind.extra_inputs)
+    directions: int = 1  # 2: direction="bidirectional", Y [T, 2, B, H] and each state [2, B, H]
 
 
 def emit_node(graph, node: RecurrentNode, plan: Optional[SegmentPlan], carry=None) -> tuple:
@@ -60,46 +67,88 @@ def emit_node(graph, node: RecurrentNode, plan: Optional[SegmentPlan], carry=Non
         outputs = schedule_if(graph, plan.use, node.name.replace("/", "_"), lambda g: segments(g, node, plan), single)
         for output, shape in zip(outputs, ([-1, 1, -1, node.hidden], [1, -1, node.hidden])):
             graph.set_shape(output, shape)  # what the converters of the consumers read (a Concat's axis)
-    y = make_op(graph, "Squeeze", outputs[0], int64_const(graph, "axes", [1]))
-    return y, (make_op(graph, "Squeeze", outputs[1], int64_const(graph, "axes", [0])) if node.wants_c else None), carried
+    (y, c_last), = _per_direction(graph, node, outputs)
+    return y, c_last, carried
+
+
+def emit_directions(graph, node: RecurrentNode) -> list:
+    """[(y [T, B, H], final c [B, H] or None)] of each direction of the single ``node`` (no schedule),
+    forward first: a bidirectional node's reverse direction gives its steps in the model's time order."""
+    return _per_direction(graph, node, _single(graph, node))
+
+
+def _per_direction(graph, node: RecurrentNode, outputs: list) -> list:
+    """The node's Y [T, D, B, H] and Y_c [D, B, H] (when wanted) cut into D directions: one direction
+    squeezed, each of several gathered (a Gather of a scalar index drops the axis)."""
+    def cut(tensor, axis):
+        if node.directions == 1:
+            return [make_op(graph, "Squeeze", tensor, int64_const(graph, "axes", [axis]))]
+        return [make_op(graph, "Gather", tensor, int64_scalar(graph, index), axis=axis)
+                for index in range(node.directions)]
+    ys = cut(outputs[0], 1)
+    cs = cut(outputs[1], 0) if node.wants_c else [None] * node.directions
+    return list(zip(ys, cs))
 
 
 def _single(g, node: RecurrentNode) -> list:
     """The layer as one node over the whole batch (what the plugin emits without a schedule)."""
-    initial = [make_op(g, "Unsqueeze", state, int64_const(g, "axes", [0])) for state in node.initial]
-    initial = initial or [""] * node.kind.states
+    initial = [_stacked(g, per_direction) for per_direction in node.initial] or [""] * node.kind.states
     out = g.make_node(node.kind.op, [node.x, *node.weights, node.lengths] + initial + list(node.extra),
                       output_count=node.kind.outputs, attr=node.attr, name=utils.make_name(node.name))
     return [out.output[0]] + ([out.output[2]] if node.wants_c else [])
+
+
+def _stacked(g, per_direction: tuple) -> str:
+    """[D, B, H]: a state's initial value in each direction ([B, H] each), as the node takes it."""
+    unsqueezed = [make_op(g, "Unsqueeze", state, int64_const(g, "axes", [0])) for state in per_direction]
+    return unsqueezed[0] if len(unsqueezed) == 1 else make_op(g, "Concat", *unsqueezed, axis=0)
 
 
 def cell_node(g, cell: RecurrentCell, x: str, lengths: str, name: str, padding_column: bool = False) -> RecurrentNode:
     """The native node of ``cell`` over ``x`` (time-major), its weights, bias, initial states and the
     kind's own inputs made constants; ``lengths`` its sequence_lens ("" for none). ``x`` is read
     through a node of its own where a runtime would scramble a shared input."""
-    kind = kind_of(cell.kind)
+    return directions_node(g, (cell,), x, lengths, name, padding_column)
+
+
+def directions_node(g, cells: tuple, x: str, lengths: str, name: str, padding_column: bool = False) -> RecurrentNode:
+    """The native node running each of ``cells`` (one: forward; a forward and a backward cell of one
+    kind, size and activations, both starting from zeros or both from given states: bidirectional)
+    over ``x``, as :func:`cell_node` says."""
+    kind = kind_of(cells[0].kind)
     x = read_alone(g, x) if targets.shared_swaps_scrambled() else x
-    w, r, b = kind.onnx_weights(cell, padding_column)
-    extra = tuple(_const(g, part, value) for part, value in kind.extra_inputs(cell))
-    bias = _const(g, "B", b) if cell.bias is not None or cell.recurrent_bias else ""
-    initial = () if cell.zero_initial_state else tuple(
-        state for state in (cell.initial_h, cell.initial_c) if state is not None)
-    return RecurrentNode(kind=kind, x=x, weights=(_const(g, "W", w), _const(g, "R", r), bias), lengths=lengths,
-                         initial=initial, attr=node_attributes(cell), name=name, hidden=cell.hidden_size,
-                         wants_c=padding_column or cell.carries_cell_state, extra=extra)
+    w, r, b = (np.concatenate(blocks) for blocks in zip(*(kind.onnx_weights(cell, padding_column) for cell in cells)))
+    extra = tuple(const(g, parts[0][0], np.concatenate([value for _, value in parts]))
+                  for parts in zip(*(kind.extra_inputs(cell) for cell in cells)))
+    bias = const(g, "B", b) if any(cell.bias is not None or cell.recurrent_bias for cell in cells) else ""
+    return RecurrentNode(kind=kind, x=x, weights=(const(g, "W", w), const(g, "R", r), bias), lengths=lengths,
+                         initial=_initial_states(cells), attr=node_attributes(*cells, masked=bool(lengths)), name=name,
+                         hidden=cells[0].hidden_size,
+                         wants_c=padding_column or any(cell.carries_cell_state for cell in cells), extra=extra,
+                         directions=len(cells))
 
 
-def _const(g, name: str, value) -> str:
-    return g.make_const(utils.make_name(name), value).output[0]
+def _initial_states(cells: tuple) -> tuple:
+    """Each state's initial value per direction (:attr:`RecurrentNode.initial`), () for zeros."""
+    if all(cell.zero_initial_state for cell in cells):
+        return ()
+    return tuple(zip(*(tuple(state for state in (cell.initial_h, cell.initial_c) if state is not None)
+                       for cell in cells)))
 
 
-def node_attributes(cell: RecurrentCell) -> dict:
-    """The native node's attributes: forward over post-padded rows, the activations, the kind's own."""
-    return {"hidden_size": cell.hidden_size, "direction": "forward", **_activation_attrs(cell.activations),
-            **dict(cell.attributes)}
+
+def node_attributes(*cells: RecurrentCell, masked: bool = True) -> dict:
+    """The native node's attributes: forward over post-padded rows (bidirectional for a pair's two
+    cells), each direction's activations where the node names them (:func:`..plan.pairs.names_activations`;
+    ``masked``: it has ``sequence_lens``), the kind's own."""
+    direction = "forward" if len(cells) == 1 else "bidirectional"
+    activations = tuple(activation for cell in cells for activation in cell.activations)
+    named = _activation_attrs(activations) if names_activations(cells, masked) else {}
+    return {"hidden_size": cells[0].hidden_size, "direction": direction, **named, **dict(cells[0].attributes)}
 
 
 def _activation_attrs(activations) -> dict:
+    """The ``activations`` attribute, and their alphas and betas where they have some."""
     attrs = {"activations": [a.name for a in activations]}
     alphas = [a.alpha for a in activations if a.alpha is not None]
     betas = [a.beta for a in activations if a.beta is not None]

@@ -18,7 +18,7 @@ def segments(g, node, plan: SegmentPlan) -> list:
 
     order = make_op(g, "Gather", plan.rows, int64_scalar(g, 0), axis=0)
     ordered = make_op(g, "Gather", node.x, order, axis=1)
-    states = [make_op(g, "Gather", state, order, axis=0) for state in node.initial]
+    states = [make_op(g, "Gather", state, order, axis=0) for (state,) in node.initial]  # one direction
     active = [part(4 * SEGMENTS + index, 1) for index in range(SEGMENTS)]
     if states:
         states = [make_op(g, "Unsqueeze", _slice_rows(g, state, active[0], 0), int64_const(g, "axes", [0]))

@@ -1,7 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """The pipeline: every source's layers in a graph, each taken through the stages: read, veto, plan,
 emit, connect; or refused. In a streaming conversion the veto also plans each layer's state inputs
-and outputs (:mod:`.streaming`).
+and outputs (:mod:`.streaming`). The plan pairs a forward and a backward layer into one
+bidirectional node where that is exact (:mod:`..plan.pairs`); a pair whose emission fails is
+rolled back and emitted as two layers.
 
 Every refusal reaches the log and the report here, and only here (:func:`refuse`). A layer whose
 rewrite fails half-way is rolled back (:mod:`.snapshot`) and refused with what failed where
@@ -14,6 +16,7 @@ import logging
 from typing import Optional
 
 from .. import targets
+from ..emit.bidirectional import emit_pair, emit_unmasked_pair
 from ..emit.layer import emit_layer
 from ..emit.node import opset_refusal
 from ..emit.rewire import rewire
@@ -21,6 +24,7 @@ from ..emit.unmasked import emit_unmasked_layer
 from ..failure import Refusal
 from ..plan.batch import BatchMasks
 from ..plan.masks import MaskPlanner
+from ..plan.pairs import DirectionPair, pair_directions
 from ..report import record
 from .origin import as_computed_there
 from .snapshot import GraphSnapshot
@@ -67,13 +71,41 @@ def rewrite_layers(graph, layers, mask_mode: str, target, schedule: bool = False
     """Plan and emit each layer read (``connect``: how the source's consumers are pointed at the results)."""
     planner = MaskPlanner(graph, mask_mode, schedule)
     masks = BatchMasks(graph, layers)
-    for layer in layers:
-        if layer.mask is None:
-            _rewrite(graph, layer, GraphSnapshot(graph), lambda layer: _emit_unmasked(graph, layer, target, connect),
-                     mask_mode, masked=False)
+    for planned in pair_directions(layers, mask_mode, target, schedule):
+        if isinstance(planned, DirectionPair) and _rewrite_pair(graph, planned, planner, masks, target, connect,
+                                                                mask_mode):
+            continue
+        for layer in planned.halves if isinstance(planned, DirectionPair) else (planned,):
+            if layer.mask is None:
+                _rewrite(graph, layer, GraphSnapshot(graph),
+                         lambda layer: _emit_unmasked(graph, layer, target, connect), mask_mode, masked=False)
+            else:
+                _rewrite(graph, layer, GraphSnapshot(graph, planner, masks),
+                         lambda layer: _emit_masked(graph, layer, planner, masks, target, connect), mask_mode)
+
+
+def _rewrite_pair(graph, pair: DirectionPair, planner: MaskPlanner, masks: BatchMasks, target, connect,
+                  mask_mode: str) -> bool:
+    """Emit ``pair`` as one bidirectional node; on any failure, restore the graph and say so (the caller
+    then emits each half alone). Whether it was emitted."""
+    forward, backward = pair.halves
+    masked = forward.mask is not None
+    snapshot = GraphSnapshot(graph, planner, masks)
+    try:
+        if masked:
+            tensors = planner.tensors_for(masks.mask_for(forward), forward.mask_post_padded)
+            emit_pair(graph, pair, tensors, connect)
         else:
-            _rewrite(graph, layer, GraphSnapshot(graph, planner, masks),
-                     lambda layer: _emit_masked(graph, layer, planner, masks, target, connect), mask_mode)
+            emit_unmasked_pair(graph, pair, connect)
+    except Exception as error:  # pylint: disable=broad-except
+        snapshot.restore()
+        logger.warning("%s and %s: not one bidirectional node, each emitted alone: %s", forward.describe(),
+                    backward.describe(), failed_rewrite(error, forward.while_node).reason)
+        return False
+    for layer, other in ((forward, backward), (backward, forward)):
+        _rewritten(layer, targets.not_for(layer, target, scheduled=False, bidirectional=True), mask_mode, masked,
+                   partner=other)
+    return True
 
 
 def vetted(graph, layer, target, streaming: bool = False):
@@ -115,21 +147,31 @@ def _rewrite(graph, layer, snapshot: GraphSnapshot, emit, mask_mode: str, masked
         refuse(layer.layer, failed_rewrite(error, layer.while_node), mask_mode,
                masked, layer.left_as, layer.remedy)
         return
+    _rewritten(layer, vetoes, mask_mode, masked)
+
+
+def _rewritten(layer, vetoes: list, mask_mode: str, masked: bool, partner=None) -> None:
+    """Log and record a rewritten layer (``partner``: the other half of its bidirectional node)."""
     what = "masked " if masked else ""
-    detail = f"{layer.kinds}, {emitted(layer, masked)}"
-    logger.info("%s%s rewritten into %s (%s; %s)", what, layer.describe(), _native_ops(layer),
-                emitted(layer, masked), f"mask_mode={mask_mode}" if masked else "no mask")
+    detail = f"{layer.kinds}, {emitted(layer, masked, partner)}"
+    logger.info("%s%s rewritten into %s (%s; %s)", what, layer.describe(), _native_ops(layer, partner),
+                emitted(layer, masked, partner), f"mask_mode={mask_mode}" if masked else "no mask")
     for veto in vetoes:
         logger.info("%s%s%s: for %s, %s (%s)", what, layer.describe(), veto.what, veto.runtime, veto.remedy, veto.reason)
         detail += f"; for {veto.runtime}, {veto.remedy}"
     record(layer.layer, True, detail, mask_mode, tuple(dict.fromkeys(veto.runtime for veto in vetoes)), masked)
 
 
-def emitted(layer, masked: bool = True) -> str:
+def emitted(layer, masked: bool = True, partner=None) -> str:
     """What the native nodes run over: "forward", or for a backward layer (``go_backwards``, a
     ``Bidirectional``'s backward half) "backward: a forward node over each row reversed within its
-    length" (no mask: over the sequence reversed in time). Every node is emitted with ONNX's
-    ``direction="forward"``: for a masked layer, ``"reverse"`` would start each row in its padding."""
+    length" (no mask: over the sequence reversed in time): a layer alone is emitted with ONNX's
+    ``direction="forward"``, for a masked layer ``"reverse"`` would start each row in its padding.
+    A half of a bidirectional node (``partner``: the other half) says which direction it is and with
+    whom: "backward: the reverse direction of a bidirectional node, with 'forward_lstm'"."""
+    if partner is not None:
+        side = ("forward", "forward") if layer.direction == "forward" else ("backward", "reverse")
+        return f"{side[0]}: the {side[1]} direction of a bidirectional node, with '{partner.layer}'"
     if layer.direction == "forward":
         return "forward"
     nodes = "a forward node" if len(layer.cells) == 1 else "forward nodes"
@@ -137,8 +179,11 @@ def emitted(layer, masked: bool = True) -> str:
     return f"backward: {nodes} over {over}"
 
 
-def _native_ops(layer) -> str:
-    """"a native ONNX LSTM", or for stacked cells "stacked native ONNX LSTM, GRU nodes"."""
+def _native_ops(layer, partner=None) -> str:
+    """"a native ONNX LSTM", for a half of a pair "one native ONNX LSTM, direction=bidirectional", or
+    for stacked cells "stacked native ONNX LSTM, GRU nodes"."""
+    if partner is not None:
+        return f"one native ONNX {layer.top.op}, direction=bidirectional"
     if len(layer.cells) == 1:
         return f"a native ONNX {layer.top.op}"
     return f"stacked native ONNX {', '.join(cell.op for cell in layer.cells)} nodes"

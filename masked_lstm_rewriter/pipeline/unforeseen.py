@@ -28,6 +28,7 @@ STAGES = {
     "plan/schedule.py": "planning the length-aware schedule",
     "emit/layer.py": "emitting the layer's outputs from the native node",
     "emit/node.py": "emitting the native node",
+    "emit/bidirectional.py": "emitting a forward and a backward layer as one bidirectional node",
     "emit/read_alone.py": "giving the native node an input of its own",
     "emit/rewire.py": "pointing the loop's consumers at the native node's outputs",
     "emit/segments.py": "emitting the schedule's segments",

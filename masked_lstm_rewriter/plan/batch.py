@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 from tf2onnx import utils
 
-from ..graph import const_value, producer, rank_of, shape_element, transpose_perm
+from ..graph import const, const_value, producer, rank_of, shape_element, transpose_perm
 
 
 _SAME_SHAPE = {"Identity", "Cast", "LogicalNot", "Not", "Neg", "Abs", "Sigmoid", "Tanh", "Relu", "Relu6", "Elu", "Selu",
@@ -218,10 +218,7 @@ def broadcast_mask(graph, mask: str, like: str, axis: int) -> str:
     """
     g = graph
     batch = g.make_node("Gather", [g.make_node("Shape", [like]).output[0],
-                                   _const(g, "batch_axis", np.array([axis], np.int64))]).output[0]
-    target = g.make_node("Concat", [batch, _const(g, "one", np.array([1], np.int64))], attr={"axis": 0}).output[0]
+                                   const(g, "batch_axis", np.array([axis], np.int64))]).output[0]
+    target = g.make_node("Concat", [batch, const(g, "one", np.array([1], np.int64))], attr={"axis": 0}).output[0]
     return g.make_node("Expand", [mask, target], name=utils.make_name(BROADCAST_NAME)).output[0]
 
-
-def _const(graph, name, value):
-    return graph.make_const(utils.make_name(name), value).output[0]

@@ -30,6 +30,7 @@ from onnx import TensorProto
 from tf2onnx import utils
 from tf2onnx.graph_builder import GraphBuilder
 
+from ..graph import const
 from .schedule import SegmentPlan, plan_segments, schedulable
 
 
@@ -125,8 +126,8 @@ class MaskPlanner:
         # so that every path still runs the guard first
         segments = plan_segments(g, lengths, guarded, mask_tm) if self.schedule and schedulable(g, mask) else None
         return MaskTensors(lengths=guarded, lengths_i64=op("Cast", guarded, to=TensorProto.INT64), segments=segments,
-                           last_step=op("Sub", lengths_col, _const(g, "one_i32", np.array(1, np.int32))),
-                           has_steps=op("Greater", lengths_col, _const(g, "zero_i32", np.array(0, np.int32))),
+                           last_step=op("Sub", lengths_col, const(g, "one_i32", np.array(1, np.int32))),
+                           has_steps=op("Greater", lengths_col, const(g, "zero_i32", np.array(0, np.int32))),
                            mask_tm=mask_tm, valid_steps=valid_steps, reorder=reorder)
 
     def _guard_post_padded(self, counts: str, lengths: str) -> str:
@@ -139,10 +140,10 @@ class MaskPlanner:
         g = self.graph
         op = lambda kind, *inputs, **attr: g.make_node(kind, list(inputs), attr=attr).output[0]  # noqa: E731
         # [B, T + 1, 1]: each frame without its last step, and without its first
-        head = op("Pad", counts, _const(g, "pads", np.array([0, 1, 0, 0, 0, 0], np.int64)),
-                  _const(g, "one_i32", np.array(1, np.int32)))
-        tail = op("Pad", counts, _const(g, "pads", np.array([0, 0, 0, 0, 1, 0], np.int64)),
-                  _const(g, "zero_i32", np.array(0, np.int32)))
+        head = op("Pad", counts, const(g, "pads", np.array([0, 1, 0, 0, 0, 0], np.int64)),
+                  const(g, "one_i32", np.array(1, np.int32)))
+        tail = op("Pad", counts, const(g, "pads", np.array([0, 0, 0, 0, 1, 0], np.int64)),
+                  const(g, "zero_i32", np.array(0, np.int32)))
         falls = op("Cast", op("Greater", head, tail), to=TensorProto.INT64)
         # reduced to a [1] tensor, the Split's size, in one node: each costs ~1-3 us at batch 1
         size = GraphBuilder(g).make_reduce_sum({"data": falls, "axes": [0, 1], "keepdims": 0,
@@ -159,16 +160,16 @@ class MaskPlanner:
         """
         g = self.graph
         op = lambda kind, *inputs, **attr: g.make_node(kind, list(inputs), attr=attr).output[0]  # noqa: E731
-        one = _const(g, "one_i64", np.array(1, np.int64))
+        one = const(g, "one_i64", np.array(1, np.int64))
         valid = op("Cast", mask_tm, to=TensorProto.INT64)                   # [T, B]
-        upto = op("CumSum", valid, _const(g, "axis0", np.array(0, np.int64)))  # valid steps <= t
+        upto = op("CumSum", valid, const(g, "axis0", np.array(0, np.int64)))  # valid steps <= t
         before = op("Sub", upto, valid)                                      # valid steps < t
         total = GraphBuilder(g).make_reduce_sum(
             {"data": valid, "axes": [0], "keepdims": 1, "noop_with_empty_axes": 0})  # [1, B]
         shape = op("Shape", mask_tm)
         steps = _scalar(g, shape, 0)
         batch = _scalar(g, shape, 1)
-        zero = _const(g, "zero_i64", np.array(0, np.int64))
+        zero = const(g, "zero_i64", np.array(0, np.int64))
         time = GraphBuilder(g).make_unsqueeze({"data": op("Range", zero, steps, one), "axes": [1]})  # [T, 1]
         rows = op("Range", zero, batch, one)                                 # [B]
         # the sizes tf2onnx cannot infer through Range: with them, a static batch of 1 stays known in the
@@ -206,9 +207,6 @@ class MaskPlanner:
             reverse_zeros=OutputMap(reverse_index, is_valid))
 
 
-def _const(graph, name, value):
-    return graph.make_const(utils.make_name(name), value).output[0]
-
 
 def _dims(graph, tensor: str) -> list:
     """The two dimensions of a [T, B] tensor as tf2onnx knows them (-1 where it does not)."""
@@ -220,4 +218,4 @@ def _dims(graph, tensor: str) -> list:
 
 def _scalar(graph, shape: str, index: int) -> str:
     """Element ``index`` of a shape tensor, as a scalar."""
-    return graph.make_node("Gather", [shape, _const(graph, "index", np.array(index, np.int64))]).output[0]
+    return graph.make_node("Gather", [shape, const(graph, "index", np.array(index, np.int64))]).output[0]

@@ -79,12 +79,12 @@ class OnnxFile:
     replaces = "Loop"
     atol, rtol = ATOL, 0.0
 
-    def __init__(self, model):
-        self.model = model
+    def __init__(self, model, runtime=None):
+        self.model, self.runtime = model, runtime  # runtime: what the file is rewritten for (None: any)
         self._run = None  # the file's onnxruntime session, made once
 
     def rewrite(self, mode: str) -> tuple:
-        return mlr.rewrite_onnx(self.model, mask_mode=mode)
+        return mlr.rewrite_onnx(self.model, mask_mode=mode, runtime=self.runtime)
 
     def batches(self, layout: str) -> list:
         """Two batches of rows of different lengths, each with a full row (7 steps) and an empty one."""

@@ -23,6 +23,8 @@ Loops in a file) is checked with the same two verbs of ``_harness.py``, beside i
 ``test_read_refusals.py``  one refusal per kind of failure, asserted by its stable text
 ``test_emit_post.py``      mask_mode="post": guard Split, one native node, weights, numbers, guard error
 ``test_emit_any.py``       mask_mode="any": no guard, the reordering, numbers on pre-padded batches
+``test_emit_bidirectional.py`` a forward and a backward loop over one input: one bidirectional node
+                           where exact, else two forward nodes; rolled back to two on a failure
 ``test_read_cudnn.py``     Keras 3's cuDNN op: native and exact, or refused with its reason and the fix
 ``test_plan_masks.py``     per-mask plans: sequence_mask (no guard, no reordering), Masking, a [1, T] mask
 ``test_plugin_entry.py``   graphs without a masked loop are left alone; enable()/disable()
