@@ -290,6 +290,20 @@ def scheduled(case: ModelCase) -> bool:
     return _hashed_choice(repr(case) + "/schedule", (True, False))
 
 
+def for_onnxruntime(case: ModelCase) -> bool:
+    """Is ``case``, unscheduled, converted for onnxruntime (``runtime="onnxruntime"``: a masked
+    Bidirectional layer one node)? Half the unscheduled cases, by another stable hash."""
+    return not scheduled(case) and _hashed_choice(repr(case) + "/onnxruntime", (True, False))
+
+
+def rewriter_for(case: ModelCase, mode: str):
+    """The rewriter ``case`` is converted with in ``mode``: the schedule (:func:`scheduled`), for
+    onnxruntime (:func:`for_onnxruntime`), or for any runtime."""
+    if scheduled(case):
+        return mlr.make_rewriter(mode, runtime="onnxruntime", schedule=True)
+    return mlr.make_rewriter(mode, runtime="onnxruntime" if for_onnxruntime(case) else None)
+
+
 @st.composite
 def batch_cases(draw, kind=None):
     kind = kind or draw(st.sampled_from(BATCH_KINDS))
@@ -602,9 +616,7 @@ def convert_and_report(model, spec, mode, case: ModelCase, result: CaseResult):
     except the refused ones, which must stay Loops for their reason; anything else left as a Loop
     is recorded as a failure. It is not for OpenVINO when the conversion says a layer is not (the
     schedule; an activation OpenVINO does not compile)."""
-    rewriter = mlr.make_rewriter(mode, runtime="onnxruntime", schedule=True) if scheduled(case) else \
-        mlr.make_rewriter(mode)
-    onnx_model = convert(model, spec, rewriter=rewriter)
+    onnx_model = convert(model, spec, rewriter=rewriter_for(case, mode))
     report = mlr.last_report()
     for layer in report.left_as_loop:
         if layer.detail not in REFUSED_REASONS and CELL_STATE_REFUSAL not in layer.detail:

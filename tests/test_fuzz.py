@@ -5,7 +5,8 @@ CI runs a fixed sample (hypothesis seeded, FUZZ_SEED, no example database): FUZZ
 of FUZZ_BATCHES batches each, so at least 200 model/batch cases per Keras flavour; each case
 draws the signature its model is converted with (half dynamic, half a static form) and its
 wiring (a stack, a lower sequence read elsewhere too, parallel layers), and half the cases, by
-another stable hash, are converted with the length-aware schedule. Every case also runs on
+another stable hash, are converted with the length-aware schedule, and half the others for
+onnxruntime (``runtime="onnxruntime"``: a masked Bidirectional layer one node). Every case also runs on
 OpenVINO, converted as for it (``runtime="openvino"``, no schedule). One sampled model in
 fuzzgen.UNMASKED_SHARE has no mask (by a stable hash, in place of a masked one: the sample keeps its
 size), and UNMASKED_CASES, a few fixed unmasked models, make sure every option of the unmasked path
@@ -227,6 +228,12 @@ def test_the_ci_sample_has_unmasked_models_and_the_fixed_ones_every_option():
     assert any(len(case.layers) > 1 for case in UNMASKED_CASES)
     assert any(case.return_state for case in UNMASKED_CASES) and any(case.initial_state for case in UNMASKED_CASES)
     assert any(layer.recurrent_activation == "hard_sigmoid" for layer in layers)
+
+
+def test_the_ci_sample_has_every_conversion_route():
+    """Scheduled, for onnxruntime (a masked Bidirectional layer one node), for any runtime: each in the sample."""
+    routes = collections.Counter((fuzzgen.scheduled(case), fuzzgen.for_onnxruntime(case)) for case in ci_sample())
+    assert set(routes) == {(True, False), (False, True), (False, False)}, routes
 
 
 def test_the_ci_sample_has_every_wiring():
