@@ -4,10 +4,12 @@
 CPython 3.11 before 3.11.8 can fail ``ast.parse`` with "AST constructor recursion depth
 mismatch" when a finalizer runs while the tree is built (python/cpython#106905); TensorFlow's
 function finalizers, collected late in a long test process, are such finalizers. The collector is
-run first and paused while the tree is built, so none can run then.
+paused while a tree is built, so none can run then (``ast.parse`` frees nothing of anyone else's).
+The package's trees are parsed once per process: the tests only read them.
 """
 
 import ast
+import functools
 import gc
 import glob
 import os
@@ -18,7 +20,6 @@ PACKAGE = os.path.join(ROOT, "masked_lstm_rewriter")
 
 def parse(source, filename="<unknown>"):
     """``ast.parse`` with no finalizer running while the tree is built."""
-    gc.collect()
     was_enabled = gc.isenabled()
     gc.disable()
     try:
@@ -33,8 +34,15 @@ def package_modules():
     return sorted(glob.glob(os.path.join(PACKAGE, "**", "*.py"), recursive=True))
 
 
-def parsed_sources():
-    """(path, syntax tree) of each module of the package."""
+@functools.lru_cache(maxsize=1)
+def _package_trees() -> tuple:
+    found = []
     for path in package_modules():
         with open(path, encoding="utf-8") as handle:
-            yield path, parse(handle.read(), path)
+            found.append((path, parse(handle.read(), path)))
+    return tuple(found)
+
+
+def parsed_sources():
+    """(path, syntax tree) of each module of the package (the same trees every time: read them only)."""
+    return iter(_package_trees())
