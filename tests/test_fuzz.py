@@ -29,11 +29,11 @@ from fuzzgen import UNMASKED, BatchCase, LayerCase, ModelCase
 
 pytestmark = pytest.mark.grid  # a sample of each parametrized grid (tests/grid.py)
 
-FUZZ_BATCHES = 5  # a batch costs a fraction of a model's conversions: more batches, fewer models, same floor
-FUZZ_MODELS = int(os.environ.get("MLR_FUZZ_EXAMPLES", "40"))  # x FUZZ_BATCHES = 200 model/batch cases
+FUZZ_BATCHES = 7  # a batch costs a fraction of a model's conversions: more batches, fewer models, same floor
+FUZZ_MODELS = int(os.environ.get("MLR_FUZZ_EXAMPLES", "29"))  # x FUZZ_BATCHES = 200 model/batch cases
 # The same seed for the test and ci_sample(), which checks what the sample covers: derandomize would
 # seed each from its own function's source, giving the two different samples
-FUZZ_SEED = 3
+FUZZ_SEED = 1
 CI_SETTINGS = settings(max_examples=FUZZ_MODELS, deadline=None, database=None,
                        suppress_health_check=list(HealthCheck))
 
