@@ -65,6 +65,24 @@ class _Renamed(logging.Filter):
         return True
 
 
+class _WarnedOnce(logging.Filter):
+    """Drops a warning or error of the plugin's already shown in this run (the plugin enabled again
+    for a stateful model's streaming repeats what enabling it said)."""
+
+    def __init__(self):
+        super().__init__()
+        self.shown = set()
+
+    def filter(self, record):
+        if record.levelno < logging.WARNING:
+            return True
+        message = record.getMessage()
+        if message in self.shown:
+            return False
+        self.shown.add(message)
+        return True
+
+
 def rename(text: str, renames: dict) -> str:
     for hidden, shown in renames.items():
         text = text.replace(hidden, shown)
@@ -83,6 +101,7 @@ def command_logging(verbose: int, quiet: bool, renames: dict):
     ours = logging.StreamHandler(sys.stderr)
     ours.setFormatter(_PluginFormatter())
     ours.addFilter(lambda record: verbose or record.levelno >= logging.WARNING or getattr(record, "progress", False))
+    ours.addFilter(_WarnedOnce())
     others = logging.StreamHandler(sys.stderr)
     others.setFormatter(logging.Formatter(TF2ONNX_FORMAT))
     others.setLevel(logging.NOTSET if verbose else logging.WARNING)
