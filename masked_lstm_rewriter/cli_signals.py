@@ -19,6 +19,7 @@ import threading
 
 STOPPED: list = []  # the Interrupted of the signal that stopped this run, if any
 WRITTEN: list = []  # not empty once the output is being renamed into place: the run is done, signals wait
+RUNNING: list = []  # not empty while a run handles the signals (a signal sent again must not outlive it)
 SIGNALS = {signal.SIGINT: (130, "interrupted"), signal.SIGTERM: (143, "terminated")}
 
 
@@ -38,9 +39,11 @@ def stopped_by_signals():
     previous = {number: signal.signal(number, _stop) for number in SIGNALS}
     hook = sys.unraisablehook
     sys.unraisablehook = lambda unraisable: _stop_again(hook, unraisable)
+    RUNNING.append(True)
     try:
         yield
     finally:
+        RUNNING.clear()
         for number, handler in previous.items():
             signal.signal(number, handler)
         sys.unraisablehook = hook
@@ -64,4 +67,9 @@ def _stop_again(hook, unraisable) -> None:
         hook(unraisable)
     elif not WRITTEN:
         number = next(number for number, (code, _) in SIGNALS.items() if code == unraisable.exc_value.code)
-        threading.Timer(0.01, os.kill, (os.getpid(), number)).start()
+        threading.Timer(0.01, _send_again, (number,)).start()
+
+
+def _send_again(number) -> None:
+    if RUNNING and not WRITTEN:  # the run may have ended meanwhile: then the signal is not sent again
+        os.kill(os.getpid(), number)

@@ -136,7 +136,7 @@ def test_unmasked(name, monkeypatch):
 
 
 @pytest.mark.parametrize("runtime", [None, "onnxruntime"])
-def test_unmasked_with_activations_openvino_runs_slowly_named(runtime):
+def test_unmasked_with_other_activations_is_one_node_only_for_onnxruntime(runtime):
     """A GRU with relu must name its activations: one node only when converted for onnxruntime."""
     model, spec, batches = features_model(K.Bidirectional(K.GRU(UNITS, activation="relu", return_sequences=True)))
     onnx_model = check_batches(model, spec, batches, rewriter=mlr.make_rewriter("post", runtime=runtime),

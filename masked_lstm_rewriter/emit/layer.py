@@ -56,7 +56,6 @@ from .node import cell_node, emit_node
 from .rewire import rewire
 
 
-
 @dataclasses.dataclass(frozen=True)
 class NodeOutputs:
     """One layer's raw ONNX results, in the node layout (post-padded rows, compacted in "any")."""

@@ -136,7 +136,6 @@ def _initial_states(cells: tuple) -> tuple:
                        for cell in cells)))
 
 
-
 def node_attributes(*cells: RecurrentCell, masked: bool = True) -> dict:
     """The native node's attributes: forward over post-padded rows (bidirectional for a pair's two
     cells), each direction's activations where the node names them (:func:`..plan.pairs.names_activations`;

@@ -100,7 +100,7 @@ def _rewrite_pair(graph, pair: DirectionPair, planner: MaskPlanner, masks: Batch
     except Exception as error:  # pylint: disable=broad-except
         snapshot.restore()
         logger.warning("%s and %s: not one bidirectional node, each emitted alone: %s", forward.describe(),
-                    backward.describe(), failed_rewrite(error, forward.while_node).reason)
+                       backward.describe(), failed_rewrite(error, forward.while_node).reason)
         return False
     for layer, other in ((forward, backward), (backward, forward)):
         _rewritten(layer, targets.not_for(layer, target, scheduled=False, bidirectional=True), mask_mode, masked,

@@ -221,4 +221,3 @@ def broadcast_mask(graph, mask: str, like: str, axis: int) -> str:
                                    const(g, "batch_axis", np.array([axis], np.int64))]).output[0]
     target = g.make_node("Concat", [batch, const(g, "one", np.array([1], np.int64))], attr={"axis": 0}).output[0]
     return g.make_node("Expand", [mask, target], name=utils.make_name(BROADCAST_NAME)).output[0]
-

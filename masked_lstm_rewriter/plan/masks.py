@@ -207,7 +207,6 @@ class MaskPlanner:
             reverse_zeros=OutputMap(reverse_index, is_valid))
 
 
-
 def _dims(graph, tensor: str) -> list:
     """The two dimensions of a [T, B] tensor as tf2onnx knows them (-1 where it does not)."""
     shape = graph.get_shape(tensor)

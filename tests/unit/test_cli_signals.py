@@ -52,3 +52,13 @@ def test_once_the_output_is_written_a_signal_no_longer_stops_the_run():
         time.sleep(0.05)
     assert STOPPED[-1].code == 130
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
+
+
+def test_a_signal_to_send_again_is_not_sent_once_the_run_is_over(monkeypatch):
+    from masked_lstm_rewriter import cli_signals  # pylint: disable=import-outside-toplevel
+    sent = []
+    monkeypatch.setattr(cli_signals.os, "kill", lambda *args: sent.append(args))
+    with stopped_by_signals():
+        pass
+    cli_signals._send_again(signal.SIGINT)  # pylint: disable=protected-access
+    assert not sent
