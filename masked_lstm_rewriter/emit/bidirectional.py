@@ -26,7 +26,7 @@ from ..plan.pairs import DirectionPair
 from .layer import NodeOutputs, keras_outputs, keras_states, last_valid_step, layer_input, reverse_time, time_step, \
     with_padding_column, zero
 from .node import directions_node, emit_directions
-from .rewire import rewire
+from .rewire import KerasOutputs, rewire
 
 
 def emit_pair(graph, pair: DirectionPair, masks: MaskTensors, connect=rewire) -> None:
@@ -44,7 +44,7 @@ def emit_pair(graph, pair: DirectionPair, masks: MaskTensors, connect=rewire) ->
         out = NodeOutputs(y=y, y_node=y, h_last=make_op(graph, "Squeeze", step, int64_const(graph, "axes", [0])),
                           h_last_step=step, c_last=c_last)
         states = [keras_states(graph, layer.top, masks, out.h_last, out.c_last)]
-        connect(graph, layer, *keras_outputs(graph, layer, out, masks), states)
+        connect(graph, layer, keras_outputs(graph, layer, out, masks), states)
 
 
 def emit_unmasked_pair(graph, pair: DirectionPair, connect=rewire) -> None:
@@ -59,7 +59,7 @@ def emit_unmasked_pair(graph, pair: DirectionPair, connect=rewire) -> None:
         sequence, in_time_order = (reverse_time(gb, y), y) if backward else (y, None)
         if not layer.writes_sequence:
             sequence, in_time_order = gb.make_unsqueeze({"data": last_h, "axes": [0]}), None
-        connect(graph, layer, sequence, in_time_order, last_h, [(last_h, c_last)])
+        connect(graph, layer, KerasOutputs(sequence, in_time_order, last_h), [(last_h, c_last)])
 
 
 def _first_step(g, y: str, masks: MaskTensors) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..read.cudnn import CudnnLayer
-from .rewire import replace_tensor
+from .rewire import KerasOutputs, replace_tensor
 
 
 def with_time_major_input(graph, layer: CudnnLayer) -> CudnnLayer:
@@ -17,12 +17,14 @@ def with_time_major_input(graph, layer: CudnnLayer) -> CudnnLayer:
     return dataclasses.replace(layer, x_time_major=x)
 
 
-def rewire_cudnn(g, layer: CudnnLayer, sequence, in_time_order, last_output, states):  # pylint: disable=unused-argument
+def rewire_cudnn(g, layer: CudnnLayer, outputs: KerasOutputs, states):
     """Point what read the op's sequence (after go_backwards's reversals) and its squeezed final
-    states at the emitted tensors, then remove the op and those nodes. ``last_output`` is not
+    states at the emitted tensors, then remove the op and those nodes. The last output is not
     needed: Keras's cuDNN path returns the final h as the last output."""
     if layer.sequence_result is not None:
-        replace_tensor(g, layer.sequence_result, g.make_node("Transpose", [sequence], attr={"perm": [1, 0, 2]}).output[0])
+        batch_major = outputs.batch_major or \
+            g.make_node("Transpose", [outputs.sequence], attr={"perm": [1, 0, 2]}).output[0]
+        replace_tensor(g, layer.sequence_result, batch_major)
     (final_h, final_c), = states
     squeezes = []
     for old, new in ((layer.top.final_h, final_h), (layer.top.final_c, final_c)):

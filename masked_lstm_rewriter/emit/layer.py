@@ -53,7 +53,7 @@ from ..graph import const
 from ..layer import MaskedRecurrentLayer, RecurrentCell
 from ..plan.masks import MaskTensors
 from .node import cell_node, emit_node
-from .rewire import rewire
+from .rewire import KerasOutputs, rewire
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,7 +77,7 @@ def emit_layer(graph, layer: MaskedRecurrentLayer, masks: MaskTensors, connect=r
         out = _emit_recurrent_node(graph, layer, cell, masks, x_node)
         states.append(keras_states(graph, cell, masks, out.h_last, out.c_last))
         x_node = out.y_node
-    connect(graph, layer, *keras_outputs(graph, layer, out, masks), states)
+    connect(graph, layer, keras_outputs(graph, layer, out, masks), states)
 
 
 def layer_input(g, layer: MaskedRecurrentLayer, masks: MaskTensors) -> str:
@@ -159,12 +159,11 @@ def last_valid_step(g, y: str, masks: MaskTensors, hidden: int) -> str:
     return g.make_node("Where", [masks.has_steps, gathered, zero(g)]).output[0]
 
 
-def keras_outputs(g, layer: MaskedRecurrentLayer, out: NodeOutputs, masks: MaskTensors):
-    """(sequence in Keras's order, sequence in the model's time order, last output), from the top
-    cell's node."""
+def keras_outputs(g, layer: MaskedRecurrentLayer, out: NodeOutputs, masks: MaskTensors) -> KerasOutputs:
+    """The layer's outputs as Keras has them, from the top cell's node."""
     gb = GraphBuilder(g)
     last_output = out.h_last  # the carried output: zeros for a row with no valid step
-    in_time_order = None
+    in_time_order = batch_major = None
     if masks.reorder is not None:
         # mask_mode="any": the node ran over the valid steps moved to the front; map back
         where = masks.reorder.output_map(layer.direction, layer.output_carried)
@@ -186,15 +185,29 @@ def keras_outputs(g, layer: MaskedRecurrentLayer, out: NodeOutputs, masks: MaskT
     elif layer.output_carried:
         # padded steps repeat the last output: the output at the last valid step, zeros if none
         sequence = g.make_node("Where", [masks.mask_tm, out.y, out.h_last_step]).output[0]
+        batch_major = _carried_batch_major(g, out.y, masks, layer.top.hidden_size)
     else:
         # masked steps output zeros (zero_output_for_mask)
         sequence = g.make_node("Where", [masks.mask_tm, out.y, zero(g)]).output[0]
         last_output = time_step(gb, sequence, -1)
     if layer.output_starts_from_state and not layer.top.zero_initial_state:
         sequence, last_output = _from_initial_state(g, layer.top, masks, sequence, last_output)
+        batch_major = None
     if not layer.writes_sequence:
         sequence = in_time_order = gb.make_unsqueeze({"data": last_output, "axes": [0]})
-    return sequence, in_time_order, last_output
+        batch_major = None
+    return KerasOutputs(sequence, in_time_order, last_output, batch_major)
+
+
+def _carried_batch_major(g, y: str, masks: MaskTensors, hidden: int) -> Optional[str]:
+    """[B, T, H]: a plain layer's sequence in Keras's batch-major layout, by one Gather of ``y``
+    [T, B, H] with a zero step appended (:func:`..plan.masks.carried_rows`); None where the rows
+    are not known to be post-padded. The time-major ``Where`` form stays for any other reader; the
+    one not read is removed."""
+    if masks.carried_rows is None:
+        return None
+    padded = g.make_node("Pad", [y, const(g, "pads", np.array([0, 0, 0, 1, 0, 0], np.int64))]).output[0]
+    return _gather_steps(g, padded, masks.carried_rows, hidden)
 
 
 def _from_initial_state(g, top: RecurrentCell, masks: MaskTensors, sequence: str, last_output: str) -> tuple:

@@ -3,20 +3,31 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import NamedTuple, Optional
 
 from ..graph import transpose_perm
 from ..layer import MaskedRecurrentLayer
 
 
-def rewire(g, layer: MaskedRecurrentLayer, sequence, in_time_order, last_output, states):
+class KerasOutputs(NamedTuple):
+    """A layer's outputs as Keras has them, in the node layout's time-major order."""
+
+    sequence: str                       # [T, B, H] in Keras's order ([1, B, H]: the last output alone)
+    in_time_order: Optional[str]        # a reversed sequence in the model's time order, where emitted
+    last_output: str                    # [B, H]
+    batch_major: Optional[str] = None   # the sequence as [B, T, H], where one node gives it
+
+
+def rewire(g, layer: MaskedRecurrentLayer, outputs: KerasOutputs, states):
     """Point every consumer of the loop at the new tensors (``states``: each cell's final h and c),
     then remove the loop."""
     for stacked in layer.sequence_outputs:
-        if in_time_order is not None and layer.writes_sequence:
-            _skip_reversal_back(g, stacked, in_time_order)
-        replace_tensor(g, stacked, sequence)
-    replace_tensor(g, layer.last_output, last_output)
+        if outputs.in_time_order is not None and layer.writes_sequence:
+            _skip_reversal_back(g, stacked, outputs.in_time_order)
+        if outputs.batch_major is not None:
+            _skip_transpose(g, stacked, outputs.batch_major)
+        replace_tensor(g, stacked, outputs.sequence)
+    replace_tensor(g, layer.last_output, outputs.last_output)
     for cell, (final_h, final_c) in zip(layer.cells, states):
         replace_tensor(g, cell.final_h, final_h)
         if final_c is not None:  # else nothing reads it (carries_cell_state)
@@ -34,6 +45,17 @@ def replace_tensor(g, old: Optional[str], new: Optional[str]) -> None:
     if g.get_shape(new) is None and g.get_shape(old) is not None:
         g.set_shape(new, g.get_shape(old))
     g.replace_all_inputs(old, new)
+
+
+def _skip_transpose(g, stacked, batch_major):
+    """Hand what reads Keras's batch-major transpose of the sequence (every layer that is not
+    time-major has one) the ``batch_major`` sequence instead, and remove the transpose: in an ONNX
+    file it would otherwise stay, reading a tensor that is gone."""
+    for consumer in g.find_output_consumers(stacked):
+        if consumer.type == "Transpose" and transpose_perm(g, consumer) == [1, 0, 2] and \
+                consumer.output[0] not in g.outputs:
+            replace_tensor(g, consumer.output[0], batch_major)
+            g.remove_node(consumer.name)
 
 
 def _skip_reversal_back(g, stacked, in_time_order):

@@ -13,7 +13,7 @@ from tf2onnx.graph_builder import GraphBuilder
 from ..layer import MaskedRecurrentLayer
 from .layer import reverse_time, time_step
 from .node import cell_node, emit_node
-from .rewire import rewire
+from .rewire import KerasOutputs, rewire
 
 
 def emit_unmasked_layer(graph, layer: MaskedRecurrentLayer, connect=rewire) -> None:
@@ -28,4 +28,4 @@ def emit_unmasked_layer(graph, layer: MaskedRecurrentLayer, connect=rewire) -> N
         states.append((time_step(gb, x, -1), c_last))
     last_h = states[-1][0]
     sequence = x if layer.writes_sequence else gb.make_unsqueeze({"data": last_h, "axes": [0]})
-    connect(graph, layer, sequence, None, last_h, states)
+    connect(graph, layer, KerasOutputs(sequence, None, last_h), states)

@@ -43,6 +43,8 @@ def splice(original: onnx.ModelProto, graph) -> onnx.ModelProto:
             continue  # tf2onnx's graph holds initializers (one past 2 GB as an input) and graph inputs as nodes,
             # and an Identity per output
         index = by_outputs.get(tuple(raw.get(o, o) for o in node.output))
+        if index is not None and main.node[index].op_type != node.type:
+            index = None  # a new node now computes a graph output (a Gather where a Transpose was)
         if index is None:
             node.update_proto()
             if node.type == "Const":
@@ -87,11 +89,13 @@ def _keep_only(initializers, constants: list) -> None:
 
 def _raw_outputs(graph) -> dict:
     """tf2onnx's graph computes each graph output as ``<node>_raw_output_N`` and copies it into the
-    output's name with an Identity: that name -> the graph output's."""
+    output's name with an Identity (``<node>_graph_outputs_Identity__N``; a rewrite may have pointed it
+    at another tensor): that name -> the graph output's."""
     raw = {}
     for output in graph.outputs:
         node = graph.get_node_by_output(output)
-        if node is not None and node.type == "Identity" and "_raw_output_" in node.input[0]:
+        if node is not None and node.type == "Identity" and \
+                ("_raw_output_" in node.input[0] or "_graph_outputs_Identity" in node.name):
             raw[node.input[0]] = output
     return raw
 
@@ -173,8 +177,10 @@ def _without_what_only_removed_nodes_used(original, kept: list, added: list, con
     outputs included); what it left unused stays."""
     before = {o.name for o in original.output}
     was_live = {o for node in original.node if id(node) in _live(list(original.node), before) for o in node.output}
-    live, kept_ids = _live(kept + added, outputs), {id(n) for n in kept}
-    nodes = [n for n in kept + added if id(n) in live or (id(n) in kept_ids and not set(n.output) & was_live)]
+    left_unused = [n for n in kept if not set(n.output) & was_live]  # stays, with what it reads
+    live = _live(kept + added, outputs | {name for node in left_unused for name in _reads(node)})
+    unused_ids = {id(n) for n in left_unused}
+    nodes = [n for n in kept + added if id(n) in live or id(n) in unused_ids]
     read = {name for node in nodes for name in _reads(node)} | outputs
     was_read = {name for node in original.node for name in _reads(node)} | before
     originals = {t.name for t in original.initializer}

@@ -99,8 +99,8 @@ def state_names(prefix: str, states: int) -> tuple:
 def returning_states(connect):
     """``connect`` (a source's, :func:`..emit.rewire.rewire`'s arguments), then each streamed cell's
     final states made the graph outputs it planned."""
-    def connect_returning_states(graph, layer, sequence, in_time_order, last_output, states):
-        connect(graph, layer, sequence, in_time_order, last_output, states)
+    def connect_returning_states(graph, layer, outputs, states):
+        connect(graph, layer, outputs, states)
         for cell, finals in zip(layer.cells, states):
             for (_, name), final in zip(cell.streamed_states, finals):
                 _graph_output(graph, name, final, cell.hidden_size)

@@ -16,8 +16,12 @@
   nor the reorder is needed.
 
 Every tensor is emitted eagerly; tf2onnx removes the ones no layer reads after the rewriters.
-All index tensors are time-major and flat: position (t, b) of a [T, B, ...] tensor is row
-``t * B + b`` of its [T * B, ...] reshape, so one Gather moves whole feature vectors.
+All index tensors are flat: position (t, b) of a [T, B, ...] tensor is row ``t * B + b`` of its
+[T * B, ...] reshape, so one Gather moves whole feature vectors. They are time-major, but
+``carried_rows``, which lists rows for each position of a batch-major [B, T] output: one Gather
+gives a plain layer's sequence in the layout Keras returns, in place of a ``Where`` over
+[T, B, H] and a ``Transpose`` (``Where`` with a broadcast mask is the slowest node around the
+recurrent op, 2-3x a ``Transpose`` of the same tensor on onnxruntime).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import dataclasses
 from typing import Optional
 
 import numpy as np
-from onnx import TensorProto
+from onnx import TensorProto, numpy_helper
 from tf2onnx import utils
 from tf2onnx.graph_builder import GraphBuilder
 
@@ -85,6 +89,7 @@ class MaskTensors:
     valid_steps: str             # [T, B, 1] bool, step < length: the valid steps in the node layout
     reorder: Optional[Reorder]   # mask_mode="any" on a mask not known to be post-padded
     segments: Optional[SegmentPlan] = None  # the length-ordered schedule (None: a static batch too small)
+    carried_rows: Optional[str] = None       # [B, T] int64, post-padded rows only: see carried_rows()
 
 
 class MaskPlanner:
@@ -128,7 +133,8 @@ class MaskPlanner:
         return MaskTensors(lengths=guarded, lengths_i64=op("Cast", guarded, to=TensorProto.INT64), segments=segments,
                            last_step=op("Sub", lengths_col, const(g, "one_i32", np.array(1, np.int32))),
                            has_steps=op("Greater", lengths_col, const(g, "zero_i32", np.array(0, np.int32))),
-                           mask_tm=mask_tm, valid_steps=valid_steps, reorder=reorder)
+                           mask_tm=mask_tm, valid_steps=valid_steps, reorder=reorder,
+                           carried_rows=carried_rows(g, mask) if reorder is None else None)
 
     def _guard_post_padded(self, counts: str, lengths: str) -> str:
         """``lengths`` routed through a Split that fails unless every row is post-padded.
@@ -205,6 +211,24 @@ class MaskPlanner:
             forward_zeros=OutputMap(forward_index, is_valid),
             reverse_carried=OutputMap(reverse_index, keep(op("Less", before, total))),
             reverse_zeros=OutputMap(reverse_index, is_valid))
+
+
+def carried_rows(g, mask: str) -> str:
+    """[B, T] int64: for each position (b, t) of a plain layer's batch-major sequence, the row of the
+    node's ``Y`` with one zero step appended ([T + 1, B, H] as [(T + 1) * B, H]) that Keras shows
+    there, for post-padded rows: step ``min(t, L - 1)``, the last valid one up to t, which is the
+    count of valid steps up to t minus one; for a row with no valid step, the zero step.
+
+    With ``upto`` that count, the row is ``upto * B + (b - B)``: ``(upto - 1) * B + b`` for a valid
+    step, and ``b - B`` for a row with none, a negative index that counts back from the end to the
+    zero step of row b. A mask that is not post-padded never gets here: the guard stops the run."""
+    op = lambda kind, *inputs, **attr: g.make_node(kind, list(inputs), attr=attr).output[0]  # noqa: E731
+    upto = op("CumSum", op("Cast", mask, to=TensorProto.INT64), const(g, "axis1", np.array(1, np.int64)))
+    shape = op("Shape", mask)
+    minus_ones = op("ConstantOfShape", shape, value=numpy_helper.from_array(np.array([-1], np.int64)))
+    from_end = op("CumSum", minus_ones, const(g, "axis0", np.array(0, np.int64)), reverse=1)  # b - B in row b
+    batch = op("Gather", shape, const(g, "first", np.array([0], np.int64)))
+    return op("Add", op("Mul", upto, batch), from_end)
 
 
 def _dims(graph, tensor: str) -> list:

@@ -31,7 +31,7 @@ def test_sequence_mask_needs_neither_guard_nor_reordering(mode):
     ops = converted.ops()
     assert ops.count("LSTM") == 1 and "Loop" not in ops
     assert not [n for n in converted.model.graph.node if n.name.startswith(mlr.GUARD_MESSAGE)]
-    assert not {"ScatterElements", "CumSum"} & set(ops)
+    assert "ScatterElements" not in ops  # the reordering
     G.assert_matches_reference(spec, converted, weights, G.POST_PADDED)
 
 
