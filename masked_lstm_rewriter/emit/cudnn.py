@@ -22,8 +22,8 @@ def rewire_cudnn(g, layer: CudnnLayer, outputs: KerasOutputs, states):
     states at the emitted tensors, then remove the op and those nodes. The last output is not
     needed: Keras's cuDNN path returns the final h as the last output."""
     if layer.sequence_result is not None:
-        batch_major = outputs.batch_major or \
-            g.make_node("Transpose", [outputs.sequence], attr={"perm": [1, 0, 2]}).output[0]
+        batch_major = outputs.batch_major if outputs.in_time_order is None else None
+        batch_major = batch_major or g.make_node("Transpose", [outputs.sequence], attr={"perm": [1, 0, 2]}).output[0]
         replace_tensor(g, layer.sequence_result, batch_major)
     (final_h, final_c), = states
     squeezes = []

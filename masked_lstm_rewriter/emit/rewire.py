@@ -15,7 +15,8 @@ class KerasOutputs(NamedTuple):
     sequence: str                       # [T, B, H] in Keras's order ([1, B, H]: the last output alone)
     in_time_order: Optional[str]        # a reversed sequence in the model's time order, where emitted
     last_output: str                    # [B, H]
-    batch_major: Optional[str] = None   # the sequence as [B, T, H], where one node gives it
+    batch_major: Optional[str] = None   # [B, T, H], where one node gives it: in_time_order where that
+                                        # is given, else the sequence
 
 
 def rewire(g, layer: MaskedRecurrentLayer, outputs: KerasOutputs, states):
@@ -23,8 +24,8 @@ def rewire(g, layer: MaskedRecurrentLayer, outputs: KerasOutputs, states):
     then remove the loop."""
     for stacked in layer.sequence_outputs:
         if outputs.in_time_order is not None and layer.writes_sequence:
-            _skip_reversal_back(g, stacked, outputs.in_time_order)
-        if outputs.batch_major is not None:
+            _skip_reversal_back(g, stacked, outputs.in_time_order, outputs.batch_major)
+        elif outputs.batch_major is not None:
             _skip_transpose(g, stacked, outputs.batch_major)
         replace_tensor(g, stacked, outputs.sequence)
     replace_tensor(g, layer.last_output, outputs.last_output)
@@ -58,10 +59,11 @@ def _skip_transpose(g, stacked, batch_major):
             g.remove_node(consumer.name)
 
 
-def _skip_reversal_back(g, stacked, in_time_order):
+def _skip_reversal_back(g, stacked, in_time_order, batch_major=None):
     """Where Keras reverses a reversed sequence back (``Bidirectional``: ``reverse(transpose(s))``
     over the time axis, or ``reverse(s, 0)`` of a time-major layer's ``s``), hand the consumers the
-    sequence in time order instead of reversing twice."""
+    sequence in time order instead of reversing twice (``batch_major``: that sequence as
+    [B, T, H], where one node gives it)."""
     for consumer in g.find_output_consumers(stacked):
         if _reverses_axis(g, consumer, 0):  # time-major (tf_keras's time_major=True)
             replace_tensor(g, consumer.output[0], in_time_order)
@@ -69,7 +71,8 @@ def _skip_reversal_back(g, stacked, in_time_order):
             continue
         for reverse in g.find_output_consumers(consumer.output[0]):
             if _reverses_axis(g, reverse, 1):
-                batch_major = g.make_node("Transpose", [in_time_order], attr={"perm": [1, 0, 2]}).output[0]
+                batch_major = batch_major or \
+                    g.make_node("Transpose", [in_time_order], attr={"perm": [1, 0, 2]}).output[0]
                 replace_tensor(g, reverse.output[0], batch_major)
 
 

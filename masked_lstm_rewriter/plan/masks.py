@@ -17,9 +17,9 @@
 
 Every tensor is emitted eagerly; tf2onnx removes the ones no layer reads after the rewriters.
 All index tensors are flat: position (t, b) of a [T, B, ...] tensor is row ``t * B + b`` of its
-[T * B, ...] reshape, so one Gather moves whole feature vectors. They are time-major, but
-``carried_rows``, which lists rows for each position of a batch-major [B, T] output: one Gather
-gives a plain layer's sequence in the layout Keras returns, in place of a ``Where`` over
+[T * B, ...] reshape, so one Gather moves whole feature vectors. They are time-major, but the
+:class:`BatchMajorRows`, which list rows for each position of a batch-major [B, T] output: one
+Gather gives a layer's sequence in the layout Keras returns, in place of a ``Where`` over
 [T, B, H] and a ``Transpose`` (``Where`` with a broadcast mask is the slowest node around the
 recurrent op, 2-3x a ``Transpose`` of the same tensor on onnxruntime).
 """
@@ -71,6 +71,16 @@ class Reorder:
 
 
 @dataclasses.dataclass(frozen=True)
+class BatchMajorRows:
+    """For each position (b, t) of a batch-major [B, T] output, post-padded rows only: the row of the
+    node's ``Y`` with one zero step appended ([T + 1, B, H] as [(T + 1) * B, H]) that Keras shows
+    there (:func:`batch_major_rows`)."""
+
+    carried: str   # [B, T] int64: the last valid step up to t; the zero step for a row with none
+    kept: str      # [B, T] int64: step t where it is valid; the zero step elsewhere
+
+
+@dataclasses.dataclass(frozen=True)
 class MaskTensors:
     """Tensors derived from one [B, T] mask, shared by every layer that uses it.
 
@@ -89,7 +99,7 @@ class MaskTensors:
     valid_steps: str             # [T, B, 1] bool, step < length: the valid steps in the node layout
     reorder: Optional[Reorder]   # mask_mode="any" on a mask not known to be post-padded
     segments: Optional[SegmentPlan] = None  # the length-ordered schedule (None: a static batch too small)
-    carried_rows: Optional[str] = None       # [B, T] int64, post-padded rows only: see carried_rows()
+    batch_major: Optional[BatchMajorRows] = None  # where the rows are post-padded (no reorder)
 
 
 class MaskPlanner:
@@ -134,7 +144,7 @@ class MaskPlanner:
                            last_step=op("Sub", lengths_col, const(g, "one_i32", np.array(1, np.int32))),
                            has_steps=op("Greater", lengths_col, const(g, "zero_i32", np.array(0, np.int32))),
                            mask_tm=mask_tm, valid_steps=valid_steps, reorder=reorder,
-                           carried_rows=carried_rows(g, mask) if reorder is None else None)
+                           batch_major=batch_major_rows(g, mask) if reorder is None else None)
 
     def _guard_post_padded(self, counts: str, lengths: str) -> str:
         """``lengths`` routed through a Split that fails unless every row is post-padded.
@@ -213,22 +223,22 @@ class MaskPlanner:
             reverse_zeros=OutputMap(reverse_index, is_valid))
 
 
-def carried_rows(g, mask: str) -> str:
-    """[B, T] int64: for each position (b, t) of a plain layer's batch-major sequence, the row of the
-    node's ``Y`` with one zero step appended ([T + 1, B, H] as [(T + 1) * B, H]) that Keras shows
-    there, for post-padded rows: step ``min(t, L - 1)``, the last valid one up to t, which is the
-    count of valid steps up to t minus one; for a row with no valid step, the zero step.
+def batch_major_rows(g, mask: str) -> BatchMajorRows:
+    """The rows of the node's ``Y`` with a zero step appended that each batch-major position shows,
+    for post-padded rows (a mask that is not never gets that far: the guard stops the run).
 
-    With ``upto`` that count, the row is ``upto * B + (b - B)``: ``(upto - 1) * B + b`` for a valid
-    step, and ``b - B`` for a row with none, a negative index that counts back from the end to the
-    zero step of row b. A mask that is not post-padded never gets here: the guard stops the run."""
+    With ``upto`` the count of valid steps up to t, the last valid step up to t is ``upto - 1``
+    (t itself at a valid step), row ``upto * B + (b - B)``. For a row with no valid step that is
+    ``b - B``, a negative index that counts back from the end to the zero step of row b, which is
+    also where a padded position reads zeros."""
     op = lambda kind, *inputs, **attr: g.make_node(kind, list(inputs), attr=attr).output[0]  # noqa: E731
     upto = op("CumSum", op("Cast", mask, to=TensorProto.INT64), const(g, "axis1", np.array(1, np.int64)))
     shape = op("Shape", mask)
     minus_ones = op("ConstantOfShape", shape, value=numpy_helper.from_array(np.array([-1], np.int64)))
-    from_end = op("CumSum", minus_ones, const(g, "axis0", np.array(0, np.int64)), reverse=1)  # b - B in row b
+    zero_step = op("CumSum", minus_ones, const(g, "axis0", np.array(0, np.int64)), reverse=1)  # b - B in row b
     batch = op("Gather", shape, const(g, "first", np.array([0], np.int64)))
-    return op("Add", op("Mul", upto, batch), from_end)
+    carried = op("Add", op("Mul", upto, batch), zero_step)
+    return BatchMajorRows(carried=carried, kept=op("Where", mask, carried, zero_step))
 
 
 def _dims(graph, tensor: str) -> list:
