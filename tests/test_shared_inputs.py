@@ -33,17 +33,19 @@ def _seq(layer):
     return layer(UNITS, return_sequences=True)
 
 
-STRUCTURES = {  # name: (the layers over the embedded tokens, how many barrier Maxes the emitter adds)
+# name: (the layers over the embedded tokens, how many barrier Maxes the emitter adds in "post" mode, where
+# a lower layer's sequence reaches its readers as a Gather, which no runtime folds into a swap: no barrier)
+STRUCTURES = {
     "stacked, the lower sequence concatenated": (
-        lambda h: layers.Concatenate()([_seq(layers.LSTM)(lower := _seq(layers.LSTM)(h)), lower]), 1),
-    "stacked, residual": (lambda h: layers.Add()([_seq(layers.GRU)(lower := _seq(layers.GRU)(h)), lower]), 1),
+        lambda h: layers.Concatenate()([_seq(layers.LSTM)(lower := _seq(layers.LSTM)(h)), lower]), 0),
+    "stacked, residual": (lambda h: layers.Add()([_seq(layers.GRU)(lower := _seq(layers.GRU)(h)), lower]), 0),
     "stacked Bidirectional, attention over both": (
         lambda h: layers.AdditiveAttention()([
-            layers.Bidirectional(_seq(layers.GRU))(lower := layers.Bidirectional(_seq(layers.LSTM))(h)), lower]), 1),
+            layers.Bidirectional(_seq(layers.GRU))(lower := layers.Bidirectional(_seq(layers.LSTM))(h)), lower]), 0),
     "stacked cells over a shared sequence": (
         lambda h: layers.Concatenate()([
             layers.RNN([layers.LSTMCell(UNITS), layers.GRUCell(UNITS)], return_sequences=True)(
-                lower := _seq(layers.SimpleRNN)(h)), lower]), 1),
+                lower := _seq(layers.SimpleRNN)(h)), lower]), 0),
     "three parallel layers": (
         lambda h: layers.Concatenate()([_seq(layers.LSTM)(h), _seq(layers.GRU)(h), _seq(layers.SimpleRNN)(h)]), 2),
     "two parallel go_backwards layers": (

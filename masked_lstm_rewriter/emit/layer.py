@@ -30,6 +30,9 @@ Then the fix-ups make every output Keras's at every position:
 * at padded steps a plain layer repeats the last valid output (zeros before the first valid
   step): ``Where(mask, Y, last_output)``;
 * with ``zero_output_for_mask`` (``Bidirectional``), or in reverse, masked steps are zeros;
+* for post-padded rows, the sequence Keras transposes to batch-major is also given as one
+  ``Gather`` of ``Y`` with a zero step appended, which replaces that ``Where`` and the transpose
+  (:class:`..plan.masks.BatchMajorRows`);
 * a ``go_backwards`` layer returns its sequence in reversed time order; a ``Bidirectional``
   layer reverses it back, so that pair of reversals is skipped;
 * a row with no valid step keeps the initial state in Keras: ``Where(length > 0, h, initial_h)``;

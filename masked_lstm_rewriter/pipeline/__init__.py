@@ -93,7 +93,7 @@ def _rewrite_pair(graph, pair: DirectionPair, planner: MaskPlanner, masks: Batch
     snapshot = GraphSnapshot(graph, planner, masks)
     try:
         if masked:
-            tensors = planner.tensors_for(masks.mask_for(forward), forward.mask_post_padded)
+            tensors = planner.tensors_for(masks.mask_for(forward), forward.mask_post_padded, forward.x)
             emit_pair(graph, pair, tensors, connect)
         else:
             emit_unmasked_pair(graph, pair, connect)
@@ -125,7 +125,7 @@ def vetted(graph, layer, target, streaming: bool = False):
 
 def _emit_masked(graph, layer, planner: MaskPlanner, masks: BatchMasks, target, connect) -> list:
     """Plan the layer's mask and emit the layer; the vetoes of the other runtimes, seeing the plan."""
-    tensors = planner.tensors_for(masks.mask_for(layer), layer.mask_post_padded)
+    tensors = planner.tensors_for(masks.mask_for(layer), layer.mask_post_padded, layer.x)
     vetoes = targets.not_for(layer, target, scheduled=tensors.segments is not None)
     emit_layer(graph, layer, tensors, connect)
     return vetoes

@@ -113,13 +113,14 @@ class MaskPlanner:
         self.schedule = schedule  # emit the length-aware schedule's plan (schedule.py)
         self._cache = {}
 
-    def tensors_for(self, mask: str, post_padded: bool = False) -> MaskTensors:
-        """``post_padded``: the mask is post-padded by construction (no guard, no reorder)."""
+    def tensors_for(self, mask: str, post_padded: bool, x_tm: str) -> MaskTensors:
+        """``post_padded``: the mask is post-padded by construction (no guard, no reorder); ``x_tm``:
+        the [T, B, I] input of a layer the mask is for (its steps are the mask's)."""
         if mask not in self._cache:
-            self._cache[mask] = self._emit(mask, post_padded)
+            self._cache[mask] = self._emit(mask, post_padded, x_tm)
         return self._cache[mask]
 
-    def _emit(self, mask: str, post_padded: bool) -> MaskTensors:
+    def _emit(self, mask: str, post_padded: bool, x_tm: str) -> MaskTensors:
         """Every count is read off the mask as [B, T, 1], the tensor Keras transposes into the
         time-major mask the fix-ups need (the optimizer merges both with Keras's own): reductions
         over it give the [B] lengths and the [B, 1] ones (which broadcast as [1, B, 1] over
@@ -144,7 +145,7 @@ class MaskPlanner:
                            last_step=op("Sub", lengths_col, const(g, "one_i32", np.array(1, np.int32))),
                            has_steps=op("Greater", lengths_col, const(g, "zero_i32", np.array(0, np.int32))),
                            mask_tm=mask_tm, valid_steps=valid_steps, reorder=reorder,
-                           batch_major=batch_major_rows(g, mask) if reorder is None else None)
+                           batch_major=batch_major_rows(g, mask, x_tm) if reorder is None else None)
 
     def _guard_post_padded(self, counts: str, lengths: str) -> str:
         """``lengths`` routed through a Split that fails unless every row is post-padded.
@@ -223,9 +224,11 @@ class MaskPlanner:
             reverse_zeros=OutputMap(reverse_index, is_valid))
 
 
-def batch_major_rows(g, mask: str) -> BatchMajorRows:
+def batch_major_rows(g, mask: str, x_tm: str) -> BatchMajorRows:
     """The rows of the node's ``Y`` with a zero step appended that each batch-major position shows,
-    for post-padded rows (a mask that is not never gets that far: the guard stops the run).
+    for post-padded rows (a mask that is not never gets that far: the guard stops the run), the
+    [B, T] ``mask`` read with the shape of a layer's input ``x_tm`` [T, B, I]: a mask of other steps
+    makes the run fail, as Keras refuses it.
 
     With ``upto`` the count of valid steps up to t, the last valid step up to t is ``upto - 1``
     (t itself at a valid step), row ``upto * B + (b - B)``. For a row with no valid step that is
@@ -233,10 +236,11 @@ def batch_major_rows(g, mask: str) -> BatchMajorRows:
     also where a padded position reads zeros."""
     op = lambda kind, *inputs, **attr: g.make_node(kind, list(inputs), attr=attr).output[0]  # noqa: E731
     upto = op("CumSum", op("Cast", mask, to=TensorProto.INT64), const(g, "axis1", np.array(1, np.int64)))
-    shape = op("Shape", mask)
-    minus_ones = op("ConstantOfShape", shape, value=numpy_helper.from_array(np.array([-1], np.int64)))
+    shape = op("Shape", x_tm)
+    batch_steps = op("Gather", shape, const(g, "batch_steps", np.array([1, 0], np.int64)))
+    minus_ones = op("ConstantOfShape", batch_steps, value=numpy_helper.from_array(np.array([-1], np.int64)))
     zero_step = op("CumSum", minus_ones, const(g, "axis0", np.array(0, np.int64)), reverse=1)  # b - B in row b
-    batch = op("Gather", shape, const(g, "first", np.array([0], np.int64)))
+    batch = op("Gather", shape, const(g, "batch_axis", np.array([1], np.int64)))
     carried = op("Add", op("Mul", upto, batch), zero_step)
     return BatchMajorRows(carried=carried, kept=op("Where", mask, carried, zero_step))
 
