@@ -37,7 +37,8 @@ def emit_pair(graph, pair: DirectionPair, masks: MaskTensors, connect=rewire) ->
     padding_column = any(cell.carries_cell_state for cell in cells)  # both directions read the same input
     if padding_column:
         x = with_padding_column(graph, x, masks.valid_steps, forward.input_size)
-    node = directions_node(graph, cells, x, masks.lengths, _name(pair, "masked_bidirectional"), padding_column)
+    node = directions_node(graph, cells, x, masks.lengths, _name(pair, "masked_bidirectional"), padding_column,
+                           masks.batch)
     for layer, (y, c_last) in zip(pair.halves, emit_directions(graph, node)):
         step = last_valid_step(graph, y, masks, node.hidden) if layer.direction == "forward" else \
             _first_step(graph, y, masks)

@@ -101,7 +101,8 @@ def _emit_recurrent_node(g, layer: MaskedRecurrentLayer, cell: RecurrentCell, ma
     padding_column = cell.carries_cell_state  # saturating: targets.portability_refusal() let it through
     if padding_column:
         x = with_padding_column(g, x, masks.valid_steps, cell.input_size)
-    node = cell_node(g, cell, x, masks.lengths, f"{layer.layer}/masked_{cell.kind.lower()}", padding_column)
+    node = cell_node(g, cell, x, masks.lengths, f"{layer.layer}/masked_{cell.kind.lower()}", padding_column,
+                     masks.batch)
     # in segments, an LSTM's final cell state past its row's length is held by the padding column
     carry = None
     if cell is layer.top and _shows_carried_outputs(layer, masks):

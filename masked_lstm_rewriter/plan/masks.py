@@ -34,7 +34,7 @@ from onnx import TensorProto, numpy_helper
 from tf2onnx import utils
 from tf2onnx.graph_builder import GraphBuilder
 
-from ..graph import const
+from ..graph import const, producer, transpose_perm
 from .schedule import SegmentPlan, plan_segments, schedulable
 
 
@@ -100,6 +100,7 @@ class MaskTensors:
     reorder: Optional[Reorder]   # mask_mode="any" on a mask not known to be post-padded
     segments: Optional[SegmentPlan] = None  # the length-ordered schedule (None: a static batch too small)
     batch_major: Optional[BatchMajorRows] = None  # where the rows are post-padded (no reorder)
+    batch: str = ""              # [1] int64, B, read where no recurrent node's input is (emit.node.zero_h)
 
 
 class MaskPlanner:
@@ -133,6 +134,8 @@ class MaskPlanner:
         lengths = gb.make_reduce_sum({"data": counts, "axes": [1, 2], "keepdims": 0, "noop_with_empty_axes": 0})
         lengths_col = gb.make_reduce_sum({"data": counts, "axes": [1], "keepdims": 0, "noop_with_empty_axes": 0})
         valid_steps, reorder, guarded = mask_tm, None, lengths
+        batch_steps = _batch_and_steps(g, x_tm)
+        batch = op("Gather", batch_steps, const(g, "first", np.array([0], np.int64)))
         if self.mask_mode == "post" and not post_padded:
             guarded = self._guard_post_padded(counts, lengths)
         elif self.mask_mode == "any" and not post_padded:
@@ -145,7 +148,8 @@ class MaskPlanner:
                            last_step=op("Sub", lengths_col, const(g, "one_i32", np.array(1, np.int32))),
                            has_steps=op("Greater", lengths_col, const(g, "zero_i32", np.array(0, np.int32))),
                            mask_tm=mask_tm, valid_steps=valid_steps, reorder=reorder,
-                           batch_major=batch_major_rows(g, mask, x_tm) if reorder is None else None)
+                           batch_major=batch_major_rows(g, mask, batch_steps, batch) if reorder is None else None,
+                           batch=batch)
 
     def _guard_post_padded(self, counts: str, lengths: str) -> str:
         """``lengths`` routed through a Split that fails unless every row is post-padded.
@@ -224,11 +228,11 @@ class MaskPlanner:
             reverse_zeros=OutputMap(reverse_index, is_valid))
 
 
-def batch_major_rows(g, mask: str, x_tm: str) -> BatchMajorRows:
+def batch_major_rows(g, mask: str, batch_steps: str, batch: str) -> BatchMajorRows:
     """The rows of the node's ``Y`` with a zero step appended that each batch-major position shows,
     for post-padded rows (a mask that is not never gets that far: the guard stops the run), the
-    [B, T] ``mask`` read with the shape of a layer's input ``x_tm`` [T, B, I]: a mask of other steps
-    makes the run fail, as Keras refuses it.
+    [B, T] ``mask`` read with a layer input's [B, T] ``batch_steps`` and [B] ``batch``
+    (:func:`_batch_and_steps`): a mask of other steps makes the run fail, as Keras refuses it.
 
     With ``upto`` the count of valid steps up to t, the last valid step up to t is ``upto - 1``
     (t itself at a valid step), row ``upto * B + (b - B)``. For a row with no valid step that is
@@ -236,13 +240,23 @@ def batch_major_rows(g, mask: str, x_tm: str) -> BatchMajorRows:
     also where a padded position reads zeros."""
     op = lambda kind, *inputs, **attr: g.make_node(kind, list(inputs), attr=attr).output[0]  # noqa: E731
     upto = op("CumSum", op("Cast", mask, to=TensorProto.INT64), const(g, "axis1", np.array(1, np.int64)))
-    shape = op("Shape", x_tm)
-    batch_steps = op("Gather", shape, const(g, "batch_steps", np.array([1, 0], np.int64)))
     minus_ones = op("ConstantOfShape", batch_steps, value=numpy_helper.from_array(np.array([-1], np.int64)))
     zero_step = op("CumSum", minus_ones, const(g, "axis0", np.array(0, np.int64)), reverse=1)  # b - B in row b
-    batch = op("Gather", shape, const(g, "batch_axis", np.array([1], np.int64)))
     carried = op("Add", op("Mul", upto, batch), zero_step)
     return BatchMajorRows(carried=carried, kept=op("Where", mask, carried, zero_step))
+
+
+def _batch_and_steps(g, x_tm: str) -> str:
+    """[B, T] of the [T, B, I] ``x_tm``, read off the batch-major tensor Keras transposed into it
+    where there is one, so that the Transpose stays its only reader: OpenVINO folds a Transpose in
+    front of a recurrent op only then."""
+    node = producer(g, x_tm)
+    if node is not None and node.type == "Transpose" and transpose_perm(g, node) == [1, 0, 2]:
+        shape = g.make_node("Shape", [node.input[0]]).output[0]
+        return g.make_node("Slice", [shape, const(g, "zero", np.array([0], np.int64)),
+                                     const(g, "two", np.array([2], np.int64))]).output[0]
+    shape = g.make_node("Shape", [x_tm]).output[0]
+    return g.make_node("Gather", [shape, const(g, "batch_steps", np.array([1, 0], np.int64))]).output[0]
 
 
 def _dims(graph, tensor: str) -> list:
