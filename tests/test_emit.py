@@ -20,16 +20,25 @@ def attributes(node):
     return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
 
 
+def producers(onnx_model):
+    return {output: node for node in onnx_model.graph.node for output in node.output}
+
+
 def test_lstm_node_attributes_and_inputs():
     model, spec, _ = embedding_model(keras.layers.LSTM(UNITS, return_sequences=True,
                                                        recurrent_activation="hard_sigmoid"))
-    (node,) = lstm_nodes(convert(model, spec))
+    onnx_model = convert(model, spec)
+    (node,) = lstm_nodes(onnx_model)
     attrs = attributes(node)
     assert attrs["hidden_size"] == UNITS and attrs["direction"] == b"forward"
     assert attrs["activations"] == [b"HardSigmoid", b"Tanh", b"Tanh"]
     assert len(attrs["activation_alpha"]) == 1 and len(attrs["activation_beta"]) == 1
     assert node.input[4], "sequence_lens must be computed in the graph"
-    assert node.input[5:] == ["", ""], "no initial state given: zeros, no extra inputs"
+    # no initial state given: h as zeros (sized from the batch, so that OpenVINO folds the input's
+    # transpose), no initial c, no extra inputs
+    assert len(node.input) == 7 and node.input[6] == ""
+    zeros = producers(onnx_model)[node.input[5]]
+    assert zeros.op_type == "ConstantOfShape" and onnx.numpy_helper.to_array(zeros.attribute[0].t).tolist() == [0.0]
 
 
 def test_initial_state_is_passed_to_the_lstm():
