@@ -13,8 +13,9 @@ from . import gru, lstm, simple_rnn
 from .kind import CellAlgebra, CellKind
 
 KINDS = (lstm.KIND, gru.KIND, simple_rnn.KIND)
+NATIVE_OPS = tuple(dict.fromkeys(kind.op for kind in KINDS))  # the native recurrent ops: LSTM, GRU, RNN
 _BY_NAME = {kind.name: kind for kind in KINDS}
-__all__ = ["KINDS", "CellAlgebra", "CellKind", "kind_of", "read_cell"]
+__all__ = ["KINDS", "NATIVE_OPS", "CellAlgebra", "CellKind", "kind_of", "read_cell"]
 
 
 def kind_of(name: str) -> CellKind:

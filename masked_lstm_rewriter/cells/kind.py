@@ -13,6 +13,8 @@ import numpy as np
 PADDING_DRIVE = 1e4
 
 
+STATE_NAMES = ("h", "c")  # a recurrent op's states, in its order (initial_h, initial_c; Y_h, Y_c)
+
 @dataclasses.dataclass(frozen=True)
 class CellAlgebra:
     """One step of a cell as read: its kind (ONNX op), gate forms (Keras gate names), ONNX activations,
@@ -60,6 +62,11 @@ class CellKind:
     def outputs(self) -> int:
         """The native node's outputs: Y and each final state."""
         return 1 + self.states
+
+    @property
+    def state_names(self) -> tuple:
+        """Each state's name, in the op's order of initial states and outputs: ("h",) or ("h", "c")."""
+        return STATE_NAMES[:self.states]
 
     def onnx_weights(self, cell, padding_column: bool = False) -> tuple:
         """W [1, G*H, I], R [1, G*H, H] and B [1, 2*G*H] of ``cell`` (a :class:`~..layer.RecurrentCell`)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import collections
 
-RECURRENT_OPS = ("LSTM", "GRU", "RNN")
+RECURRENT_OPS = ("LSTM", "GRU", "RNN")  # cells.NATIVE_OPS, spelled out: this module imports no TensorFlow
 # the plugin's length-ordered schedule (masked_lstm_rewriter/plan/schedule.py, emit/segments.py): an If per layer whose
 # else branch is the layer's node and whose then branch runs the same layer in segments
 SCHEDULE_PREFIX = "masked_lstm_rewriter_schedule"

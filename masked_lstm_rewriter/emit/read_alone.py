@@ -10,10 +10,10 @@ where that could happen (``targets.shared_swaps_scrambled``).
 
 from __future__ import annotations
 
-from ..cells import KINDS
+from ..cells import NATIVE_OPS
 from ..graph import producer
 
-_NATIVE = frozenset(kind.op for kind in KINDS)  # the native recurrent ops (LSTM, GRU, RNN)
+_NATIVE = frozenset(NATIVE_OPS)
 
 
 def read_alone(g, x: str) -> str:

@@ -32,7 +32,7 @@ from typing import Optional
 from onnx import TensorProto
 
 from .. import layer_names
-from ..cells import kind_of
+from ..cells import NATIVE_OPS, kind_of
 from ..failure import Refusal
 from ..graph import int64_const, is_zeros, make_op, producer, skip_identity
 from ..report import pending_layers
@@ -40,7 +40,6 @@ from ..sources.tf_while import is_main_graph, unread_recurrent_loops
 
 logger = logging.getLogger("masked_lstm_rewriter")
 
-NATIVE_OPS = ("LSTM", "GRU", "RNN")
 BACKWARD_REASON = ("a backward direction (go_backwards, the backward half of a Bidirectional) needs the future of "
                    "the sequence, which a chunk does not have: it cannot run chunk by chunk")
 COMPUTED_STATE_REASON = ("its initial state is computed by the model (initial_state=): run chunk by chunk, it would "
@@ -71,7 +70,7 @@ def streamable(graph, layer):
     prefix = _free_prefix(graph, layer_names.keras_path(layer.layer), layer.layer)
     for index, cell in enumerate(layer.cells):
         cell.streamed_states = state_names(prefix if index == 0 else f"{prefix}/cell_{index}",
-                                           kind_of(cell.kind).states)
+                                           kind_of(cell.kind).state_names)
     return layer
 
 
@@ -91,9 +90,10 @@ def as_streamed(graph, layer):
     return layer
 
 
-def state_names(prefix: str, states: int) -> tuple:
-    """((h input, h output), and (c input, c output) for a cell with two states) under ``prefix``."""
-    return tuple((f"{prefix}/{state}_in", f"{prefix}/{state}_out") for state in ("h", "c")[:states])
+def state_names(prefix: str, states: tuple) -> tuple:
+    """((h input, h output), and (c input, c output) for a cell with two states) under ``prefix``
+    (``states``: the kind's :attr:`~..cells.CellKind.state_names`)."""
+    return tuple((f"{prefix}/{state}_in", f"{prefix}/{state}_out") for state in states)
 
 
 def returning_states(connect):
@@ -227,7 +227,7 @@ def _stream_stock_node(graph, node, scope: str) -> None:
     """The node starts from new state inputs and returns its final states ``Y_h`` (and ``Y_c``) as outputs:
     it runs every step of every row (no sequence_lens), so they are the states after the chunk."""
     hidden = node.get_attr_value("hidden_size")
-    names = state_names(_free_prefix(graph, layer_names.keras_path(scope), scope), kind_of(node.type).states)
+    names = state_names(_free_prefix(graph, layer_names.keras_path(scope), scope), kind_of(node.type).state_names)
     inputs = list(node.input) + [""] * max(0, _INITIAL_H + len(names) - len(node.input))
     for offset, (state_in, state_out) in enumerate(names):
         graph.add_graph_input(state_in, TensorProto.FLOAT, [-1, hidden])

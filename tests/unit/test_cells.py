@@ -80,3 +80,9 @@ def test_a_kinds_extra_inputs_follow_the_initial_states():
     (lstm,) = [n for n in graph.get_nodes() if n.type == "LSTM"]
     assert list(lstm.input) == ["x", "W", "R", "B", "lengths", "", "", "P"]
     assert cells.kind_of("LSTM").extra_inputs(keras_cell("LSTM")) == ()
+
+
+def test_native_ops_and_state_names_come_from_the_kinds():
+    from masked_lstm_rewriter.corpus.ops import RECURRENT_OPS  # spelled out there: that module imports no TensorFlow
+    assert cells.NATIVE_OPS == RECURRENT_OPS == ("LSTM", "GRU", "RNN")
+    assert [cells.kind_of(name).state_names for name in ("LSTM", "GRU", "RNN")] == [("h", "c"), ("h",), ("h",)]
