@@ -7,9 +7,10 @@ batch 1 and 32"): this converts tools/benchmark.py's models (Embedding -> LSTM /
 LSTM / GRU, 128 units, opset 15) with ``make_rewriter("post")`` twice, once with BASE's
 ``masked_lstm_rewriter`` (a ``git worktree`` of it in a temporary folder, first on the child's
 ``sys.path``) and once with the working tree's; checks both against Keras at every position;
-then times them on onnxruntime (one thread) in interleaved rounds, the order rotating, at T=100,
-batch 1 and 32, fill 1.0 and 0.5. Prints, per cell, each side's median and the ratio current /
-base with the p10-p90 of the per-round ratios.
+then times them on onnxruntime (one thread; ``--runtime openvino``: OpenVINO's CPU plugin, f32,
+one inference thread, dynamic shapes) in interleaved rounds, the order rotating, at T=100, batch 1
+and 32, fill 1.0 and 0.5. Prints, per cell, each side's median and the ratio current / base with
+the p10-p90 of the per-round ratios.
 
 ``--schedule SIDE...`` converts that side (or both) with the length-aware schedule,
 ``make_rewriter("post", runtime="onnxruntime", schedule=True)``: ``--schedule current`` against
@@ -17,6 +18,7 @@ the same revision gives the schedule's cost over the plugin without it.
 
     .venv/bin/python tools/compare_revisions.py BASE [--models lstm bilstm gru] [--budget SECONDS]
                                                      [--schedule {base,current} ...]
+                                                     [--runtime {onnxruntime,openvino}]
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ def parse_args(argv=None):
     parser.add_argument("--budget", type=float, default=8.0, metavar="SECONDS", help="timing per cell (default 8)")
     parser.add_argument("--schedule", nargs="+", choices=("base", "current"), default=[],
                         help="convert these sides with schedule=True (runtime onnxruntime)")
+    parser.add_argument("--runtime", choices=("onnxruntime", "openvino"), default="onnxruntime",
+                        help="the runtime the two sides are timed on (default onnxruntime)")
     parser.add_argument("--convert", metavar="DIR", help=argparse.SUPPRESS)  # child: convert into DIR
     parser.add_argument("--tree", help=argparse.SUPPRESS)  # child: with the package of this tree
     return parser.parse_args(argv)
@@ -100,15 +104,20 @@ def check_against_keras(models: list, folders: dict) -> None:
                     sys.exit(f"{model} ({side}) differs from Keras by {worst:.2e} at batch {batch}, fill {fill}")
 
 
-def time_all(models: list, folders: dict, budget: float) -> None:
+def runner(path: str, runtime: str):
+    """A callable running the model at ``path`` on ``runtime`` (one thread) with a feed."""
+    session = benchmark.OpenVinoSession(path, threads=1) if runtime == "openvino" else onnxruntime_session(path)
+    return lambda feed: session.run(None, feed)
+
+
+def time_all(models: list, folders: dict, budget: float, runtime: str) -> None:
     print(f"{'model':<8} {'batch':>5} {'fill':>5} {'base ms':>9} {'current ms':>10} {'current/base':>12} "
           f"{'p10-p90':>13} {'rounds':>6}")
     for model in models:
-        sessions = {side: onnxruntime_session(os.path.join(folder, f"{model}.onnx"))
-                    for side, folder in folders.items()}
+        runs = {side: runner(os.path.join(folder, f"{model}.onnx"), runtime) for side, folder in folders.items()}
         for batch, fill in CELLS:
             feed = {"tokens": benchmark.tokens_for(batch, STEPS, fill)}
-            times, rounds, _ = benchmark.time_cell(sessions, feed, budget, 30, 20000, warmup=1.0)
+            times, rounds, _ = benchmark.time_cell(runs, feed, budget, 30, 20000, warmup=1.0)
             base, current = (benchmark.stats(times[side])["median_ms"] for side in ("base", "current"))
             ratio, p10, p90, _, _ = benchmark.ratio_stats(times, "current", "base")
             print(f"{model:<8} {batch:>5} {fill:>5} {base:>9.3f} {current:>10.3f} {ratio:>12.3f} "
@@ -133,9 +142,9 @@ def main(argv=None) -> int:
             revision = subprocess.run(["git", "rev-parse", "--short", args.base], cwd=ROOT, check=True,
                                       capture_output=True, text=True).stdout.strip()
             scheduled = f"; scheduled: {' and '.join(args.schedule)}" if args.schedule else ""
-            print(f"base {args.base} ({revision}) against the working tree; T={STEPS}, onnxruntime, 1 thread, "
+            print(f"base {args.base} ({revision}) against the working tree; T={STEPS}, {args.runtime}, 1 thread, "
                   f"{args.budget:g} s per cell{scheduled}")
-            time_all(args.models, folders, args.budget)
+            time_all(args.models, folders, args.budget, args.runtime)
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", base_tree], cwd=ROOT, check=False)
     return 0
