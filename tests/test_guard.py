@@ -4,6 +4,7 @@
 import numpy as np
 import pytest
 
+import runtimes
 from kerasutil import LENGTHS, STEPS, assert_matches_keras, convert, keras, onnx_outputs
 from models import UNITS, embedding_model, explicit_mask_model
 
@@ -63,3 +64,17 @@ def test_post_padded_masks_never_fail(mask_input_model):
 
 def test_guard_message_names_the_remedy():
     assert "post-padded" in mlr.GUARD_MESSAGE and "mask_mode='any'" in mlr.GUARD_MESSAGE
+
+
+@pytest.mark.parametrize("runtime", ["onnxruntime", "openvino"])
+@pytest.mark.parametrize("steps", [STEPS - 2, STEPS + 3])
+def test_a_mask_of_other_steps_than_the_input_fails(mask_input_model, runtime, steps):
+    """Keras refuses a mask whose time axis is not the input's; so does the converted model, on every
+    runtime (the batch-major rows read the mask with the input's shape), never returning a sequence
+    of the mask's length."""
+    if runtime not in runtimes.runtimes():
+        pytest.skip(f"{runtime} is not installed or not asked for")
+    _, spec, onnx_model, features = mask_input_model
+    mask = np.arange(steps)[None, :] < np.minimum(np.array(LENGTHS), steps)[:, None]
+    with pytest.raises(Exception):
+        onnx_outputs(onnx_model, spec, [features, mask], runtime=runtime)
