@@ -184,18 +184,19 @@ def keras_outputs(g, layer: MaskedRecurrentLayer, out: NodeOutputs, masks: MaskT
         # zeros (the carried output starts at zeros); its last step saw the row's first step.
         in_time_order = g.make_node("Where", [masks.mask_tm, out.y, zero(g)]).output[0]
         sequence = reverse_time(gb, in_time_order)
-        batch_major = _batch_major(g, out.y, masks, "kept", layer.top.hidden_size)  # of in_time_order
+        batch_major = _batch_major(g, out.y, masks.batch_major and masks.batch_major.kept,
+                                   layer.top.hidden_size)  # of in_time_order
     elif out.carried:
         sequence = out.y
     elif layer.output_carried:
         # padded steps repeat the last output: the output at the last valid step, zeros if none
         sequence = g.make_node("Where", [masks.mask_tm, out.y, out.h_last_step]).output[0]
-        batch_major = _batch_major(g, out.y, masks, "carried", layer.top.hidden_size)
+        batch_major = _batch_major(g, out.y, masks.batch_major and masks.batch_major.carried, layer.top.hidden_size)
     else:
         # masked steps output zeros (zero_output_for_mask)
         sequence = g.make_node("Where", [masks.mask_tm, out.y, zero(g)]).output[0]
         last_output = time_step(gb, sequence, -1)
-        batch_major = _batch_major(g, out.y, masks, "kept", layer.top.hidden_size)
+        batch_major = _batch_major(g, out.y, masks.batch_major and masks.batch_major.kept, layer.top.hidden_size)
     if layer.output_starts_from_state and not layer.top.zero_initial_state:
         sequence, last_output = _from_initial_state(g, layer.top, masks, sequence, last_output)
         batch_major = None
@@ -205,15 +206,15 @@ def keras_outputs(g, layer: MaskedRecurrentLayer, out: NodeOutputs, masks: MaskT
     return KerasOutputs(sequence, in_time_order, last_output, batch_major)
 
 
-def _batch_major(g, y: str, masks: MaskTensors, rows: str, hidden: int) -> Optional[str]:
+def _batch_major(g, y: str, rows: Optional[str], hidden: int) -> Optional[str]:
     """[B, T, H]: a sequence in Keras's batch-major layout, by one Gather of ``y`` [T, B, H] with a
-    zero step appended, at ``rows`` (a field of :class:`..plan.masks.BatchMajorRows`); None where the
-    rows are not known to be post-padded. The time-major ``Where`` form stays for other readers (the
-    one nothing reads is removed)."""
-    if masks.batch_major is None:
+    zero step appended, at ``rows`` (from :class:`..plan.masks.BatchMajorRows`; None where the rows
+    are not known to be post-padded: then None). The time-major ``Where`` form stays for other
+    readers (the one nothing reads is removed)."""
+    if rows is None:
         return None
     padded = g.make_node("Pad", [y, const(g, "pads", np.array([0, 0, 0, 1, 0, 0], np.int64))]).output[0]
-    return _gather_steps(g, padded, getattr(masks.batch_major, rows), hidden)
+    return _gather_steps(g, padded, rows, hidden)
 
 
 def _from_initial_state(g, top: RecurrentCell, masks: MaskTensors, sequence: str, last_output: str) -> tuple:

@@ -10,7 +10,8 @@ from ..layer import MaskedRecurrentLayer
 
 
 class KerasOutputs(NamedTuple):
-    """A layer's outputs as Keras has them, in the node layout's time-major order."""
+    """A layer's outputs as Keras has them: its sequences time-major, and batch-major where one node gives
+    that layout directly."""
 
     sequence: str                       # [T, B, H] in Keras's order ([1, B, H]: the last output alone)
     in_time_order: Optional[str]        # a reversed sequence in the model's time order, where emitted
