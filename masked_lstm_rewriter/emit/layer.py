@@ -30,9 +30,10 @@ Then the fix-ups make every output Keras's at every position:
 * at padded steps a plain layer repeats the last valid output (zeros before the first valid
   step): ``Where(mask, Y, last_output)``;
 * with ``zero_output_for_mask`` (``Bidirectional``), or in reverse, masked steps are zeros;
-* for post-padded rows, the sequence Keras transposes to batch-major is also given as one
-  ``Gather`` of ``Y`` with a zero step appended, which replaces that ``Where`` and the transpose
-  (:class:`..plan.masks.BatchMajorRows`);
+* the sequence Keras transposes to batch-major is also given as one ``Gather`` of ``Y`` with a
+  zero step appended, which replaces that ``Where`` and the transpose
+  (:class:`..plan.masks.BatchMajorRows`; in "any", also the map back from the valid steps moved
+  to the front, except for a reversed layer that carries its output);
 * a ``go_backwards`` layer returns its sequence in reversed time order; a ``Bidirectional``
   layer reverses it back, so that pair of reversals is skipped;
 * a row with no valid step keeps the initial state in Keras: ``Where(length > 0, h, initial_h)``;
@@ -54,7 +55,7 @@ from tf2onnx.graph_builder import GraphBuilder
 
 from ..graph import const
 from ..layer import MaskedRecurrentLayer, RecurrentCell
-from ..plan.masks import MaskTensors
+from ..plan.masks import BatchMajorRows, MaskTensors
 from .node import cell_node, emit_node
 from .rewire import KerasOutputs, rewire
 
@@ -173,6 +174,7 @@ def keras_outputs(g, layer: MaskedRecurrentLayer, out: NodeOutputs, masks: MaskT
         where = masks.reorder.output_map(layer.direction, layer.output_carried)
         mapped = _gather_steps(g, out.y, where.index, layer.top.hidden_size)
         in_time_order = g.make_node("Where", [where.keep, mapped, zero(g)]).output[0]
+        batch_major = _batch_major(g, out.y, _compacted_rows(layer, masks.batch_major), layer.top.hidden_size)
         if layer.direction == "reverse":
             sequence = reverse_time(gb, in_time_order)
             last_output = last_output if layer.output_carried else time_step(gb, in_time_order, 0)
@@ -206,15 +208,27 @@ def keras_outputs(g, layer: MaskedRecurrentLayer, out: NodeOutputs, masks: MaskT
     return KerasOutputs(sequence, in_time_order, last_output, batch_major)
 
 
+def _compacted_rows(layer: MaskedRecurrentLayer, rows: BatchMajorRows) -> Optional[str]:
+    """The rows of the compacted outputs ("any") that show the sequence in time order, batch-major:
+    a valid step t shows compacted step ``upto - 1`` in every direction, and a masked one the step
+    before it (a forward layer carrying its output) or zeros. A reversed layer carrying its output
+    shows the step after it there: None (the time-major map stays)."""
+    if layer.direction == "forward" and layer.output_carried:
+        return rows.carried
+    return None if layer.output_carried else rows.kept
+
+
 def _batch_major(g, y: str, rows: Optional[str], hidden: int) -> Optional[str]:
     """[B, T, H]: a sequence in Keras's batch-major layout, by one Gather of ``y`` [T, B, H] with a
-    zero step appended, at ``rows`` (from :class:`..plan.masks.BatchMajorRows`; None where the rows
-    are not known to be post-padded: then None). The time-major ``Where`` form stays for other
-    readers (the one nothing reads is removed)."""
+    zero step appended, at ``rows`` (from :class:`..plan.masks.BatchMajorRows`; None: no rows show
+    it, then None). The time-major form stays for other readers (the one nothing reads is removed)."""
     if rows is None:
         return None
     padded = g.make_node("Pad", [y, const(g, "pads", np.array([0, 0, 0, 1, 0, 0], np.int64))]).output[0]
-    return _gather_steps(g, padded, rows, hidden)
+    sequence = _gather_steps(g, padded, rows, hidden)
+    if g.get_shape(rows):
+        g.set_shape(sequence, g.get_shape(rows) + [hidden])
+    return sequence
 
 
 def _from_initial_state(g, top: RecurrentCell, masks: MaskTensors, sequence: str, last_output: str) -> tuple:

@@ -99,7 +99,7 @@ class MaskTensors:
     valid_steps: str             # [T, B, 1] bool, step < length: the valid steps in the node layout
     reorder: Optional[Reorder]   # mask_mode="any" on a mask not known to be post-padded
     segments: Optional[SegmentPlan] = None  # the length-ordered schedule (None: a static batch too small)
-    batch_major: Optional[BatchMajorRows] = None  # where the rows are post-padded (no reorder)
+    batch_major: Optional[BatchMajorRows] = None  # the rows of a batch-major sequence in the node layout
     batch: str = ""              # [1] int64, B, read where no recurrent node's input is (emit.node.zero_h)
 
 
@@ -148,7 +148,7 @@ class MaskPlanner:
                            last_step=op("Sub", lengths_col, const(g, "one_i32", np.array(1, np.int32))),
                            has_steps=op("Greater", lengths_col, const(g, "zero_i32", np.array(0, np.int32))),
                            mask_tm=mask_tm, valid_steps=valid_steps, reorder=reorder,
-                           batch_major=batch_major_rows(g, mask, batch_steps, batch) if reorder is None else None,
+                           batch_major=batch_major_rows(g, mask, batch_steps, batch),
                            batch=batch)
 
     def _guard_post_padded(self, counts: str, lengths: str) -> str:
@@ -230,12 +230,12 @@ class MaskPlanner:
 
 def batch_major_rows(g, mask: str, batch_steps: str, batch: str) -> BatchMajorRows:
     """The rows of the node's ``Y`` with a zero step appended that each batch-major position shows,
-    for post-padded rows (a mask that is not never gets that far: the guard stops the run), the
-    [B, T] ``mask`` read with a layer input's [B, T] ``batch_steps`` and [B] ``batch``
+    the [B, T] ``mask`` read with a layer input's [B, T] ``batch_steps`` and [B] ``batch``
     (:func:`_batch_and_steps`): a mask of other steps makes the run fail, as Keras refuses it.
 
-    With ``upto`` the count of valid steps up to t, the last valid step up to t is ``upto - 1``
-    (t itself at a valid step), row ``upto * B + (b - B)``. For a row with no valid step that is
+    With ``upto`` the count of valid steps up to t, the last valid step up to t is step ``upto - 1``
+    of the node layout (t itself at a valid step of a post-padded row; "any" moves the valid steps
+    to the front, in order), row ``upto * B + (b - B)``. For a row with no valid step that is
     ``b - B``, a negative index that counts back from the end to the zero step of row b, which is
     also where a padded position reads zeros."""
     op = lambda kind, *inputs, **attr: g.make_node(kind, list(inputs), attr=attr).output[0]  # noqa: E731
@@ -243,7 +243,10 @@ def batch_major_rows(g, mask: str, batch_steps: str, batch: str) -> BatchMajorRo
     minus_ones = op("ConstantOfShape", batch_steps, value=numpy_helper.from_array(np.array([-1], np.int64)))
     zero_step = op("CumSum", minus_ones, const(g, "axis0", np.array(0, np.int64)), reverse=1)  # b - B in row b
     carried = op("Add", op("Mul", upto, batch), zero_step)
-    return BatchMajorRows(carried=carried, kept=op("Where", mask, carried, zero_step))
+    kept = op("Where", mask, carried, zero_step)
+    for rows in (carried, kept):  # the sizes tf2onnx cannot infer through CumSum (see _reorder)
+        g.set_shape(rows, _dims(g, mask))
+    return BatchMajorRows(carried=carried, kept=kept)
 
 
 def _batch_and_steps(g, x_tm: str) -> str:
@@ -260,7 +263,7 @@ def _batch_and_steps(g, x_tm: str) -> str:
 
 
 def _dims(graph, tensor: str) -> list:
-    """The two dimensions of a [T, B] tensor as tf2onnx knows them (-1 where it does not)."""
+    """The two dimensions of a [T, B] (or [B, T]) tensor as tf2onnx knows them (-1 where it does not)."""
     shape = graph.get_shape(tensor)
     if shape is None or len(shape) != 2:
         return [-1, -1]

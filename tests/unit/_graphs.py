@@ -473,6 +473,16 @@ def producers(model) -> dict:
     return {out: node for node in model.graph.node for out in node.output}
 
 
+def sequence_chain(converted) -> list:
+    """The ops from a converted layer's sequence output (the first graph output) back to the native node."""
+    by_output, chain = producers(converted.model), []
+    node = by_output[converted.model.graph.output[0].name]
+    while node.op_type not in ("LSTM", "GRU", "RNN"):
+        chain.append(node.op_type)
+        node = by_output[node.input[0]]
+    return chain
+
+
 def initializers(model) -> dict:
     from onnx import numpy_helper  # pylint: disable=import-outside-toplevel
     return {init.name: numpy_helper.to_array(init) for init in model.graph.initializer}

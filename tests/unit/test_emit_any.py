@@ -4,7 +4,7 @@
 The golden structure: one native node, no Loop, no guard ``Split`` (no node named with
 ``GUARD_MESSAGE``, no ``Split`` at all); the reordering (a ``CumSum`` over the mask, one
 ``ScatterElements``, and ``Gather`` s of whole feature vectors: one into the native node's input,
-one mapping its outputs back); ``sequence_lens`` straight from the mask's count. Then the numbers:
+one mapping its outputs back, batch-major, as the post-padded layout does); ``sequence_lens`` straight from the mask's count. Then the numbers:
 on a batch with pre-padded rows, rows with holes, an empty and a full row, every output equals
 the numpy oracle at every position, for each cell kind; for a backward loop and a loop that keeps
 only its last output, ``check_rewrites`` of ``_harness.py`` (numpy and stock tf2onnx's Loop, on
@@ -33,7 +33,8 @@ def test_golden_structure(spec):
     ops = converted.ops()
     assert ops.count(spec.kind) == 1 and "Loop" not in ops
     assert "Split" not in ops and not [n for n in converted.model.graph.node if mlr.GUARD_MESSAGE in n.name]
-    assert ops.count("ScatterElements") == 1 and ops.count("CumSum") == 1
+    # CumSums: the reorder's running count, and the batch-major rows' (and their row offsets)
+    assert ops.count("ScatterElements") == 1 and ops.count("CumSum") == 3
     (node,) = converted.native_nodes()
     by_output = G.producers(converted.model)
     # the input is gathered into the compacted order (through the LSTM's padding column, if any)
@@ -43,10 +44,12 @@ def test_golden_structure(spec):
         tensor = by_output[tensor].input[0] if by_output[tensor].op_type != "Where" else by_output[tensor].input[1]
     assert by_output[tensor].op_type == "Gather" and set(upstream) <= {"Where", "Pad"}
     assert by_output[node.input[4]].op_type == "ReduceSum"
-    # the sequence output is mapped back by a flat Gather of Y's [T * B, H] rows
+    # the sequence output is mapped back, batch-major, by one flat Gather of Y's [(T + 1) * B, H] rows
     (squeeze,) = readers(converted.model, node.output[0])
-    (reshape,) = [n for n in readers(converted.model, squeeze.output[0]) if n.op_type == "Reshape"]
+    (pad,) = [n for n in readers(converted.model, squeeze.output[0]) if n.op_type == "Pad"]
+    (reshape,) = readers(converted.model, pad.output[0])
     assert squeeze.op_type == "Squeeze" and [n.op_type for n in readers(converted.model, reshape.output[0])] == ["Gather"]
+    assert G.sequence_chain(converted) == ["Gather", "Reshape", "Pad", "Squeeze"]
     assert converted.report.layers[0].mask_mode == "any"
 
 

@@ -36,23 +36,13 @@ def guard_of(converted):
     return node, split
 
 
-def sequence_chain(converted) -> list:
-    """The ops from the layer's sequence output back to the native node."""
-    by_output, chain = G.producers(converted.model), []
-    node = by_output[converted.model.graph.output[0].name]
-    while node.op_type not in ("LSTM", "GRU", "RNN"):
-        chain.append(node.op_type)
-        node = by_output[node.input[0]]
-    return chain
-
-
 @pytest.mark.parametrize("spec", KINDS)
 def test_golden_structure(spec):
     converted, _ = G.convert_loop(spec, "post")
     ops = converted.ops()
     assert ops.count(spec.kind) == 1 and "Loop" not in ops
     assert not {"ScatterElements", "ReverseSequence"} & set(ops)
-    assert "Where" not in sequence_chain(converted)  # one Gather gives it, batch-major, for Keras's Transpose
+    assert "Where" not in G.sequence_chain(converted)  # one Gather gives it, batch-major, for Keras's Transpose
     node, split = guard_of(converted)
     assert split.op_type == "Split" and split.name.startswith(mlr.GUARD_MESSAGE) and len(split.output) == 1
     assert [n for n in converted.model.graph.node if n.name.startswith(mlr.GUARD_MESSAGE)] == [split]

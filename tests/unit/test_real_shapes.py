@@ -76,18 +76,21 @@ def test_a_masked_loop_over_an_unmasked_one_with_a_mask_input():
     _assert_close(converted.run(feeds)["seq"], G.reference(upper, w_upper, lower_seq, mask)["seq"])
 
 
-def _time_major_batch(graph, tensor):
-    """The batch size tf2onnx knows for the time-major tensor a Keras-style Transpose of ``tensor`` reads
-    (the rewired loop's sequence), or None."""
+def _sequence_batch(graph, tensor):
+    """The batch size tf2onnx knows for a rewired loop's sequence as Keras's batch-major consumers read
+    it (the plugin's batch-major Gather, or a Transpose of the time-major sequence), or None."""
     node = graph.get_node_by_output(tensor)
-    shape = graph.get_shape(node.input[0]) if node is not None and node.type == "Transpose" else None
-    return shape[1] if shape and len(shape) == 3 else None
+    if node is not None and node.type == "Transpose":
+        shape = graph.get_shape(node.input[0])
+        return shape[1] if shape and len(shape) == 3 else None
+    shape = graph.get_shape(tensor)
+    return shape[0] if shape and len(shape) == 3 else None
 
 
 def test_any_mode_keeps_a_static_batch_of_one(monkeypatch):
     """Both loops' sequences, as the main graph holds them after the plugin (before tf2onnx's
-    optimizer), keep the signature's batch of 1: tf2onnx then turns the transposes after them into
-    Reshapes, as it does in "post" (left Transposes, they made its optimizer loop without end)."""
+    optimizer), keep the signature's batch of 1, as in "post": read batch-major, or through transposes
+    that tf2onnx then turns into Reshapes (left Transposes, they made its optimizer loop without end)."""
     lower = G.Loop("LSTM", units=3, outputs=("seq",))
     upper = G.Loop("LSTM", units=3, features=3, outputs=("seq",), seed=1)
     (run_lower, w_lower), (run_upper, w_upper) = _loop(lower), _loop(upper)
@@ -104,7 +107,7 @@ def test_any_mode_keeps_a_static_batch_of_one(monkeypatch):
     def batch_of_outputs(graph, ops):
         concat = [n for n in ops if n.type == "ConcatV2" and len(n.input) == 4]
         if concat and not getattr(graph, "_is_subgraph", False):
-            seen["sequences"] = [_time_major_batch(graph, tensor) for tensor in concat[0].input[1:3]]
+            seen["sequences"] = [_sequence_batch(graph, tensor) for tensor in concat[0].input[1:3]]
         return ops
 
     def stop(*args, **kwargs):
