@@ -13,7 +13,8 @@ listed here. The reader, the planner, the emitter and the plugin consult this mo
   every runtime; :func:`default_mask_mode` is a target's mask mode when none is asked for;
   :func:`shared_swaps_scrambled` tells the emitter to give each native node its own input;
   :func:`bidirectional_veto` tells the planner where a masked forward and backward layer cannot
-  be one ``direction="bidirectional"`` node, :func:`bidirectional_slow` where it would be slower.
+  be one ``direction="bidirectional"`` node, :func:`bidirectional_slow` where it would be slower;
+  :func:`cut_to_longest` tells the planner to run the masked nodes only up to the longest row.
 
 Measured with onnxruntime 1.31 and OpenVINO 2026.4 (tests/test_float64.py, tests/test_openvino.py
 and tests/test_schedule.py pin them).
@@ -45,6 +46,10 @@ class Runtime:
     # the native ops whose direction="bidirectional" node with an activations attribute runs several times
     # slower than two forward nodes
     bidirectional_slow_with_activations: tuple = ()
+    # runs a recurrent node over every step of its input whatever its sequence_lens, and, with every
+    # dimension static, as a per-step loop several times slower: the node's input is cut to the
+    # batch's longest row (cut_to_longest), which also keeps its steps dynamic
+    runs_every_step: bool = False
 
 
 ONNXRUNTIME = Runtime("onnxruntime", "onnxruntime")
@@ -58,7 +63,7 @@ OPENVINO = Runtime(
                    "on a run whose shapes outgrow the ones before (a Bidirectional layer's forward half), and "
                    "refuses some layers in mask_mode='any'"),
     scrambles_shared_swaps=True, bidirectional_ignores_lengths=("RNN",),
-    bidirectional_slow_with_activations=("LSTM", "GRU"))
+    bidirectional_slow_with_activations=("LSTM", "GRU"), runs_every_step=True)
 RUNTIMES = (ONNXRUNTIME, OPENVINO)
 TARGETS = tuple(runtime.name for runtime in RUNTIMES)
 _BY_NAME = {runtime.name: runtime for runtime in RUNTIMES}
@@ -110,6 +115,13 @@ def shared_swaps_scrambled() -> bool:
     scrambles a Transpose several nodes read: a model converted for one runtime is still opened on
     others (one ``Max`` per node, measured free)."""
     return any(runtime.scrambles_shared_swaps for runtime in RUNTIMES)
+
+
+def cut_to_longest(target: Optional[str]) -> bool:
+    """Does a masked node run only up to the batch's longest row for ``target`` (None: every runtime)?
+    Where a runtime runs every step of a node's input (:attr:`Runtime.runs_every_step`); a runtime
+    that honours ``sequence_lens`` stops there by itself."""
+    return any(entry.runs_every_step for entry in (RUNTIMES if target is None else (runtime(target),)))
 
 
 def bidirectional_veto(op: str, target: Optional[str]) -> Optional[str]:

@@ -21,6 +21,7 @@ from models import UNITS, embedding_model, initial_state_model
 import masked_lstm_rewriter as mlr
 
 ov = pytest.importorskip("openvino")
+from masked_lstm_rewriter.sessions import openvino_compiled  # noqa: E402  pylint: disable=wrong-import-position
 from runtimes import run_onnxruntime, run_openvino  # noqa: E402
 
 pytestmark = pytest.mark.grid  # a sample of each parametrized grid (tests/grid.py)
@@ -165,6 +166,20 @@ def test_openvino_still_ignores_sequence_lens_with_dynamic_shapes():
     y, y_h = run_openvino(model, feeds, static=False)
     assert not np.allclose(y_h[0, 0], y[1, 0, 0], atol=1e-3), \
         "OpenVINO now honours sequence_lens with dynamic shapes: update docs/openvino.md"
+
+
+@pytest.mark.parametrize("mode", ["post", "any"])
+def test_static_shapes_keep_the_native_sequence_op(mode):
+    """OpenVINO compiles a recurrent node with sequence_lens and every dimension static into a
+    per-step loop (TensorIterator), several times slower than its sequence op; cut to the longest
+    row, the node's steps stay dynamic and it keeps the sequence op. Exact either way."""
+    model, spec, inputs = embedding_model(keras.layers.LSTM(UNITS, return_sequences=True, return_state=True))
+    onnx_model = convert(model, spec, rewriter=mlr.make_rewriter(mode))
+    feeds = {spec[0].name: np.asarray(inputs[0])}
+    compiled = openvino_compiled(onnx_model, {name: value.shape for name, value in feeds.items()})
+    kinds = {op.get_rt_info()["layerType"].astype(str) for op in compiled.get_runtime_model().get_ops()}
+    assert "RNNSeq" in kinds and "TensorIterator" not in kinds, sorted(kinds)
+    assert_exact_on_openvino(model, onnx_model, spec, inputs, static=True)
 
 
 def test_pre_padded_bidirectional_any_mode_on_openvino():

@@ -53,7 +53,7 @@ import numpy as np
 from onnx import TensorProto
 from tf2onnx.graph_builder import GraphBuilder
 
-from ..graph import const
+from ..graph import const, producer, transpose_perm
 from ..layer import MaskedRecurrentLayer, RecurrentCell
 from ..plan.masks import BatchMajorRows, MaskTensors
 from .node import cell_node, emit_node
@@ -64,8 +64,9 @@ from .rewire import KerasOutputs, rewire
 class NodeOutputs:
     """One layer's raw ONNX results, in the node layout (post-padded rows, compacted in "any")."""
 
-    y: str            # [T, B, H]: valid steps in time order (reversed back for a backward layer)
-    y_node: str       # [T, B, H]: the node's steps as it ran them (what a stacked cell's node reads)
+    y: str            # [S, B, H]: valid steps in time order (reversed back for a backward layer), over the
+                      # steps the node ran (every step T, or up to the longest row: steps_run)
+    y_node: str       # [S, B, H]: the node's steps as it ran them (what a stacked cell's node reads)
     h_last: str       # [B, H]: the output at the last valid step, zeros for a row with none
     h_last_step: str  # [1, B, H]: the same, broadcasting over the time axis
     c_last: Optional[str]  # [B, H], LSTM only: the cell state after the last valid step
@@ -86,10 +87,12 @@ def emit_layer(graph, layer: MaskedRecurrentLayer, masks: MaskTensors, connect=r
 
 def layer_input(g, layer: MaskedRecurrentLayer, masks: MaskTensors) -> str:
     """The layer's input [T, B, I] in the node layout: each row's valid steps first ("any" moves
-    them there), reversed within the row's length for a backward layer."""
-    x = layer.x
+    them there), reversed within the row's length for a backward layer; only the steps the nodes
+    run (:func:`steps_run`)."""
     if masks.reorder is not None:
-        x = _gather_steps(g, x, masks.reorder.gather_input, layer.input_size)
+        x = _gather_steps(g, layer.x, steps_run(g, masks.reorder.gather_input, masks), layer.input_size)
+    else:
+        x = steps_run(g, layer.x, masks)
     if layer.direction == "reverse":
         x = _reverse_valid_steps(g, x, masks)
     return x
@@ -101,7 +104,7 @@ def _emit_recurrent_node(g, layer: MaskedRecurrentLayer, cell: RecurrentCell, ma
     gb = GraphBuilder(g)
     padding_column = cell.carries_cell_state  # saturating: targets.portability_refusal() let it through
     if padding_column:
-        x = with_padding_column(g, x, masks.valid_steps, cell.input_size)
+        x = with_padding_column(g, x, steps_run(g, masks.valid_steps, masks), cell.input_size)
     node = cell_node(g, cell, x, masks.lengths, f"{layer.layer}/masked_{cell.kind.lower()}", padding_column,
                      masks.batch)
     # in segments, an LSTM's final cell state past its row's length is held by the padding column
@@ -132,6 +135,39 @@ def _carry_last_output(g, y_node: str, masks: MaskTensors, hidden: int) -> str:
     y = GraphBuilder(g).make_squeeze({"data": y_node, "axes": [1]})
     mask = GraphBuilder(g).make_unsqueeze({"data": masks.mask_tm, "axes": [1]})
     return g.make_node("Where", [mask, y_node, last_valid_step(g, y, masks, hidden)]).output[0]
+
+
+def steps_run(g, tensor: str, masks: MaskTensors) -> str:
+    """``tensor`` [T, B, ...] cut to the steps the nodes run (``masks.longest``; all of them without).
+    A Keras Transpose in front is cut before, on the batch-major tensor, and made anew: OpenVINO
+    folds the Transpose in front of a recurrent node into it."""
+    if not masks.longest:
+        return tensor
+    node = producer(g, tensor)
+    if node is not None and node.type == "Transpose" and transpose_perm(g, node) == [1, 0, 2]:
+        return g.make_node("Transpose", [_first_steps(g, node.input[0], masks.longest, 1)], attr={"perm": [1, 0, 2]}
+                           ).output[0]
+    return _first_steps(g, tensor, masks.longest, 0)
+
+
+def _first_steps(g, tensor: str, steps: str, axis: int) -> str:
+    """The first ``steps`` ([1] int32) entries of ``tensor`` along ``axis``."""
+    return g.make_node("Slice", [tensor, const(g, "step_zero", np.array([0], np.int32)), steps,
+                                 const(g, "time_axis", np.array([axis], np.int32))]).output[0]
+
+
+def all_steps(g, y: str, masks: MaskTensors) -> str:
+    """``y`` [steps run, B, H] with zeros for the steps the nodes did not run, [T, B, H] as the mask (``y``
+    itself where they ran every step): what the fix-ups that select by the time-major mask read."""
+    if not masks.longest:
+        return y
+    steps = g.make_node("Shape", [masks.mask_tm]).output[0]
+    missing = g.make_node("Sub", [_first_steps(g, steps, const(g, "one", np.array([1], np.int32)), 0),
+                                  g.make_node("Cast", [masks.longest], attr={"to": TensorProto.INT64}).output[0]]
+                          ).output[0]
+    pads = g.make_node("Concat", [const(g, "before", np.zeros(3, np.int64)), missing,
+                                  const(g, "after", np.zeros(2, np.int64))], attr={"axis": 0}).output[0]
+    return g.make_node("Pad", [y, pads]).output[0]
 
 
 def _gather_steps(g, tensor: str, flat_index: str, width: int) -> str:
@@ -169,10 +205,11 @@ def keras_outputs(g, layer: MaskedRecurrentLayer, out: NodeOutputs, masks: MaskT
     gb = GraphBuilder(g)
     last_output = out.h_last  # the carried output: zeros for a row with no valid step
     in_time_order = batch_major = None
+    y_all = all_steps(g, out.y, masks)
     if masks.reorder is not None:
         # mask_mode="any": the node ran over the valid steps moved to the front; map back
         where = masks.reorder.output_map(layer.direction, layer.output_carried)
-        mapped = _gather_steps(g, out.y, where.index, layer.top.hidden_size)
+        mapped = _gather_steps(g, y_all, where.index, layer.top.hidden_size)
         in_time_order = g.make_node("Where", [where.keep, mapped, zero(g)]).output[0]
         batch_major = _batch_major(g, out.y, _compacted_rows(layer, masks.batch_major), layer.top.hidden_size)
         if layer.direction == "reverse":
@@ -184,7 +221,7 @@ def keras_outputs(g, layer: MaskedRecurrentLayer, out: NodeOutputs, masks: MaskT
     elif layer.direction == "reverse":
         # Keras ran forward over the reversed rows, whose padding comes first: those steps output
         # zeros (the carried output starts at zeros); its last step saw the row's first step.
-        in_time_order = g.make_node("Where", [masks.mask_tm, out.y, zero(g)]).output[0]
+        in_time_order = g.make_node("Where", [masks.mask_tm, y_all, zero(g)]).output[0]
         sequence = reverse_time(gb, in_time_order)
         batch_major = _batch_major(g, out.y, masks.batch_major and masks.batch_major.kept,
                                    layer.top.hidden_size)  # of in_time_order
@@ -192,12 +229,14 @@ def keras_outputs(g, layer: MaskedRecurrentLayer, out: NodeOutputs, masks: MaskT
         sequence = out.y
     elif layer.output_carried:
         # padded steps repeat the last output: the output at the last valid step, zeros if none
-        sequence = g.make_node("Where", [masks.mask_tm, out.y, out.h_last_step]).output[0]
+        sequence = g.make_node("Where", [masks.mask_tm, y_all, out.h_last_step]).output[0]
         batch_major = _batch_major(g, out.y, masks.batch_major and masks.batch_major.carried, layer.top.hidden_size)
     else:
         # masked steps output zeros (zero_output_for_mask)
-        sequence = g.make_node("Where", [masks.mask_tm, out.y, zero(g)]).output[0]
-        last_output = time_step(gb, sequence, -1)
+        sequence = g.make_node("Where", [masks.mask_tm, y_all, zero(g)]).output[0]
+        # the last step's output: a row valid there ran every step, so it is the node's last
+        last_output = g.make_node("Where", [time_step(gb, masks.mask_tm, -1), time_step(gb, out.y, -1), zero(g)]
+                                  ).output[0]
         batch_major = _batch_major(g, out.y, masks.batch_major and masks.batch_major.kept, layer.top.hidden_size)
     if layer.output_starts_from_state and not layer.top.zero_initial_state:
         sequence, last_output = _from_initial_state(g, layer.top, masks, sequence, last_output)

@@ -101,17 +101,19 @@ class MaskTensors:
     segments: Optional[SegmentPlan] = None  # the length-ordered schedule (None: a static batch too small)
     batch_major: Optional[BatchMajorRows] = None  # the rows of a batch-major sequence in the node layout
     batch: str = ""              # [1] int64, B, read where no recurrent node's input is (emit.node.zero_h)
+    longest: str = ""            # [1] int32, the steps the nodes run: the longest row's, at least 1 ("": every step)
 
 
 class MaskPlanner:
     """Emits, once per mask tensor, what the layers using it need."""
 
-    def __init__(self, graph, mask_mode: str = "post", schedule: bool = False):
+    def __init__(self, graph, mask_mode: str = "post", schedule: bool = False, cut: bool = False):
         if mask_mode not in MASK_MODES:
             raise ValueError(f"mask_mode must be one of {MASK_MODES}, not {mask_mode!r}")
         self.graph = graph
         self.mask_mode = mask_mode
         self.schedule = schedule  # emit the length-aware schedule's plan (schedule.py)
+        self.cut = cut            # run the nodes only up to the longest row (targets.cut_to_longest)
         self._cache = {}
 
     def tensors_for(self, mask: str, post_padded: bool, x_tm: str) -> MaskTensors:
@@ -149,7 +151,7 @@ class MaskPlanner:
                            has_steps=op("Greater", lengths_col, const(g, "zero_i32", np.array(0, np.int32))),
                            mask_tm=mask_tm, valid_steps=valid_steps, reorder=reorder,
                            batch_major=batch_major_rows(g, mask, batch_steps, batch),
-                           batch=batch)
+                           batch=batch, longest=_longest(g, lengths) if self.cut and segments is None else "")
 
     def _guard_post_padded(self, counts: str, lengths: str) -> str:
         """``lengths`` routed through a Split that fails unless every row is post-padded.
@@ -247,6 +249,13 @@ def batch_major_rows(g, mask: str, batch_steps: str, batch: str) -> BatchMajorRo
     for rows in (carried, kept):  # the sizes tf2onnx cannot infer through CumSum (see _reorder)
         g.set_shape(rows, _dims(g, mask))
     return BatchMajorRows(carried=carried, kept=kept)
+
+
+def _longest(g, lengths: str) -> str:
+    """[1] int32: the longest of the [B] ``lengths``, at least 1 (a node over no step leaves its final
+    states unwritten)."""
+    longest = g.make_node("ReduceMax", [lengths], attr={"keepdims": 1}).output[0]
+    return g.make_node("Max", [longest, const(g, "one_step", np.array([1], np.int32))]).output[0]
 
 
 def _batch_and_steps(g, x_tm: str) -> str:

@@ -116,3 +116,36 @@ def test_backward_loop_runs_forward_over_rows_reversed_in_place():
     (node,) = native_nodes(model)
     assert G.attributes(node)["direction"] == "forward" and "ReverseSequence" in [n.op_type for n in model.graph.node]
     assert report.layers[0].detail == "LSTM, backward: a forward node over each row reversed within its length"
+
+
+SHORT_ROWS = np.array([[1, 1, 1, 0, 0],   # the longest row: 3 of 5 steps
+                       [1, 0, 0, 0, 0],
+                       [0, 0, 0, 0, 0],
+                       [1, 1, 0, 0, 0]], bool)
+
+
+def node_input_chain(converted) -> list:
+    """The native node's input back to the loop's input: the producers' op types (at most three)."""
+    by_output, chain = G.producers(converted.model), []
+    (node,) = converted.native_nodes()
+    tensor = node.input[0]
+    while tensor in by_output and len(chain) < 3:
+        chain.append(by_output[tensor])
+        tensor = by_output[tensor].input[0]
+    return chain
+
+
+@pytest.mark.parametrize("runtime, cut", [(None, True), ("openvino", True), ("onnxruntime", False)])
+def test_the_node_runs_up_to_the_longest_row_where_a_runtime_would_run_every_step(runtime, cut):
+    """OpenVINO runs every step of a node's input (and, with static shapes, in a per-step loop while
+    the node has sequence_lens): its input is cut to the longest row, at least one step. onnxruntime
+    stops there by itself. The outputs are the same at every position, padded ones too."""
+    spec = G.Loop("GRU", reset_after=True)  # no padding column in front of the node
+    converted, weights = G.convert_loop(spec, "post", runtime=runtime)
+    chain = node_input_chain(converted)
+    assert chain[0].op_type == "Transpose" and (chain[1:2] != [] and chain[1].op_type == "Slice") is cut, chain
+    if cut:
+        longest = G.producers(converted.model)[chain[1].input[2]]
+        assert longest.op_type == "Max" and G.producers(converted.model)[longest.input[0]].op_type == "ReduceMax"
+    for mask in (G.POST_PADDED, SHORT_ROWS, np.zeros_like(SHORT_ROWS)):
+        G.assert_matches_reference(spec, converted, weights, mask)

@@ -99,3 +99,8 @@ def test_the_corpus_checker_expects_a_refusal_where_the_entry_says_so(tmp_path):
     assert known_refusal({}, "openvino", hard) == (
         "Unsupported activation function", "OpenVINO's native LSTM op compiles no HardSigmoid activation")
     assert known_refusal({}, "onnxruntime", hard) is None and known_refusal({}, "openvino", plain) is None
+
+
+def test_nodes_run_up_to_the_longest_row_where_a_runtime_runs_every_step():
+    assert targets.cut_to_longest("openvino") and targets.cut_to_longest(None)
+    assert not targets.cut_to_longest("onnxruntime")
