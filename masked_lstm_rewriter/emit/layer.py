@@ -53,7 +53,7 @@ import numpy as np
 from onnx import TensorProto
 from tf2onnx.graph_builder import GraphBuilder
 
-from ..graph import const, producer, transpose_perm
+from ..graph import const, int64_const, make_op, producer, transpose_perm
 from ..layer import MaskedRecurrentLayer, RecurrentCell
 from ..plan.masks import BatchMajorRows, MaskTensors
 from .node import cell_node, emit_node
@@ -145,15 +145,14 @@ def steps_run(g, tensor: str, masks: MaskTensors) -> str:
         return tensor
     node = producer(g, tensor)
     if node is not None and node.type == "Transpose" and transpose_perm(g, node) == [1, 0, 2]:
-        return g.make_node("Transpose", [_first_steps(g, node.input[0], masks.longest, 1)], attr={"perm": [1, 0, 2]}
-                           ).output[0]
+        return make_op(g, "Transpose", _first_steps(g, node.input[0], masks.longest, 1), perm=[1, 0, 2])
     return _first_steps(g, tensor, masks.longest, 0)
 
 
 def _first_steps(g, tensor: str, steps: str, axis: int) -> str:
     """The first ``steps`` ([1] int32) entries of ``tensor`` along ``axis``."""
-    return g.make_node("Slice", [tensor, const(g, "step_zero", np.array([0], np.int32)), steps,
-                                 const(g, "time_axis", np.array([axis], np.int32))]).output[0]
+    return make_op(g, "Slice", tensor, const(g, "step_zero", np.array([0], np.int32)), steps,
+                   const(g, "time_axis", np.array([axis], np.int32)))
 
 
 def all_steps(g, y: str, masks: MaskTensors) -> str:
@@ -161,13 +160,10 @@ def all_steps(g, y: str, masks: MaskTensors) -> str:
     itself where they ran every step): what the fix-ups that select by the time-major mask read."""
     if not masks.longest:
         return y
-    steps = g.make_node("Shape", [masks.mask_tm]).output[0]
-    missing = g.make_node("Sub", [_first_steps(g, steps, const(g, "one", np.array([1], np.int32)), 0),
-                                  g.make_node("Cast", [masks.longest], attr={"to": TensorProto.INT64}).output[0]]
-                          ).output[0]
-    pads = g.make_node("Concat", [const(g, "before", np.zeros(3, np.int64)), missing,
-                                  const(g, "after", np.zeros(2, np.int64))], attr={"axis": 0}).output[0]
-    return g.make_node("Pad", [y, pads]).output[0]
+    steps = make_op(g, "Gather", make_op(g, "Shape", masks.mask_tm), int64_const(g, "time_axis", [0]))
+    missing = make_op(g, "Sub", steps, make_op(g, "Cast", masks.longest, to=TensorProto.INT64))
+    pads = make_op(g, "Concat", int64_const(g, "before", [0, 0, 0]), missing, int64_const(g, "after", [0, 0]), axis=0)
+    return make_op(g, "Pad", y, pads)
 
 
 def _gather_steps(g, tensor: str, flat_index: str, width: int) -> str:

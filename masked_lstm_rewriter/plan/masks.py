@@ -34,7 +34,7 @@ from onnx import TensorProto, numpy_helper
 from tf2onnx import utils
 from tf2onnx.graph_builder import GraphBuilder
 
-from ..graph import const, producer, transpose_perm
+from ..graph import const, make_op, producer, transpose_perm
 from .schedule import SegmentPlan, plan_segments, schedulable
 
 
@@ -129,26 +129,25 @@ class MaskPlanner:
         over it give the [B] lengths and the [B, 1] ones (which broadcast as [1, B, 1] over
         [T, B, H]) without a Reshape, and the guard's total as a [1] tensor, without a Shape."""
         g, gb = self.graph, GraphBuilder(self.graph)
-        op = lambda kind, *inputs, **attr: g.make_node(kind, list(inputs), attr=attr).output[0]  # noqa: E731
         mask_bt1 = gb.make_unsqueeze({"data": mask, "axes": [2]})
-        mask_tm = op("Transpose", mask_bt1, perm=[1, 0, 2])
-        counts = op("Cast", mask_bt1, to=TensorProto.INT32)                 # [B, T, 1]
+        mask_tm = make_op(g, "Transpose", mask_bt1, perm=[1, 0, 2])
+        counts = make_op(g, "Cast", mask_bt1, to=TensorProto.INT32)                 # [B, T, 1]
         lengths = gb.make_reduce_sum({"data": counts, "axes": [1, 2], "keepdims": 0, "noop_with_empty_axes": 0})
         lengths_col = gb.make_reduce_sum({"data": counts, "axes": [1], "keepdims": 0, "noop_with_empty_axes": 0})
         valid_steps, reorder, guarded = mask_tm, None, lengths
         batch_steps = _batch_and_steps(g, x_tm)
-        batch = op("Gather", batch_steps, const(g, "first", np.array([0], np.int64)))
+        batch = make_op(g, "Gather", batch_steps, const(g, "first", np.array([0], np.int64)))
         if self.mask_mode == "post" and not post_padded:
             guarded = self._guard_post_padded(counts, lengths)
         elif self.mask_mode == "any" and not post_padded:
-            reorder = self._reorder(op("Transpose", mask, perm=[1, 0]))
+            reorder = self._reorder(make_op(g, "Transpose", mask, perm=[1, 0]))
             valid_steps = reorder.valid_steps
         # the plan reads the lengths before the guard (as the fix-ups do) and its batch size after it,
         # so that every path still runs the guard first
         segments = plan_segments(g, lengths, guarded, mask_tm) if self.schedule and schedulable(g, mask) else None
-        return MaskTensors(lengths=guarded, lengths_i64=op("Cast", guarded, to=TensorProto.INT64), segments=segments,
-                           last_step=op("Sub", lengths_col, const(g, "one_i32", np.array(1, np.int32))),
-                           has_steps=op("Greater", lengths_col, const(g, "zero_i32", np.array(0, np.int32))),
+        return MaskTensors(lengths=guarded, lengths_i64=make_op(g, "Cast", guarded, to=TensorProto.INT64), segments=segments,
+                           last_step=make_op(g, "Sub", lengths_col, const(g, "one_i32", np.array(1, np.int32))),
+                           has_steps=make_op(g, "Greater", lengths_col, const(g, "zero_i32", np.array(0, np.int32))),
                            mask_tm=mask_tm, valid_steps=valid_steps, reorder=reorder,
                            batch_major=batch_major_rows(g, mask, batch_steps, batch),
                            batch=batch, longest=_longest(g, lengths) if self.cut and segments is None else "")
@@ -161,13 +160,12 @@ class MaskPlanner:
         So the frames of a batch of B rows fall B times in all exactly when every row is
         post-padded, and that total is the size of the one-output Split of the [B] lengths."""
         g = self.graph
-        op = lambda kind, *inputs, **attr: g.make_node(kind, list(inputs), attr=attr).output[0]  # noqa: E731
         # [B, T + 1, 1]: each frame without its last step, and without its first
-        head = op("Pad", counts, const(g, "pads", np.array([0, 1, 0, 0, 0, 0], np.int64)),
+        head = make_op(g, "Pad", counts, const(g, "pads", np.array([0, 1, 0, 0, 0, 0], np.int64)),
                   const(g, "one_i32", np.array(1, np.int32)))
-        tail = op("Pad", counts, const(g, "pads", np.array([0, 0, 0, 0, 1, 0], np.int64)),
+        tail = make_op(g, "Pad", counts, const(g, "pads", np.array([0, 0, 0, 0, 1, 0], np.int64)),
                   const(g, "zero_i32", np.array(0, np.int32)))
-        falls = op("Cast", op("Greater", head, tail), to=TensorProto.INT64)
+        falls = make_op(g, "Cast", make_op(g, "Greater", head, tail), to=TensorProto.INT64)
         # reduced to a [1] tensor, the Split's size, in one node: each costs ~1-3 us at batch 1
         size = GraphBuilder(g).make_reduce_sum({"data": falls, "axes": [0, 1], "keepdims": 0,
                                                 "noop_with_empty_axes": 0})
@@ -182,19 +180,18 @@ class MaskPlanner:
         goes to position ``upto - 1``, a masked one after all valid steps, at ``L + t - upto``.
         """
         g = self.graph
-        op = lambda kind, *inputs, **attr: g.make_node(kind, list(inputs), attr=attr).output[0]  # noqa: E731
         one = const(g, "one_i64", np.array(1, np.int64))
-        valid = op("Cast", mask_tm, to=TensorProto.INT64)                   # [T, B]
-        upto = op("CumSum", valid, const(g, "axis0", np.array(0, np.int64)))  # valid steps <= t
-        before = op("Sub", upto, valid)                                      # valid steps < t
+        valid = make_op(g, "Cast", mask_tm, to=TensorProto.INT64)                   # [T, B]
+        upto = make_op(g, "CumSum", valid, const(g, "axis0", np.array(0, np.int64)))  # valid steps <= t
+        before = make_op(g, "Sub", upto, valid)                                      # valid steps < t
         total = GraphBuilder(g).make_reduce_sum(
             {"data": valid, "axes": [0], "keepdims": 1, "noop_with_empty_axes": 0})  # [1, B]
-        shape = op("Shape", mask_tm)
+        shape = make_op(g, "Shape", mask_tm)
         steps = _scalar(g, shape, 0)
         batch = _scalar(g, shape, 1)
         zero = const(g, "zero_i64", np.array(0, np.int64))
-        time = GraphBuilder(g).make_unsqueeze({"data": op("Range", zero, steps, one), "axes": [1]})  # [T, 1]
-        rows = op("Range", zero, batch, one)                                 # [B]
+        time = GraphBuilder(g).make_unsqueeze({"data": make_op(g, "Range", zero, steps, one), "axes": [1]})  # [T, 1]
+        rows = make_op(g, "Range", zero, batch, one)                                 # [B]
         # the sizes tf2onnx cannot infer through Range: with them, a static batch of 1 stays known in the
         # layer's outputs, whose Keras transposes tf2onnx's optimizer then turns into Reshapes (left as
         # Transposes, a Concatenate with the embedding made that optimizer add Reshapes without end)
@@ -202,15 +199,15 @@ class MaskPlanner:
         g.set_shape(time, [dims[0], 1])
         g.set_shape(rows, [dims[1]])
 
-        destination = op("Where", op("Cast", valid, to=TensorProto.BOOL), op("Sub", upto, one),
-                         op("Add", total, op("Sub", time, upto)))
+        destination = make_op(g, "Where", make_op(g, "Cast", valid, to=TensorProto.BOOL), make_op(g, "Sub", upto, one),
+                         make_op(g, "Add", total, make_op(g, "Sub", time, upto)))
         # destination is a permutation of each column: scattering the step numbers through it
         # lists, for each compacted position, the step that goes there
-        source = g.make_node("ScatterElements", [destination, destination, op("Expand", time, shape)],
+        source = g.make_node("ScatterElements", [destination, destination, make_op(g, "Expand", time, shape)],
                              attr={"axis": 0}).output[0]
 
         def flat(index):
-            flat_index = op("Add", op("Mul", index, batch), rows)
+            flat_index = make_op(g, "Add", make_op(g, "Mul", index, batch), rows)
             g.set_shape(flat_index, dims)
             return flat_index
 
@@ -219,14 +216,14 @@ class MaskPlanner:
             g.set_shape(kept, dims + [1])
             return kept
 
-        is_valid = keep(op("Cast", valid, to=TensorProto.BOOL))
-        forward_index = flat(op("Max", op("Sub", upto, one), zero))
+        is_valid = keep(make_op(g, "Cast", valid, to=TensorProto.BOOL))
+        forward_index = flat(make_op(g, "Max", make_op(g, "Sub", upto, one), zero))
         reverse_index = flat(before)
         return Reorder(
-            gather_input=flat(source), valid_steps=keep(op("Less", time, total)),
-            forward_carried=OutputMap(forward_index, keep(op("Greater", upto, zero))),
+            gather_input=flat(source), valid_steps=keep(make_op(g, "Less", time, total)),
+            forward_carried=OutputMap(forward_index, keep(make_op(g, "Greater", upto, zero))),
             forward_zeros=OutputMap(forward_index, is_valid),
-            reverse_carried=OutputMap(reverse_index, keep(op("Less", before, total))),
+            reverse_carried=OutputMap(reverse_index, keep(make_op(g, "Less", before, total))),
             reverse_zeros=OutputMap(reverse_index, is_valid))
 
 
@@ -240,12 +237,11 @@ def batch_major_rows(g, mask: str, batch_steps: str, batch: str) -> BatchMajorRo
     to the front, in order), row ``upto * B + (b - B)``. For a row with no valid step that is
     ``b - B``, a negative index that counts back from the end to the zero step of row b, which is
     also where a padded position reads zeros."""
-    op = lambda kind, *inputs, **attr: g.make_node(kind, list(inputs), attr=attr).output[0]  # noqa: E731
-    upto = op("CumSum", op("Cast", mask, to=TensorProto.INT64), const(g, "axis1", np.array(1, np.int64)))
-    minus_ones = op("ConstantOfShape", batch_steps, value=numpy_helper.from_array(np.array([-1], np.int64)))
-    zero_step = op("CumSum", minus_ones, const(g, "axis0", np.array(0, np.int64)), reverse=1)  # b - B in row b
-    carried = op("Add", op("Mul", upto, batch), zero_step)
-    kept = op("Where", mask, carried, zero_step)
+    upto = make_op(g, "CumSum", make_op(g, "Cast", mask, to=TensorProto.INT64), const(g, "axis1", np.array(1, np.int64)))
+    minus_ones = make_op(g, "ConstantOfShape", batch_steps, value=numpy_helper.from_array(np.array([-1], np.int64)))
+    zero_step = make_op(g, "CumSum", minus_ones, const(g, "axis0", np.array(0, np.int64)), reverse=1)  # b - B in row b
+    carried = make_op(g, "Add", make_op(g, "Mul", upto, batch), zero_step)
+    kept = make_op(g, "Where", mask, carried, zero_step)
     for rows in (carried, kept):  # the sizes tf2onnx cannot infer through CumSum (see _reorder)
         g.set_shape(rows, _dims(g, mask))
     return BatchMajorRows(carried=carried, kept=kept)
@@ -254,8 +250,7 @@ def batch_major_rows(g, mask: str, batch_steps: str, batch: str) -> BatchMajorRo
 def _longest(g, lengths: str) -> str:
     """[1] int32: the longest of the [B] ``lengths``, at least 1 (a node over no step leaves its final
     states unwritten)."""
-    longest = g.make_node("ReduceMax", [lengths], attr={"keepdims": 1}).output[0]
-    return g.make_node("Max", [longest, const(g, "one_step", np.array([1], np.int32))]).output[0]
+    return make_op(g, "Max", make_op(g, "ReduceMax", lengths, keepdims=1), const(g, "one_step", np.array([1], np.int32)))
 
 
 def _batch_and_steps(g, x_tm: str) -> str:
@@ -264,11 +259,9 @@ def _batch_and_steps(g, x_tm: str) -> str:
     front of a recurrent op only then."""
     node = producer(g, x_tm)
     if node is not None and node.type == "Transpose" and transpose_perm(g, node) == [1, 0, 2]:
-        shape = g.make_node("Shape", [node.input[0]]).output[0]
-        return g.make_node("Slice", [shape, const(g, "zero", np.array([0], np.int64)),
-                                     const(g, "two", np.array([2], np.int64))]).output[0]
-    shape = g.make_node("Shape", [x_tm]).output[0]
-    return g.make_node("Gather", [shape, const(g, "batch_steps", np.array([1, 0], np.int64))]).output[0]
+        return make_op(g, "Slice", make_op(g, "Shape", node.input[0]), const(g, "zero", np.array([0], np.int64)),
+                       const(g, "two", np.array([2], np.int64)))
+    return make_op(g, "Gather", make_op(g, "Shape", x_tm), const(g, "batch_steps", np.array([1, 0], np.int64)))
 
 
 def _dims(graph, tensor: str) -> list:
@@ -281,4 +274,4 @@ def _dims(graph, tensor: str) -> list:
 
 def _scalar(graph, shape: str, index: int) -> str:
     """Element ``index`` of a shape tensor, as a scalar."""
-    return graph.make_node("Gather", [shape, const(graph, "index", np.array(index, np.int64))]).output[0]
+    return make_op(graph, "Gather", shape, const(graph, "index", np.array(index, np.int64)))
