@@ -21,6 +21,8 @@ each converted (opset 15) four ways:
              threads as onnxruntime's), compiled with the model's dynamic shapes
   ov-loop    (headline rows only) stock tf2onnx's Loop on OpenVINO, where OpenVINO compiles it
   ov-unmasked (headline rows only) the unmasked model on OpenVINO, the limit there
+  ov-static  (headline rows only) the "post" model on OpenVINO compiled with static shapes, those of
+             the cell's batch (model.reshape before compile_model, as users do for speed)
   int8       (headline rows only) the "post" model quantized (mlr.quantize_model, as
              quantize="int8" does) on onnxruntime, for the models it quantizes something in (not
              the GRU model: onnxruntime has no int8 GRU), checked against Keras within verify's
@@ -116,7 +118,8 @@ NATIVE_OPS = {"lstm": "LSTM", "bilstm": "LSTM", "gru": "GRU"}  # the Keras layer
 VARIANTS = ("loop", "post", "any", "unmasked", "sched")
 # OpenVINO (headline rows): the plugin's "post" model and stock tf2onnx's Loop, compiled with the
 # models' own dynamic shapes, as a user loading the file does
-OPENVINO_VARIANTS = {"ov-post": "post", "ov-loop": "loop", "ov-unmasked": "unmasked"}
+OPENVINO_VARIANTS = {"ov-post": "post", "ov-loop": "loop", "ov-unmasked": "unmasked", "ov-static": "post"}
+OPENVINO_STATIC = ("ov-static",)  # compiled with the shapes of the batch they run
 QUANTIZED = "int8"  # the "post" model quantized (headline rows only)
 HEADLINE_VARIANTS = VARIANTS + ("no-guard", QUANTIZED) + tuple(OPENVINO_VARIANTS)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -127,7 +130,7 @@ SETTLE_BELOW = 0.010  # seconds: a shorter run is timed after an untimed one of 
 RATIOS = (("loop_over_post", "loop", "post"), ("post_over_unmasked", "post", "unmasked"),
           ("any_over_post", "any", "post"), ("post_over_noguard", "post", "no-guard"),
           ("ovpost_over_post", "ov-post", "post"), ("ovloop_over_ovpost", "ov-loop", "ov-post"),
-          ("ovpost_over_ovunmasked", "ov-post", "ov-unmasked"),
+          ("ovpost_over_ovunmasked", "ov-post", "ov-unmasked"), ("ovstatic_over_ovpost", "ov-static", "ov-post"),
           ("loop_over_sched", "loop", "sched"), ("unmasked_over_sched", "unmasked", "sched"),
           ("sched_over_post", "sched", "post"), ("post_over_int8", "post", QUANTIZED),
           # the routes a user could take instead (tools/benchmark_alternatives.py)
@@ -315,15 +318,22 @@ def time_cell(runs: dict, feed: dict, budget: float, min_rounds: int, max_rounds
 
 class OpenVinoSession:
     """An OpenVINO CPU model behind onnxruntime's ``run(None, feed)``: compiled once with the
-    model's declared (dynamic) shapes, f32 precision, ``threads`` inference threads."""
+    model's declared (dynamic) shapes, or (``static``) once per shape of the feeds it runs, f32
+    precision, ``threads`` inference threads."""
 
-    def __init__(self, path: str, threads: int):
-        self.compiled = openvino_compiled(path, threads=threads)
-        self.request = self.compiled.create_infer_request()
+    def __init__(self, path: str, threads: int, static: bool = False):
+        self.path, self.threads, self.static, self.requests = path, threads, static, {}
+        if not static:
+            self.requests[None] = openvino_compiled(path, threads=threads).create_infer_request()
 
     def run(self, _, feed):
-        self.request.infer(feed)
-        return [self.request.get_output_tensor(i).data for i in range(len(self.compiled.outputs))]
+        key = tuple((name, value.shape) for name, value in sorted(feed.items())) if self.static else None
+        if key not in self.requests:
+            shapes = {name: shape for name, shape in key}
+            self.requests[key] = openvino_compiled(self.path, shapes, threads=self.threads).create_infer_request()
+        request = self.requests[key]
+        request.infer(feed)
+        return [request.get_output_tensor(i).data for i in range(len(request.model_outputs))]
 
 
 def open_session(variant: str, path: str, threads: int):
@@ -332,7 +342,7 @@ def open_session(variant: str, path: str, threads: int):
     if variant not in OPENVINO_VARIANTS:
         return onnxruntime_session(path, shared_threads=True)
     try:
-        return OpenVinoSession(path, threads)
+        return OpenVinoSession(path, threads, static=variant in OPENVINO_STATIC)
     except Exception as error:  # noqa: BLE001  pylint: disable=broad-except
         print(f"note: OpenVINO cannot compile {os.path.basename(path)}: {str(error).strip().splitlines()[-1]}",
               flush=True)
@@ -556,7 +566,7 @@ def check_openvino_numerics(np, keras_models: dict, protos: dict, shapes: list, 
     for model, (masked, unmasked) in keras_models.items():
         for variant, source in OPENVINO_VARIANTS.items():
             try:
-                net = openvino_compiled(protos[(model, source)], threads=1)
+                net = None if variant in OPENVINO_STATIC else openvino_compiled(protos[(model, source)], threads=1)
             except Exception as error:  # noqa: BLE001  pylint: disable=broad-except
                 if source == "post":
                     fail(f"OpenVINO cannot compile the plugin's {model} model: {error}")
@@ -566,6 +576,8 @@ def check_openvino_numerics(np, keras_models: dict, protos: dict, shapes: list, 
             for batch, steps, fill in shapes:
                 tokens = shape_tokens(batch, steps, fill)
                 want = np.asarray((unmasked if source == "unmasked" else masked)(tokens, training=False))
+                if variant in OPENVINO_STATIC:
+                    net = openvino_compiled(protos[(model, source)], {"tokens": tokens.shape}, threads=1)
                 got = net.create_infer_request().infer({"tokens": tokens})[net.output(0)]
                 diff = float(np.max(np.abs(got - want))) if got.shape == want.shape else float("inf")
                 worst[(model, variant)] = max(worst.get((model, variant), 0.0), diff)
@@ -574,7 +586,7 @@ def check_openvino_numerics(np, keras_models: dict, protos: dict, shapes: list, 
                     fail(f"{model}/{variant} on OpenVINO differs from Keras by {diff:.3g} (> {TOLERANCE:g}) "
                          f"at batch {batch}, T={steps}, fill {fill}")
             compiled.add((model, variant))
-        report(f"  {MODEL_NAMES[model]:<13} OpenVINO {ov.__version__.split('-')[0]}, dynamic shapes, "
+        report(f"  {MODEL_NAMES[model]:<13} OpenVINO {ov.__version__.split('-')[0]}, dynamic shapes (static: ov-static), "
                f"{len(shapes)} headline and distribution shapes: " + ", ".join(
                    f"{v} {worst[(model, v)]:.2g}" for v in OPENVINO_VARIANTS if (model, v) in compiled))
     return compiled
@@ -1095,7 +1107,8 @@ def main(argv=None) -> int:
     report(f"headline: T={settings['headline_time']}, 1 intra-op thread, medians in ms of interleaved rounds "
            f"(ratios: median over median, [p10-p90] of the per-round ratios)")
     report(f"  {'model':<13} {'batch':>5} {'fill':>4} {'Loop':>7} {'post':>7} {'any':>7} {'unmasked':>8} "
-           f"{'no-guard':>8} {'OV post':>7} {'OV Loop':>7} {'OV unm.':>7} {'Loop/post':>17} {'post/unmasked':>17} "
+           f"{'no-guard':>8} {'OV post':>7} {'OV Loop':>7} {'OV unm.':>7} {'OV stat.':>8} {'Loop/post':>17} "
+           f"{'post/unmasked':>17} "
            f"{'any/post':>17} {'OV post/post':>17} {'OV post/unm.':>17} {'rounds':>6}")
     for row in sorted((r for r in ratio_rows if r["set"] == "headline"),
                       key=lambda r: (MODELS.index(r["model"]), -r["fill"], r["batch"])):
@@ -1108,7 +1121,7 @@ def main(argv=None) -> int:
             return ratio(key) if row[key] != "" else "-"
         report(f"  {MODEL_NAMES[row['model']]:<13} {row['batch']:>5} {row['fill']:>4.2f} {row['loop_ms']:>7.3f} "
                f"{row['post_ms']:>7.3f} {row['any_ms']:>7.3f} {row['unmasked_ms']:>8.3f} {ms('noguard_ms', 8)} "
-               f"{ms('ovpost_ms', 7)} {ms('ovloop_ms', 7)} {ms('ovunmasked_ms', 7)} "
+               f"{ms('ovpost_ms', 7)} {ms('ovloop_ms', 7)} {ms('ovunmasked_ms', 7)} {ms('ovstatic_ms', 8)} "
                f"{ratio('loop_over_post'):>17} {ratio('post_over_unmasked'):>17} {ratio('any_over_post'):>17} "
                f"{ratio_or_dash('ovpost_over_post'):>17} {ratio_or_dash('ovpost_over_ovunmasked'):>17} "
                f"{row['rounds']:>6}")

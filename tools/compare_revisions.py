@@ -4,7 +4,7 @@
 
 The cost targets of the issues are relative to the plugin as it was ("at most +2% vs today at
 batch 1 and 32"): this converts tools/benchmark.py's models (Embedding -> LSTM / Bidirectional
-LSTM / GRU, 128 units, opset 15) with ``make_rewriter("post")`` twice, once with BASE's
+LSTM / GRU, 128 units, opset 15) with ``make_rewriter("post")`` (``--mode any``: "any") twice, once with BASE's
 ``masked_lstm_rewriter`` (a ``git worktree`` of it in a temporary folder, first on the child's
 ``sys.path``) and once with the working tree's; checks both against Keras at every position;
 then times them on onnxruntime (one thread; ``--runtime openvino``: OpenVINO's CPU plugin, f32,
@@ -18,7 +18,7 @@ the same revision gives the schedule's cost over the plugin without it.
 
     .venv/bin/python tools/compare_revisions.py BASE [--models lstm bilstm gru] [--budget SECONDS]
                                                      [--schedule {base,current} ...]
-                                                     [--runtime {onnxruntime,openvino}]
+                                                     [--runtime {onnxruntime,openvino}] [--mode {post,any}]
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ def parse_args(argv=None):
     parser.add_argument("--budget", type=float, default=8.0, metavar="SECONDS", help="timing per cell (default 8)")
     parser.add_argument("--schedule", nargs="+", choices=("base", "current"), default=[],
                         help="convert these sides with schedule=True (runtime onnxruntime)")
+    parser.add_argument("--mode", choices=("post", "any"), default="post", help="the mask mode of both sides")
     parser.add_argument("--runtime", choices=("onnxruntime", "openvino"), default="onnxruntime",
                         help="the runtime the two sides are timed on (default onnxruntime)")
     parser.add_argument("--convert", metavar="DIR", help=argparse.SUPPRESS)  # child: convert into DIR
@@ -51,9 +52,9 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
-def convert_into(folder: str, tree: str, models: list, scheduled: bool) -> None:
-    """Child process: each model's "post" conversion by the masked_lstm_rewriter of ``tree``, with the
-    schedule if ``scheduled``."""
+def convert_into(folder: str, tree: str, models: list, scheduled: bool, mode: str = "post") -> None:
+    """Child process: each model's conversion in ``mode`` by the masked_lstm_rewriter of ``tree``, with
+    the schedule if ``scheduled``."""
     import importlib
 
     import tensorflow as tf
@@ -68,7 +69,7 @@ def convert_into(folder: str, tree: str, models: list, scheduled: bool) -> None:
 
     spec = (tf.TensorSpec((None, None), tf.int32, name="tokens"),)
     # positional: a revision before runtime= (which had target=) takes it as well as today's
-    rewriter = mlr.make_rewriter("post", *(("onnxruntime", True) if scheduled else ()))
+    rewriter = mlr.make_rewriter(mode, *(("onnxruntime", True) if scheduled else ()))
     for model in models:
         masked, _ = benchmark.build_pair(keras, model)
         with quiet_stderr(True):
@@ -80,10 +81,10 @@ def convert_into(folder: str, tree: str, models: list, scheduled: bool) -> None:
               f"{' (scheduled)' if scheduled else ''}", flush=True)
 
 
-def convert_with(tree: str, folder: str, models: list, scheduled: bool) -> None:
+def convert_with(tree: str, folder: str, models: list, scheduled: bool, mode: str) -> None:
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="3")
     subprocess.run([sys.executable, os.path.abspath(__file__), "unused", "--convert", folder, "--tree", tree,
-                    "--models", *models] + (["--schedule", "current"] if scheduled else []),
+                    "--mode", mode, "--models", *models] + (["--schedule", "current"] if scheduled else []),
                    env=env, check=True, cwd=folder)
 
 
@@ -127,7 +128,7 @@ def time_all(models: list, folders: dict, budget: float, runtime: str) -> None:
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.convert:
-        convert_into(args.convert, args.tree, args.models, "current" in args.schedule)
+        convert_into(args.convert, args.tree, args.models, "current" in args.schedule, args.mode)
         return 0
     with tempfile.TemporaryDirectory(prefix="mlr-compare-") as tmp:
         base_tree = os.path.join(tmp, "base")
@@ -137,12 +138,12 @@ def main(argv=None) -> int:
             folders = {"base": os.path.join(tmp, "base-models"), "current": os.path.join(tmp, "current-models")}
             for side, tree in (("base", base_tree), ("current", ROOT)):
                 os.makedirs(folders[side])
-                convert_with(tree, folders[side], args.models, side in args.schedule)
+                convert_with(tree, folders[side], args.models, side in args.schedule, args.mode)
             check_against_keras(args.models, folders)
             revision = subprocess.run(["git", "rev-parse", "--short", args.base], cwd=ROOT, check=True,
                                       capture_output=True, text=True).stdout.strip()
             scheduled = f"; scheduled: {' and '.join(args.schedule)}" if args.schedule else ""
-            print(f"base {args.base} ({revision}) against the working tree; T={STEPS}, {args.runtime}, 1 thread, "
+            print(f"base {args.base} ({revision}) against the working tree; \"{args.mode}\", T={STEPS}, {args.runtime}, 1 thread, "
                   f"{args.budget:g} s per cell{scheduled}")
             time_all(args.models, folders, args.budget, args.runtime)
         finally:
