@@ -180,6 +180,59 @@ def shape_element(graph, tensor, index, depth=8):
     return None
 
 
+# ops whose output has the shape of their first input, under the same name in TensorFlow and ONNX
+# (not Max, Min, Sum or Mean: reductions in TensorFlow, elementwise over several inputs in ONNX)
+SAME_SHAPE = frozenset({"Identity", "Cast", "LogicalNot", "Not", "Neg", "Abs", "Sigmoid", "Tanh", "Relu", "Relu6",
+                        "Elu", "Selu", "Softsign", "Softplus", "Exp", "Log", "Sqrt", "Square", "ReverseV2",
+                        "ReverseSequence", "StopGradient", "BiasAdd"})
+
+
+def axis_source(graph, node, tensor: str, axis: int) -> Optional[tuple]:
+    """The ``(input, axis)`` whose length axis ``axis`` of ``node``'s output ``tensor`` provably has,
+    where the op takes that axis from one input: a shape-keeping op, a transpose, a squeeze or an
+    expansion of other axes, ``x @ W`` (a Dense layer), a reshape to a shape read off another tensor
+    (``tf.tensordot``), an embedding lookup. None for any other op: elementwise ops and
+    concatenations take it from several inputs, which each walk over axes judges its own way."""
+    kind, rank = node.type, rank_of(graph, tensor)
+    if kind in SAME_SHAPE:
+        return node.input[0], axis
+    if kind == "Transpose":
+        perm = transpose_perm(graph, node)
+        return (node.input[0], int(perm[axis])) if perm is not None and axis < len(perm) else None
+    if kind == "Squeeze":
+        return _squeezed_axis(graph, node, axis)
+    if kind in ("ExpandDims", "Unsqueeze"):
+        added = const_value(graph, node.input[1]) if len(node.input) > 1 else node.get_attr_value("axes", None)
+        added = added[0] if isinstance(added, list) and len(added) == 1 else added
+        inserted = added % rank if isinstance(added, int) and rank is not None else None
+        return None if inserted is None or inserted == axis else (node.input[0], axis - (inserted < axis))
+    if kind in ("MatMul", "BatchMatMulV2") and graph.is_const(node.input[1]) and rank_of(graph, node.input[1]) == 2 \
+            and not any(node.get_attr_value(a, 0) for a in ("transpose_a", "adj_x")):
+        return (node.input[0], axis) if rank is not None and axis < rank - 1 else None  # the leading axes are x's
+    if kind == "Reshape":
+        return shape_element(graph, node.input[1], axis) if rank is not None and axis < rank else None
+    if kind in ("GatherV2", "Gather"):  # params[indices] along axis 0: the indices' axes come first
+        along = const_value(graph, node.input[2]) if kind == "GatherV2" else node.get_attr_value("axis", 0)
+        indices_rank = rank_of(graph, node.input[1])
+        if along in (0, [0]) and node.get_attr_value("batch_dims", 0) == 0 and indices_rank is not None \
+                and axis < indices_rank:
+            return node.input[1], axis
+    return None
+
+
+def _squeezed_axis(graph, node, axis: int) -> Optional[tuple]:
+    """The input axis a Squeeze's output axis ``axis`` is; None where the squeezed axes are not named
+    (squeezing every axis of size 1 may remove the one followed)."""
+    rank = rank_of(graph, node.input[0])
+    dims = node.get_attr_value("squeeze_dims", []) or node.get_attr_value("axis", []) or \
+        node.get_attr_value("axes", []) or (const_value(graph, node.input[1]) if len(node.input) > 1 else [])
+    dims = dims if isinstance(dims, list) else [dims]
+    if rank is None or not dims:
+        return None
+    kept = [a for a in range(rank) if a not in {d % rank for d in dims}]
+    return (node.input[0], kept[axis]) if axis < len(kept) else None
+
+
 def shape_dim_of(graph, scalar):
     """(t, k) when the scalar ``scalar`` is ``shape(t)[k]``: a StridedSlice that picks one element,
     or as ONNX spells it, a Squeeze of a one-element Slice, or a Gather of one index."""

@@ -21,11 +21,7 @@ from __future__ import annotations
 import numpy as np
 from tf2onnx import utils
 
-from ..graph import const, const_value, producer, rank_of, shape_element, transpose_perm
-
-
-_SAME_SHAPE = {"Identity", "Cast", "LogicalNot", "Not", "Neg", "Abs", "Sigmoid", "Tanh", "Relu", "Relu6", "Elu", "Selu",
-               "Softsign", "Softplus", "Exp", "Log", "Sqrt", "Square", "ReverseV2", "StopGradient", "BiasAdd"}
+from ..graph import axis_source, const, const_value, producer, rank_of
 
 
 _ELEMENTWISE = {"Add", "AddV2", "Sub", "Mul", "RealDiv", "Maximum", "Minimum", "Equal", "NotEqual", "Greater",
@@ -34,7 +30,8 @@ _ELEMENTWISE = {"Add", "AddV2", "Sub", "Mul", "RealDiv", "Maximum", "Minimum", "
 # has ops of those names (reductions, and the coordinates of true elements) that keep no axis
 
 
-_REDUCTIONS = {"Any", "All", "Sum", "Max", "Min", "Mean", "Prod"}
+_REDUCTIONS = {"Any", "All", "Sum", "Max", "Min", "Mean", "Prod"}  # TensorFlow's (ONNX's Max, Min, Sum and Mean
+# are elementwise: a graph read from an ONNX file has them only in _ELEMENTWISE's sense, not here)
 
 
 def same_batch(graph, mask: str, x_tm: str, outputs: dict) -> bool:
@@ -66,8 +63,6 @@ def _step_back(graph, node, tensor, axis, outputs):
     """The (input, axis) of ``node`` that ``axis`` of its output ``tensor`` provably comes from, or
     None (the walk stops at ``tensor``)."""
     kind = node.type
-    if kind in _SAME_SHAPE:
-        return node.input[0], axis
     if kind in _ELEMENTWISE:
         return _same_root(graph, node.input, tensor, axis, outputs)
     if kind in ("ConcatV2", "Concat"):  # a Bidirectional's merge_mode="concat", along the features
@@ -77,29 +72,9 @@ def _step_back(graph, node, tensor, axis, outputs):
         if rank is None or not isinstance(along, int) or along % rank == axis:
             return None
         return _same_root(graph, parts, tensor, axis, outputs)
-    if kind in ("MatMul", "BatchMatMulV2") and graph.is_const(node.input[1]) and rank_of(graph, node.input[1]) == 2 \
-            and not any(node.get_attr_value(a, 0) for a in ("transpose_a", "adj_x")):
-        rank = rank_of(graph, tensor)  # x @ W (a Dense layer): the leading axes are x's
-        return (node.input[0], axis) if rank is not None and axis < rank - 1 else None
     if kind in _REDUCTIONS:
         return _reduction(graph, node, axis)
-    if kind == "Squeeze":
-        return _squeeze(graph, node, axis)
-    if kind in ("ExpandDims", "Unsqueeze"):
-        added = const_value(graph, node.input[1]) if len(node.input) > 1 else node.get_attr_value("axes", None)
-        inserted = _axis(added, rank_of(graph, tensor))
-        return None if inserted is None or inserted == axis else (node.input[0], axis - (inserted < axis))
-    if kind == "Transpose":
-        perm = transpose_perm(graph, node)
-        return None if perm is None else (node.input[0], int(perm[axis]))
-    if kind == "Reshape":  # to a shape whose element ``axis`` is read off another tensor (tf.tensordot)
-        return shape_element(graph, node.input[1], axis)
-    if kind in ("GatherV2", "Gather"):  # an embedding lookup: params[indices], the indices' axes first
-        rank = rank_of(graph, node.input[1])
-        along = const_value(graph, node.input[2]) if kind == "GatherV2" else node.get_attr_value("axis", 0)
-        if along in (0, [0]) and node.get_attr_value("batch_dims", 0) == 0 and rank is not None and axis < rank:
-            return node.input[1], axis
-    return None
+    return axis_source(graph, node, tensor, axis)
 
 
 def _same_root(graph, operands, tensor, axis, outputs):
@@ -134,25 +109,6 @@ def _reduction(graph, node, axis):
         return None if axis in reduced else (node.input[0], axis)
     kept = [a for a in range(rank) if a not in reduced]
     return (node.input[0], kept[axis]) if axis < len(kept) else None
-
-
-def _squeeze(graph, node, axis):
-    rank = rank_of(graph, node.input[0])
-    dims = node.get_attr_value("squeeze_dims", []) or node.get_attr_value("axis", []) or \
-        node.get_attr_value("axes", []) or (const_value(graph, node.input[1]) if len(node.input) > 1 else [])
-    dims = dims if isinstance(dims, list) else [dims]
-    if rank is None or not dims:
-        return None  # squeezing every axis of size 1 may remove the batch axis itself
-    kept = [a for a in range(rank) if a not in {d % rank for d in dims}]
-    return (node.input[0], kept[axis]) if axis < len(kept) else None
-
-
-def _axis(value, rank):
-    """ExpandDims' inserted axis, as a position in its output."""
-    if rank is None or value is None:
-        return None
-    value = value[0] if isinstance(value, list) and len(value) == 1 else value
-    return value % rank if isinstance(value, int) else None
 
 
 def _dim(graph, tensor, axis):

@@ -15,7 +15,7 @@ from typing import Optional
 
 from tf2onnx.tf_loader import find_function
 
-from ..graph import const_value, is_zero_scalar, producer, rank_of, shape_element, transpose_perm
+from ..graph import axis_source, const_value, producer, rank_of
 from .body import BODY_MATCH_ATTR, BodyMatch
 
 
@@ -30,10 +30,10 @@ class TimeAxis:
 
 def time_axis_of(graph, time_major: list) -> TimeAxis:
     """Every ``(tensor, axis)`` provably as long as the time axis of the ``time_major`` tensors (all
-    the same length, on axis 0), found going back through the ops that keep that axis: casts,
-    transposes, reversals, concatenations along another axis, an Embedding lookup, a Dense layer's
-    tensordot and bias; and the static number of steps, from those tensors' shapes or the length of
-    a recurrent layer's stacked outputs."""
+    the same length, on axis 0), found going back through the ops that keep that axis (casts,
+    transposes, reversals, an Embedding lookup, a Dense layer's tensordot and bias:
+    :func:`..graph.axis_source`) and concatenations along another axis; and the static number of
+    steps, from those tensors' shapes or the length of a recurrent layer's stacked outputs."""
     dims, pending = set(), [(t, 0) for t in time_major]
     while pending:
         tensor, axis = pending.pop()
@@ -47,15 +47,9 @@ def time_axis_of(graph, time_major: list) -> TimeAxis:
 
 
 def _same_axis_inputs(graph, node, axis: int) -> list:
-    """The ``(input, axis)`` pairs whose axis is as long as axis ``axis`` of ``node``'s output."""
-    if node.type in ("Identity", "Cast", "ReverseV2", "BiasAdd", "ReverseSequence"):
-        return [(node.input[0], axis)]
-    if node.type == "Reshape":  # a Dense layer over a sequence: tensordot's shape(x)[:-1] + [units]
-        source = shape_element(graph, node.input[1], axis) if axis < (rank_of(graph, node.output[0]) or 0) else None
-        return [source] if source is not None else []
-    if node.type == "Transpose":
-        perm = transpose_perm(graph, node)
-        return [(node.input[0], perm[axis])] if perm is not None and axis < len(perm) else []
+    """The ``(input, axis)`` pairs whose axis is as long as axis ``axis`` of ``node``'s output: each
+    part of a concatenation along another axis, the ids of Keras 3's Embedding wraparound, or the
+    one input :func:`..graph.axis_source` names."""
     if node.type in ("ConcatV2", "Concat"):
         along, parts = ((const_value(graph, node.input[-1]), node.input[:-1]) if node.type == "ConcatV2"
                         else (node.get_attr_value("axis", None), node.input))
@@ -63,12 +57,10 @@ def _same_axis_inputs(graph, node, axis: int) -> list:
         if not isinstance(along, int) or not rank or along % rank == axis:
             return []
         return [(t, axis) for t in parts]
-    if node.type in ("GatherV2", "Gather") and graph.is_const(node.input[0]) and ((node.type == "GatherV2" and is_zero_scalar(graph, node.input[2])) or
-                                          (node.type == "Gather" and node.get_attr_value("axis", 0) == 0)):
-        return [(node.input[1], axis)] if axis < (rank_of(graph, node.input[1]) or 0) else []  # embedding lookup: [B, T] -> [B, T, E]
     if node.type == "SelectV2" and _is_id_wraparound(graph, node):
         return [(node.input[2], axis)]
-    return []
+    source = axis_source(graph, node, node.output[0], axis)
+    return [source] if source is not None else []
 
 
 ELEMENTWISE = ("Add", "AddV2", "Sub", "Mul", "RealDiv", "Maximum", "Minimum")  # what Bidirectional's merges use

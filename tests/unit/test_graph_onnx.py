@@ -2,16 +2,16 @@
 """graph.py's questions asked of ONNX graphs, on small graphs built by hand and loaded as the package
 loads a file: a Loop body's next values (its inputs are [iter, cond, variables...], its outputs
 [cond, variables..., scans...]), constants of the graph around a body, shape elements through
-ONNX's Cast, Slice, Gather, Concat and Squeeze, zeros spelled Expand or ConstantOfShape, and a
-Transpose's permutation."""
+ONNX's Cast, Slice, Gather, Concat and Squeeze, zeros spelled Expand or ConstantOfShape, a
+Transpose's permutation, and which input an output axis comes from."""
 
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
 from tf2onnx.graph import Graph
 
-from masked_lstm_rewriter.graph import (is_onnx_loop_body, is_zeros, next_value, outer_const, passes_through,
-                                        shape_dim_of, shape_element, transpose_perm)
+from masked_lstm_rewriter.graph import (axis_source, is_onnx_loop_body, is_zeros, next_value, outer_const,
+                                        passes_through, shape_dim_of, shape_element, transpose_perm)
 from _onnx_graphs import FLOAT, INT64, Var, const, info, load, loop_model, make_model, node
 
 # --- a Loop body's next values ------------------------------------------------------------------
@@ -206,3 +206,37 @@ def test_transpose_perm_of_tensorflow_s_second_input():
     perm = graph.make_const("perm", np.array([0, 2, 1], np.int32)).output[0]
     assert transpose_perm(graph, graph.make_node("Transpose", ["x", perm])) == [0, 2, 1]
     assert transpose_perm(graph, graph.make_node("Transpose", ["x", "p"])) is None  # not a constant
+
+
+# --- which input an output axis comes from -------------------------------------------------------
+
+
+@pytest.fixture(name="axes", scope="module")
+def axes_graph():
+    """x [B, T, F] through the ops axis_source follows, each output exposed with its shape."""
+    nodes = [node("Transpose", ["x"], ["x_tm"], perm=[1, 0, 2]), node("Sigmoid", ["x"], ["x_act"]),
+             node("Unsqueeze", ["x", "one"], ["x_wide"]), node("Squeeze", ["x_wide", "one"], ["x_back"]),
+             node("Squeeze", ["x_wide"], ["x_all_squeezed"]), node("MatMul", ["x", "W"], ["x_dense"]),
+             node("Gather", ["E", "ids"], ["x_embedded"]), node("Max", ["x", "x_act"], ["x_max"]),
+             node("Shape", ["x"], ["x_shape"]), node("Reshape", ["x_act", "x_shape"], ["x_reshaped"])]
+    model = make_model(nodes, [info("x", FLOAT, [2, 5, 3]), info("ids", INT64, [2, 5])], [],
+                       [const("one", [1]), const("W", np.ones((3, 4))), const("E", np.ones((10, 3)))],
+                       exposed=[("x_tm", FLOAT, [5, 2, 3]), ("x_act", FLOAT, [2, 5, 3]), ("x_back", FLOAT, [2, 5, 3]),
+                                ("x_all_squeezed", FLOAT, [2, 5, 3]), ("x_dense", FLOAT, [2, 5, 4]),
+                                ("x_embedded", FLOAT, [2, 5, 3]), ("x_max", FLOAT, [2, 5, 3]),
+                                ("x_reshaped", FLOAT, [2, 5, 3]), ("x_wide", FLOAT, [2, 1, 5, 3])])
+    graph, _, _ = load(model)
+    return graph
+
+
+@pytest.mark.parametrize("tensor, axis, expected", [
+    ("x_tm", 0, ("x", 1)), ("x_tm", 1, ("x", 0)), ("x_act", 1, ("x", 1)),
+    ("x_wide", 2, ("x", 1)), ("x_wide", 1, None),            # the inserted axis comes from no input
+    ("x_back", 1, ("x_wide", 2)), ("x_all_squeezed", 1, None),  # squeezing every axis of size 1: not said
+    ("x_dense", 1, ("x", 1)), ("x_dense", 2, None),          # x @ W: the leading axes are x's
+    ("x_embedded", 1, ("ids", 1)), ("x_embedded", 2, None),  # E[ids]: the ids' axes, then E's
+    ("x_max", 1, None),                                      # ONNX's Max is elementwise: the walks' own rule
+    ("x_reshaped", 1, ("x", 1)),                              # to a shape read off x
+])
+def test_axis_source(axes, tensor, axis, expected):
+    assert axis_source(axes, axes.get_node_by_output(tensor), tensor, axis) == expected
