@@ -57,3 +57,17 @@ def test_a_reshape_reads_the_input_axis_its_shape_names():
     signature = [tf.TensorSpec([None, STEPS, FEATURES], tf.float32, name="x")]
     (axis, _), = _read_time_axis(tf.function(fn, input_signature=signature, autograph=False), signature)
     assert axis.steps is None and ("x", 0) in axis.dims and ("x", 1) not in axis.dims, axis
+
+
+def test_the_static_length_is_read_through_an_activation_and_a_squeeze():
+    """A Dense layer's activation and a squeezed axis keep the time axis: the walk follows both back
+    to the input (graph.axis_source)."""
+    kernel = np.ones((FEATURES, UNITS), np.float32)
+
+    def fn(x):
+        dense = tf.math.sigmoid(tf.tensordot(x, kernel, [[2], [0]]))
+        return tf.transpose(tf.squeeze(tf.expand_dims(dense, 0), [0]), [1, 0, 2])
+
+    signature = [tf.TensorSpec([None, STEPS, FEATURES], tf.float32, name="x")]
+    (axis, _), = _read_time_axis(tf.function(fn, input_signature=signature, autograph=False), signature)
+    assert axis.steps == STEPS and ("x", 1) in axis.dims, axis
