@@ -23,8 +23,8 @@ from tf2onnx.graph_builder import GraphBuilder
 from ..graph import int64_const, make_op
 from ..plan.masks import MaskTensors
 from ..plan.pairs import DirectionPair
-from .layer import NodeOutputs, keras_outputs, keras_states, last_valid_step, layer_input, reverse_time, steps_run, \
-    time_step, with_padding_column, zero
+from .layer import NodeOutputs, keras_outputs, keras_states, last_valid_step, layer_input, reverse_time, time_step, \
+    with_padding_column, zero
 from .node import directions_node, emit_directions
 from .rewire import KerasOutputs, rewire
 
@@ -36,7 +36,7 @@ def emit_pair(graph, pair: DirectionPair, masks: MaskTensors, connect=rewire) ->
     x, cells = layer_input(graph, forward, masks), tuple(layer.top for layer in pair.halves)
     padding_column = any(cell.carries_cell_state for cell in cells)  # both directions read the same input
     if padding_column:
-        x = with_padding_column(graph, x, steps_run(graph, masks.valid_steps, masks), forward.input_size)
+        x = with_padding_column(graph, x, masks.valid_steps, forward.input_size)
     node = directions_node(graph, cells, x, masks.lengths, _name(pair, "masked_bidirectional"), padding_column,
                            masks.batch)
     for layer, (y, c_last) in zip(pair.halves, emit_directions(graph, node)):

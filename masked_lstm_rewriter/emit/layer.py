@@ -55,7 +55,7 @@ from tf2onnx.graph_builder import GraphBuilder
 
 from ..graph import const, int64_const, make_op, producer, transpose_perm
 from ..layer import MaskedRecurrentLayer, RecurrentCell
-from ..plan.masks import BatchMajorRows, MaskTensors
+from ..plan.masks import BatchMajorRows, MaskTensors, first_steps
 from .node import cell_node, emit_node
 from .rewire import KerasOutputs, rewire
 
@@ -90,7 +90,7 @@ def layer_input(g, layer: MaskedRecurrentLayer, masks: MaskTensors) -> str:
     them there), reversed within the row's length for a backward layer; only the steps the nodes
     run (:func:`steps_run`)."""
     if masks.reorder is not None:
-        x = _gather_steps(g, layer.x, steps_run(g, masks.reorder.gather_input, masks), layer.input_size)
+        x = _gather_steps(g, layer.x, masks.reorder.gather_input, layer.input_size)
     else:
         x = steps_run(g, layer.x, masks)
     if layer.direction == "reverse":
@@ -104,7 +104,7 @@ def _emit_recurrent_node(g, layer: MaskedRecurrentLayer, cell: RecurrentCell, ma
     gb = GraphBuilder(g)
     padding_column = cell.carries_cell_state  # saturating: targets.portability_refusal() let it through
     if padding_column:
-        x = with_padding_column(g, x, steps_run(g, masks.valid_steps, masks), cell.input_size)
+        x = with_padding_column(g, x, masks.valid_steps, cell.input_size)
     node = cell_node(g, cell, x, masks.lengths, f"{layer.layer}/masked_{cell.kind.lower()}", padding_column,
                      masks.batch)
     # in segments, an LSTM's final cell state past its row's length is held by the padding column
@@ -137,22 +137,16 @@ def _carry_last_output(g, y_node: str, masks: MaskTensors, hidden: int) -> str:
     return g.make_node("Where", [mask, y_node, last_valid_step(g, y, masks, hidden)]).output[0]
 
 
-def steps_run(g, tensor: str, masks: MaskTensors) -> str:
-    """``tensor`` [T, B, ...] cut to the steps the nodes run (``masks.longest``; all of them without).
-    A Keras Transpose in front is cut before, on the batch-major tensor, and made anew: OpenVINO
-    folds the Transpose in front of a recurrent node into it."""
+def steps_run(g, x_tm: str, masks: MaskTensors) -> str:
+    """A layer's input ``x_tm`` [T, B, I] cut to the steps the nodes run (``masks.longest``; all of them
+    without). A Keras Transpose in front is cut before, on the batch-major tensor, and made anew:
+    OpenVINO folds the Transpose in front of a recurrent node into it."""
     if not masks.longest:
-        return tensor
-    node = producer(g, tensor)
+        return x_tm
+    node = producer(g, x_tm)
     if node is not None and node.type == "Transpose" and transpose_perm(g, node) == [1, 0, 2]:
-        return make_op(g, "Transpose", _first_steps(g, node.input[0], masks.longest, 1), perm=[1, 0, 2])
-    return _first_steps(g, tensor, masks.longest, 0)
-
-
-def _first_steps(g, tensor: str, steps: str, axis: int) -> str:
-    """The first ``steps`` ([1] int32) entries of ``tensor`` along ``axis``."""
-    return make_op(g, "Slice", tensor, const(g, "step_zero", np.array([0], np.int32)), steps,
-                   const(g, "time_axis", np.array([axis], np.int32)))
+        return make_op(g, "Transpose", first_steps(g, node.input[0], masks.longest, 1), perm=[1, 0, 2])
+    return first_steps(g, x_tm, masks.longest, 0)
 
 
 def all_steps(g, y: str, masks: MaskTensors) -> str:
@@ -219,21 +213,21 @@ def keras_outputs(g, layer: MaskedRecurrentLayer, out: NodeOutputs, masks: MaskT
         # zeros (the carried output starts at zeros); its last step saw the row's first step.
         in_time_order = g.make_node("Where", [masks.mask_tm, y_all, zero(g)]).output[0]
         sequence = reverse_time(gb, in_time_order)
-        batch_major = _batch_major(g, out.y, masks.batch_major and masks.batch_major.kept,
+        batch_major = _batch_major(g, out.y, masks.batch_major.kept,
                                    layer.top.hidden_size)  # of in_time_order
     elif out.carried:
         sequence = out.y
     elif layer.output_carried:
         # padded steps repeat the last output: the output at the last valid step, zeros if none
         sequence = g.make_node("Where", [masks.mask_tm, y_all, out.h_last_step]).output[0]
-        batch_major = _batch_major(g, out.y, masks.batch_major and masks.batch_major.carried, layer.top.hidden_size)
+        batch_major = _batch_major(g, out.y, masks.batch_major.carried, layer.top.hidden_size)
     else:
         # masked steps output zeros (zero_output_for_mask)
         sequence = g.make_node("Where", [masks.mask_tm, y_all, zero(g)]).output[0]
         # the last step's output: a row valid there ran every step, so it is the node's last
         last_output = g.make_node("Where", [time_step(gb, masks.mask_tm, -1), time_step(gb, out.y, -1), zero(g)]
                                   ).output[0]
-        batch_major = _batch_major(g, out.y, masks.batch_major and masks.batch_major.kept, layer.top.hidden_size)
+        batch_major = _batch_major(g, out.y, masks.batch_major.kept, layer.top.hidden_size)
     if layer.output_starts_from_state and not layer.top.zero_initial_state:
         sequence, last_output = _from_initial_state(g, layer.top, masks, sequence, last_output)
         batch_major = None

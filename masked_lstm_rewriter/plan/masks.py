@@ -57,7 +57,7 @@ class OutputMap:
 class Reorder:
     """mask_mode="any": valid steps moved to the front, and the ways back."""
 
-    gather_input: str        # [T, B] int64, flat row of the input for each compacted position
+    gather_input: str        # [S, B] int64, flat row of the input for each compacted position the nodes run
     valid_steps: str         # [T, B, 1] bool, the compacted positions that hold a valid step
     forward_carried: OutputMap   # plain layer: position t shows the output after the valid steps <= t
     forward_zeros: OutputMap     # zero_output_for_mask: the same at valid steps, zeros elsewhere
@@ -96,10 +96,12 @@ class MaskTensors:
                                  # GatherElements reads as the last step: the fix-ups replace it)
     has_steps: str               # [B, 1] bool, length > 0
     mask_tm: str                 # [T, B, 1] bool, time-major mask in the model's time order
-    valid_steps: str             # [T, B, 1] bool, step < length: the valid steps in the node layout
+    valid_steps: str             # [S, B, 1] bool, step < length: the valid steps in the node layout, over the
+                                 # steps the nodes run (S: T, or ``longest``)
     reorder: Optional[Reorder]   # mask_mode="any" on a mask not known to be post-padded
     segments: Optional[SegmentPlan] = None  # the length-ordered schedule (None: a static batch too small)
-    batch_major: Optional[BatchMajorRows] = None  # the rows of a batch-major sequence in the node layout
+    batch_major: Optional[BatchMajorRows] = None  # the rows of a batch-major sequence in the node layout (always set
+                                                  # by the planner; a default only for the fields' order)
     batch: str = ""              # [1] int64, B, read where no recurrent node's input is (emit.node.zero_h)
     longest: str = ""            # [1] int32, the steps the nodes run: the longest row's, at least 1 ("": every step)
 
@@ -145,12 +147,17 @@ class MaskPlanner:
         # the plan reads the lengths before the guard (as the fix-ups do) and its batch size after it,
         # so that every path still runs the guard first
         segments = plan_segments(g, lengths, guarded, mask_tm) if self.schedule and schedulable(g, mask) else None
-        return MaskTensors(lengths=guarded, lengths_i64=make_op(g, "Cast", guarded, to=TensorProto.INT64), segments=segments,
+        longest = _longest(g, lengths) if self.cut and segments is None else ""
+        if longest:  # the node layout holds only the steps the nodes run
+            valid_steps = first_steps(g, valid_steps, longest, 0)
+            reorder = reorder and dataclasses.replace(reorder, gather_input=first_steps(g, reorder.gather_input,
+                                                                                          longest, 0))
+        return MaskTensors(lengths=guarded, lengths_i64=make_op(g, "Cast", guarded, to=TensorProto.INT64),
+                           segments=segments,
                            last_step=make_op(g, "Sub", lengths_col, const(g, "one_i32", np.array(1, np.int32))),
                            has_steps=make_op(g, "Greater", lengths_col, const(g, "zero_i32", np.array(0, np.int32))),
                            mask_tm=mask_tm, valid_steps=valid_steps, reorder=reorder,
-                           batch_major=batch_major_rows(g, mask, batch_steps, batch),
-                           batch=batch, longest=_longest(g, lengths) if self.cut and segments is None else "")
+                           batch_major=batch_major_rows(g, mask, batch_steps, batch), batch=batch, longest=longest)
 
     def _guard_post_padded(self, counts: str, lengths: str) -> str:
         """``lengths`` routed through a Split that fails unless every row is post-padded.
@@ -162,9 +169,9 @@ class MaskPlanner:
         g = self.graph
         # [B, T + 1, 1]: each frame without its last step, and without its first
         head = make_op(g, "Pad", counts, const(g, "pads", np.array([0, 1, 0, 0, 0, 0], np.int64)),
-                  const(g, "one_i32", np.array(1, np.int32)))
+                       const(g, "one_i32", np.array(1, np.int32)))
         tail = make_op(g, "Pad", counts, const(g, "pads", np.array([0, 0, 0, 0, 1, 0], np.int64)),
-                  const(g, "zero_i32", np.array(0, np.int32)))
+                       const(g, "zero_i32", np.array(0, np.int32)))
         falls = make_op(g, "Cast", make_op(g, "Greater", head, tail), to=TensorProto.INT64)
         # reduced to a [1] tensor, the Split's size, in one node: each costs ~1-3 us at batch 1
         size = GraphBuilder(g).make_reduce_sum({"data": falls, "axes": [0, 1], "keepdims": 0,
@@ -181,9 +188,9 @@ class MaskPlanner:
         """
         g = self.graph
         one = const(g, "one_i64", np.array(1, np.int64))
-        valid = make_op(g, "Cast", mask_tm, to=TensorProto.INT64)                   # [T, B]
+        valid = make_op(g, "Cast", mask_tm, to=TensorProto.INT64)                      # [T, B]
         upto = make_op(g, "CumSum", valid, const(g, "axis0", np.array(0, np.int64)))  # valid steps <= t
-        before = make_op(g, "Sub", upto, valid)                                      # valid steps < t
+        before = make_op(g, "Sub", upto, valid)                                       # valid steps < t
         total = GraphBuilder(g).make_reduce_sum(
             {"data": valid, "axes": [0], "keepdims": 1, "noop_with_empty_axes": 0})  # [1, B]
         shape = make_op(g, "Shape", mask_tm)
@@ -191,7 +198,7 @@ class MaskPlanner:
         batch = _scalar(g, shape, 1)
         zero = const(g, "zero_i64", np.array(0, np.int64))
         time = GraphBuilder(g).make_unsqueeze({"data": make_op(g, "Range", zero, steps, one), "axes": [1]})  # [T, 1]
-        rows = make_op(g, "Range", zero, batch, one)                                 # [B]
+        rows = make_op(g, "Range", zero, batch, one)                                  # [B]
         # the sizes tf2onnx cannot infer through Range: with them, a static batch of 1 stays known in the
         # layer's outputs, whose Keras transposes tf2onnx's optimizer then turns into Reshapes (left as
         # Transposes, a Concatenate with the embedding made that optimizer add Reshapes without end)
@@ -200,7 +207,7 @@ class MaskPlanner:
         g.set_shape(rows, [dims[1]])
 
         destination = make_op(g, "Where", make_op(g, "Cast", valid, to=TensorProto.BOOL), make_op(g, "Sub", upto, one),
-                         make_op(g, "Add", total, make_op(g, "Sub", time, upto)))
+                              make_op(g, "Add", total, make_op(g, "Sub", time, upto)))
         # destination is a permutation of each column: scattering the step numbers through it
         # lists, for each compacted position, the step that goes there
         source = g.make_node("ScatterElements", [destination, destination, make_op(g, "Expand", time, shape)],
@@ -237,7 +244,8 @@ def batch_major_rows(g, mask: str, batch_steps: str, batch: str) -> BatchMajorRo
     to the front, in order), row ``upto * B + (b - B)``. For a row with no valid step that is
     ``b - B``, a negative index that counts back from the end to the zero step of row b, which is
     also where a padded position reads zeros."""
-    upto = make_op(g, "CumSum", make_op(g, "Cast", mask, to=TensorProto.INT64), const(g, "axis1", np.array(1, np.int64)))
+    counted = make_op(g, "Cast", mask, to=TensorProto.INT64)
+    upto = make_op(g, "CumSum", counted, const(g, "axis1", np.array(1, np.int64)))
     minus_ones = make_op(g, "ConstantOfShape", batch_steps, value=numpy_helper.from_array(np.array([-1], np.int64)))
     zero_step = make_op(g, "CumSum", minus_ones, const(g, "axis0", np.array(0, np.int64)), reverse=1)  # b - B in row b
     carried = make_op(g, "Add", make_op(g, "Mul", upto, batch), zero_step)
@@ -247,10 +255,17 @@ def batch_major_rows(g, mask: str, batch_steps: str, batch: str) -> BatchMajorRo
     return BatchMajorRows(carried=carried, kept=kept)
 
 
+def first_steps(g, tensor: str, steps: str, axis: int) -> str:
+    """The first ``steps`` ([1] int32) entries of ``tensor`` along ``axis``."""
+    return make_op(g, "Slice", tensor, const(g, "step_zero", np.array([0], np.int32)), steps,
+                   const(g, "time_axis", np.array([axis], np.int32)))
+
+
 def _longest(g, lengths: str) -> str:
     """[1] int32: the longest of the [B] ``lengths``, at least 1 (a node over no step leaves its final
     states unwritten)."""
-    return make_op(g, "Max", make_op(g, "ReduceMax", lengths, keepdims=1), const(g, "one_step", np.array([1], np.int32)))
+    longest = make_op(g, "ReduceMax", lengths, keepdims=1)
+    return make_op(g, "Max", longest, const(g, "one_step", np.array([1], np.int32)))
 
 
 def _batch_and_steps(g, x_tm: str) -> str:
