@@ -14,7 +14,8 @@ listed here. The reader, the planner, the emitter and the plugin consult this mo
   :func:`shared_swaps_scrambled` tells the emitter to give each native node its own input;
   :func:`bidirectional_veto` tells the planner where a masked forward and backward layer cannot
   be one ``direction="bidirectional"`` node, :func:`bidirectional_slow` where it would be slower;
-  :func:`cut_to_longest` tells the planner to run the masked nodes only up to the longest row.
+  :func:`cut_to_longest` tells the planner to run the masked nodes only up to the longest row,
+  :func:`zeros_past_lengths` that a node's ``Y`` can stand in for the zero step the emitter appends.
 
 Measured with onnxruntime 1.31 and OpenVINO 2026.4 (tests/test_float64.py, tests/test_openvino.py
 and tests/test_schedule.py pin them).
@@ -50,9 +51,12 @@ class Runtime:
     # dimension static, as a per-step loop several times slower: the node's input is cut to the
     # batch's longest row (cut_to_longest), which also keeps its steps dynamic
     runs_every_step: bool = False
+    # its recurrent nodes write zeros past each row's sequence_lens (everywhere in a row of length 0), with
+    # dynamic shapes too, in both directions
+    writes_zeros_past_lengths: bool = False
 
 
-ONNXRUNTIME = Runtime("onnxruntime", "onnxruntime")
+ONNXRUNTIME = Runtime("onnxruntime", "onnxruntime", writes_zeros_past_lengths=True)
 OPENVINO = Runtime(
     "openvino", "OpenVINO", activations=("Sigmoid", "Tanh", "Relu"), default_mask_mode="any",
     activation_error="Unsupported activation function",
@@ -122,6 +126,16 @@ def cut_to_longest(target: Optional[str]) -> bool:
     Where a runtime runs every step of a node's input (:attr:`Runtime.runs_every_step`); a runtime
     that honours ``sequence_lens`` stops there by itself."""
     return any(entry.runs_every_step for entry in (RUNTIMES if target is None else (runtime(target),)))
+
+
+def zeros_past_lengths(target: Optional[str]) -> bool:
+    """Do a masked node's outputs past each row's length read as zeros for ``target`` (None: every
+    runtime)? Then the fix-ups read them there instead of a zero step appended to the node's ``Y``
+    (a copy of all of it); a model made so is wrong where a runtime writes other values there."""
+    return all(entry.writes_zeros_past_lengths for entry in (RUNTIMES if target is None else (runtime(target),)))
+
+
+ZEROS_VETO = "{title} writes other values than zeros there with dynamic shapes"
 
 
 def bidirectional_veto(op: str, target: Optional[str]) -> Optional[str]:
@@ -201,6 +215,11 @@ def not_for(layer, target: Optional[str], scheduled: bool, bidirectional: bool =
         found += [Veto(other, reason, f"convert with runtime={other!r}", " is one direction=bidirectional node")
                   for other in TARGETS if other != target and other not in {veto.runtime for veto in found}
                   and (reason := bidirectional_veto(layer.top.op, other))]
+    if layer.mask is not None and layer.writes_sequence and not scheduled and zeros_past_lengths(target):
+        found += [Veto(other, ZEROS_VETO.format(title=runtime(other).title), f"convert with runtime={other!r}",
+                       " reads the native node's zeros past each row's length")
+                  for other in TARGETS if other != target and other not in {veto.runtime for veto in found}
+                  and not runtime(other).writes_zeros_past_lengths]
     if scheduled:
         found += [Veto(other, note, "convert without schedule=True",
                        " has the length-aware schedule, exact on onnxruntime only") for other, note in NOT_FOR.items()]

@@ -5,9 +5,10 @@ is exact, equal to Keras at every position of every output, on onnxruntime and O
 * unmasked (what stock tf2onnx leaves a Loop: Keras 3's ``Bidirectional(GRU)``, ``Bidirectional(SimpleRNN)``,
   ``Bidirectional(LSTM(recurrent_activation="hard_sigmoid"))`` and tf_keras's ``GRU(reset_after=False)``,
   ``SimpleRNN``): one node for any runtime; what stock tf2onnx makes native stays as it made it;
-* masked, ``mask_mode="post"``: one node when converted for onnxruntime (exact on OpenVINO too for
-  LSTM and GRU, which name their ``activations``, only slower; OpenVINO ignores a bidirectional RNN
-  node's ``sequence_lens`` with dynamic shapes); for any runtime or OpenVINO, two forward nodes;
+* masked, ``mask_mode="post"``: one node when converted for onnxruntime (for a layer returning no
+  sequence, exact on OpenVINO too for LSTM and GRU, which name their ``activations``, only slower;
+  OpenVINO ignores a bidirectional RNN node's ``sequence_lens`` with dynamic shapes); for any runtime
+  or OpenVINO, two forward nodes;
 * every merge mode, ``return_sequences``, ``return_state`` (an LSTM's final cell state: the padding
   column in both directions), ``initial_state`` given to both halves (a row with no valid step keeps
   it), batches with a full row, an empty row, rows of different lengths, and padded steps holding NaN

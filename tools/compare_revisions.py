@@ -19,6 +19,10 @@ the same revision gives the schedule's cost over the plugin without it.
     .venv/bin/python tools/compare_revisions.py BASE [--models lstm bilstm gru] [--budget SECONDS]
                                                      [--schedule {base,current} ...]
                                                      [--runtime {onnxruntime,openvino}] [--mode {post,any}]
+                                                     [--target {onnxruntime,openvino}]
+
+``--target`` converts both sides for that runtime (``make_rewriter(mode, runtime=TARGET)``; default:
+for any runtime).
 """
 
 from __future__ import annotations
@@ -47,14 +51,17 @@ def parse_args(argv=None):
     parser.add_argument("--mode", choices=("post", "any"), default="post", help="the mask mode of both sides")
     parser.add_argument("--runtime", choices=("onnxruntime", "openvino"), default="onnxruntime",
                         help="the runtime the two sides are timed on (default onnxruntime)")
+    parser.add_argument("--target", choices=("onnxruntime", "openvino"),
+                        help="the runtime both sides are converted for (default: any runtime)")
     parser.add_argument("--convert", metavar="DIR", help=argparse.SUPPRESS)  # child: convert into DIR
     parser.add_argument("--tree", help=argparse.SUPPRESS)  # child: with the package of this tree
     return parser.parse_args(argv)
 
 
-def convert_into(folder: str, tree: str, models: list, scheduled: bool, mode: str = "post") -> None:
+def convert_into(folder: str, tree: str, models: list, scheduled: bool, mode: str = "post",
+                 target: str = None) -> None:
     """Child process: each model's conversion in ``mode`` by the masked_lstm_rewriter of ``tree``, with
-    the schedule if ``scheduled``."""
+    the schedule if ``scheduled`` (for onnxruntime), else for ``target`` (None: any runtime)."""
     import importlib
 
     import tensorflow as tf
@@ -69,7 +76,7 @@ def convert_into(folder: str, tree: str, models: list, scheduled: bool, mode: st
 
     spec = (tf.TensorSpec((None, None), tf.int32, name="tokens"),)
     # positional: a revision before runtime= (which had target=) takes it as well as today's
-    rewriter = mlr.make_rewriter(mode, *(("onnxruntime", True) if scheduled else ()))
+    rewriter = mlr.make_rewriter(mode, *(("onnxruntime", True) if scheduled else (target,)))
     for model in models:
         masked, _ = benchmark.build_pair(keras, model)
         with quiet_stderr(True):
@@ -81,10 +88,11 @@ def convert_into(folder: str, tree: str, models: list, scheduled: bool, mode: st
               f"{' (scheduled)' if scheduled else ''}", flush=True)
 
 
-def convert_with(tree: str, folder: str, models: list, scheduled: bool, mode: str) -> None:
+def convert_with(tree: str, folder: str, models: list, scheduled: bool, mode: str, target: str = None) -> None:
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="3")
     subprocess.run([sys.executable, os.path.abspath(__file__), "unused", "--convert", folder, "--tree", tree,
-                    "--mode", mode, "--models", *models] + (["--schedule", "current"] if scheduled else []),
+                    "--mode", mode, "--models", *models] + (["--schedule", "current"] if scheduled else [])
+                   + (["--target", target] if target else []),
                    env=env, check=True, cwd=folder)
 
 
@@ -128,7 +136,7 @@ def time_all(models: list, folders: dict, budget: float, runtime: str) -> None:
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.convert:
-        convert_into(args.convert, args.tree, args.models, "current" in args.schedule, args.mode)
+        convert_into(args.convert, args.tree, args.models, "current" in args.schedule, args.mode, args.target)
         return 0
     with tempfile.TemporaryDirectory(prefix="mlr-compare-") as tmp:
         base_tree = os.path.join(tmp, "base")
@@ -138,11 +146,12 @@ def main(argv=None) -> int:
             folders = {"base": os.path.join(tmp, "base-models"), "current": os.path.join(tmp, "current-models")}
             for side, tree in (("base", base_tree), ("current", ROOT)):
                 os.makedirs(folders[side])
-                convert_with(tree, folders[side], args.models, side in args.schedule, args.mode)
+                convert_with(tree, folders[side], args.models, side in args.schedule, args.mode, args.target)
             check_against_keras(args.models, folders)
             revision = subprocess.run(["git", "rev-parse", "--short", args.base], cwd=ROOT, check=True,
                                       capture_output=True, text=True).stdout.strip()
             scheduled = f"; scheduled: {' and '.join(args.schedule)}" if args.schedule else ""
+            scheduled += f"; converted for {args.target}" if args.target else ""
             print(f"base {args.base} ({revision}) against the working tree; \"{args.mode}\", T={STEPS}, {args.runtime}, 1 thread, "
                   f"{args.budget:g} s per cell{scheduled}")
             time_all(args.models, folders, args.budget, args.runtime)

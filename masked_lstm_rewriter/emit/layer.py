@@ -31,7 +31,8 @@ Then the fix-ups make every output Keras's at every position:
   step): ``Where(mask, Y, last_output)``;
 * with ``zero_output_for_mask`` (``Bidirectional``), or in reverse, masked steps are zeros;
 * the sequence Keras transposes to batch-major is also given as one ``Gather`` of ``Y`` with a
-  zero step appended, which replaces that ``Where`` and the transpose
+  zero step appended (or of ``Y`` alone, where the target's nodes write zeros past each row's
+  length), which replaces that ``Where`` and the transpose
   (:class:`..plan.masks.BatchMajorRows`; in "any", also the map back from the valid steps moved
   to the front, except for a reversed layer that carries its output);
 * a ``go_backwards`` layer returns its sequence in reversed time order; a ``Bidirectional``
@@ -201,7 +202,7 @@ def keras_outputs(g, layer: MaskedRecurrentLayer, out: NodeOutputs, masks: MaskT
         where = masks.reorder.output_map(layer.direction, layer.output_carried)
         mapped = _gather_steps(g, y_all, where.index, layer.top.hidden_size)
         in_time_order = g.make_node("Where", [where.keep, mapped, zero(g)]).output[0]
-        batch_major = _batch_major(g, out.y, _compacted_rows(layer, masks.batch_major), layer.top.hidden_size)
+        batch_major = _batch_major(g, out.y, masks, _compacted_rows(layer, masks.batch_major), layer.top.hidden_size)
         if layer.direction == "reverse":
             sequence = reverse_time(gb, in_time_order)
             last_output = last_output if layer.output_carried else time_step(gb, in_time_order, 0)
@@ -213,21 +214,21 @@ def keras_outputs(g, layer: MaskedRecurrentLayer, out: NodeOutputs, masks: MaskT
         # zeros (the carried output starts at zeros); its last step saw the row's first step.
         in_time_order = g.make_node("Where", [masks.mask_tm, y_all, zero(g)]).output[0]
         sequence = reverse_time(gb, in_time_order)
-        batch_major = _batch_major(g, out.y, masks.batch_major.kept,
+        batch_major = _batch_major(g, out.y, masks, masks.batch_major.kept,
                                    layer.top.hidden_size)  # of in_time_order
     elif out.carried:
         sequence = out.y
     elif layer.output_carried:
         # padded steps repeat the last output: the output at the last valid step, zeros if none
         sequence = g.make_node("Where", [masks.mask_tm, y_all, out.h_last_step]).output[0]
-        batch_major = _batch_major(g, out.y, masks.batch_major.carried, layer.top.hidden_size)
+        batch_major = _batch_major(g, out.y, masks, masks.batch_major.carried, layer.top.hidden_size)
     else:
         # masked steps output zeros (zero_output_for_mask)
         sequence = g.make_node("Where", [masks.mask_tm, y_all, zero(g)]).output[0]
         # the last step's output: a row valid there ran every step, so it is the node's last
         last_output = g.make_node("Where", [time_step(gb, masks.mask_tm, -1), time_step(gb, out.y, -1), zero(g)]
                                   ).output[0]
-        batch_major = _batch_major(g, out.y, masks.batch_major.kept, layer.top.hidden_size)
+        batch_major = _batch_major(g, out.y, masks, masks.batch_major.kept, layer.top.hidden_size)
     if layer.output_starts_from_state and not layer.top.zero_initial_state:
         sequence, last_output = _from_initial_state(g, layer.top, masks, sequence, last_output)
         batch_major = None
@@ -247,14 +248,16 @@ def _compacted_rows(layer: MaskedRecurrentLayer, rows: BatchMajorRows) -> Option
     return None if layer.output_carried else rows.kept
 
 
-def _batch_major(g, y: str, rows: Optional[str], hidden: int) -> Optional[str]:
+def _batch_major(g, y: str, masks: MaskTensors, rows: Optional[str], hidden: int) -> Optional[str]:
     """[B, T, H]: a sequence in Keras's batch-major layout, by one Gather of ``y`` [T, B, H] with a
-    zero step appended, at ``rows`` (from :class:`..plan.masks.BatchMajorRows`; None: no rows show
-    it, then None). The time-major form stays for other readers (the one nothing reads is removed)."""
+    zero step appended (``y`` itself where it is zeros past each row's length), at ``rows`` (from
+    :class:`..plan.masks.BatchMajorRows`; None: no rows show it, then None). The time-major form
+    stays for other readers (the one nothing reads is removed)."""
     if rows is None:
         return None
-    padded = g.make_node("Pad", [y, const(g, "pads", np.array([0, 0, 0, 1, 0, 0], np.int64))]).output[0]
-    sequence = _gather_steps(g, padded, rows, hidden)
+    if not masks.zeros_past_lengths:
+        y = g.make_node("Pad", [y, const(g, "pads", np.array([0, 0, 0, 1, 0, 0], np.int64))]).output[0]
+    sequence = _gather_steps(g, y, rows, hidden)
     if g.get_shape(rows):
         g.set_shape(sequence, g.get_shape(rows) + [hidden])
     return sequence

@@ -74,7 +74,9 @@ class Reorder:
 class BatchMajorRows:
     """For each position (b, t) of a batch-major [B, T] output, post-padded rows only: the row of the
     node's ``Y`` with one zero step appended ([T + 1, B, H] as [(T + 1) * B, H]) that Keras shows
-    there (:func:`batch_major_rows`)."""
+    there (:func:`batch_major_rows`). Where the node writes zeros past each row's length
+    (:attr:`MaskTensors.zeros_past_lengths`), the same indices read ``Y`` [T * B, H] itself: the
+    zero step of row b is then its last step, padding in any row with a padded position."""
 
     carried: str   # [B, T] int64: the last valid step up to t; the zero step for a row with none
     kept: str      # [B, T] int64: step t where it is valid; the zero step elsewhere
@@ -104,18 +106,22 @@ class MaskTensors:
                                                   # by the planner; a default only for the fields' order)
     batch: str = ""              # [1] int64, B, read where no recurrent node's input is (emit.node.zero_h)
     longest: str = ""            # [1] int32, the steps the nodes run: the longest row's, at least 1 ("": every step)
+    zeros_past_lengths: bool = False  # the nodes' Y is zeros past each row's length (no cut, no schedule, and
+                                      # the target's nodes write zeros there: targets.zeros_past_lengths)
 
 
 class MaskPlanner:
     """Emits, once per mask tensor, what the layers using it need."""
 
-    def __init__(self, graph, mask_mode: str = "post", schedule: bool = False, cut: bool = False):
+    def __init__(self, graph, mask_mode: str = "post", schedule: bool = False, cut: bool = False,
+                 zeros: bool = False):
         if mask_mode not in MASK_MODES:
             raise ValueError(f"mask_mode must be one of {MASK_MODES}, not {mask_mode!r}")
         self.graph = graph
         self.mask_mode = mask_mode
         self.schedule = schedule  # emit the length-aware schedule's plan (schedule.py)
         self.cut = cut            # run the nodes only up to the longest row (targets.cut_to_longest)
+        self.zeros = zeros        # the nodes write zeros past each row's length (targets.zeros_past_lengths)
         self._cache = {}
 
     def tensors_for(self, mask: str, post_padded: bool, x_tm: str) -> MaskTensors:
@@ -157,7 +163,8 @@ class MaskPlanner:
                            last_step=make_op(g, "Sub", lengths_col, const(g, "one_i32", np.array(1, np.int32))),
                            has_steps=make_op(g, "Greater", lengths_col, const(g, "zero_i32", np.array(0, np.int32))),
                            mask_tm=mask_tm, valid_steps=valid_steps, reorder=reorder,
-                           batch_major=batch_major_rows(g, mask, batch_steps, batch), batch=batch, longest=longest)
+                           batch_major=batch_major_rows(g, mask, batch_steps, batch), batch=batch, longest=longest,
+                           zeros_past_lengths=self.zeros and not longest and segments is None)
 
     def _guard_post_padded(self, counts: str, lengths: str) -> str:
         """``lengths`` routed through a Split that fails unless every row is post-padded.

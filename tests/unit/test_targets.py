@@ -25,6 +25,7 @@ class Cell:
 class Layer:
     cells: tuple = (Cell(),)
     mask: str = "mask"
+    writes_sequence: bool = False
 
 
 def test_the_targets_are_the_entries():
@@ -104,3 +105,22 @@ def test_the_corpus_checker_expects_a_refusal_where_the_entry_says_so(tmp_path):
 def test_nodes_run_up_to_the_longest_row_where_a_runtime_runs_every_step():
     assert targets.cut_to_longest("openvino") and targets.cut_to_longest(None)
     assert not targets.cut_to_longest("onnxruntime")
+
+
+def test_outputs_past_the_lengths_are_read_as_zeros_only_where_every_runtime_writes_them():
+    assert targets.zeros_past_lengths("onnxruntime")
+    assert not targets.zeros_past_lengths("openvino") and not targets.zeros_past_lengths(None)
+
+
+def test_a_sequence_read_from_the_zeros_past_the_lengths_is_not_for_openvino():
+    sequence = Layer(writes_sequence=True)
+    vetoes = targets.not_for(sequence, "onnxruntime", scheduled=False)
+    assert [(v.runtime, v.remedy) for v in vetoes] == [("openvino", "convert with runtime='openvino'")]
+    assert vetoes[0].reason == "OpenVINO writes other values than zeros there with dynamic shapes"
+    assert targets.not_for(sequence, None, scheduled=False) == []
+    assert targets.not_for(sequence, "openvino", scheduled=False) == []
+    assert targets.not_for(Layer(), "onnxruntime", scheduled=False) == []  # the last output reads no zeros
+    assert targets.not_for(Layer(mask=None, writes_sequence=True), "onnxruntime", scheduled=False) == []
+    # the schedule gathers its own outputs: its veto is the one
+    assert [v.remedy for v in targets.not_for(sequence, "onnxruntime", scheduled=True)] == [
+        "convert without schedule=True"]
