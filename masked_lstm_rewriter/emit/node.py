@@ -138,7 +138,8 @@ def directions_node(g, cells: tuple, x: str, lengths: str, name: str, padding_co
 def zero_h(g, batch: str, directions: int, hidden: int) -> str:
     """[D, B, H] zeros, B read off ``batch`` ([1] int64). Without an initial h, OpenVINO makes the zeros
     from the shape of the node's input, and so keeps the transposes in front of the node that it
-    otherwise folds into its own layout (about 2% of a masked LSTM at batch 32)."""
+    otherwise folds into its own layout (about 2% of a masked LSTM at batch 32): the planner gives
+    ``batch`` where a target may be OpenVINO (:func:`..targets.explicit_zero_state`)."""
     shape = make_op(g, "Concat", int64_const(g, "directions", [directions]), batch, int64_const(g, "hidden", [hidden]),
                     axis=0)
     return make_op(g, "ConstantOfShape", shape, value=numpy_helper.from_array(np.zeros(1, np.float32)))

@@ -70,7 +70,7 @@ def rewrite_graph(graph, ops, sources, mask_mode: str, target, schedule: bool = 
 def rewrite_layers(graph, layers, mask_mode: str, target, schedule: bool = False, connect=rewire) -> None:
     """Plan and emit each layer read (``connect``: how the source's consumers are pointed at the results)."""
     planner = MaskPlanner(graph, mask_mode, schedule, cut=targets.cut_to_longest(target),
-                          zeros=targets.zeros_past_lengths(target))
+                          zeros=targets.zeros_past_lengths(target), zero_state=targets.explicit_zero_state(target))
     masks = BatchMasks(graph, layers)
     for planned in pair_directions(layers, mask_mode, target, schedule):
         if isinstance(planned, DirectionPair) and _rewrite_pair(graph, planned, planner, masks, target, connect,

@@ -104,7 +104,8 @@ class MaskTensors:
     segments: Optional[SegmentPlan] = None  # the length-ordered schedule (None: a static batch too small)
     batch_major: Optional[BatchMajorRows] = None  # the rows of a batch-major sequence in the node layout (always set
                                                   # by the planner; a default only for the fields' order)
-    batch: str = ""              # [1] int64, B, read where no recurrent node's input is (emit.node.zero_h)
+    batch: str = ""              # [1] int64, B, read where no recurrent node's input is, for the nodes' zero
+                                 # initial h (emit.node.zero_h; "": none, the op's default)
     longest: str = ""            # [1] int32, the steps the nodes run: the longest row's, at least 1 ("": every step)
     zeros_past_lengths: bool = False  # the nodes' Y is zeros past each row's length (no cut, no schedule, and
                                       # the target's nodes write zeros there: targets.zeros_past_lengths)
@@ -114,7 +115,7 @@ class MaskPlanner:
     """Emits, once per mask tensor, what the layers using it need."""
 
     def __init__(self, graph, mask_mode: str = "post", schedule: bool = False, cut: bool = False,
-                 zeros: bool = False):
+                 zeros: bool = False, zero_state: bool = True):
         if mask_mode not in MASK_MODES:
             raise ValueError(f"mask_mode must be one of {MASK_MODES}, not {mask_mode!r}")
         self.graph = graph
@@ -122,6 +123,7 @@ class MaskPlanner:
         self.schedule = schedule  # emit the length-aware schedule's plan (schedule.py)
         self.cut = cut            # run the nodes only up to the longest row (targets.cut_to_longest)
         self.zeros = zeros        # the nodes write zeros past each row's length (targets.zeros_past_lengths)
+        self.zero_state = zero_state  # give the nodes their zero initial h (targets.explicit_zero_state)
         self._cache = {}
 
     def tensors_for(self, mask: str, post_padded: bool, x_tm: str) -> MaskTensors:
@@ -163,7 +165,8 @@ class MaskPlanner:
                            last_step=make_op(g, "Sub", lengths_col, const(g, "one_i32", np.array(1, np.int32))),
                            has_steps=make_op(g, "Greater", lengths_col, const(g, "zero_i32", np.array(0, np.int32))),
                            mask_tm=mask_tm, valid_steps=valid_steps, reorder=reorder,
-                           batch_major=batch_major_rows(g, mask, batch_steps, batch), batch=batch, longest=longest,
+                           batch_major=batch_major_rows(g, mask, batch_steps, batch),
+                           batch=batch if self.zero_state else "", longest=longest,
                            zeros_past_lengths=self.zeros and not longest and segments is None)
 
     def _guard_post_padded(self, counts: str, lengths: str) -> str:

@@ -149,3 +149,16 @@ def test_the_node_runs_up_to_the_longest_row_where_a_runtime_would_run_every_ste
         assert longest.op_type == "Max" and G.producers(converted.model)[longest.input[0]].op_type == "ReduceMax"
     for mask in (G.POST_PADDED, SHORT_ROWS, np.zeros_like(SHORT_ROWS)):
         G.assert_matches_reference(spec, converted, weights, mask)
+
+
+@pytest.mark.parametrize("runtime, given", [(None, True), ("openvino", True), ("onnxruntime", False)])
+def test_the_zero_initial_state_is_given_where_openvino_may_run_the_node(runtime, given):
+    """OpenVINO folds the transposes around a node only when its initial h is given: zeros made from
+    the batch size. Elsewhere the op's default zeros cost no node. Same outputs either way."""
+    spec = G.Loop("GRU", reset_after=True)
+    converted, weights = G.convert_loop(spec, "post", runtime=runtime)
+    (node,) = converted.native_nodes()
+    initial_h = node.input[5] if len(node.input) > 5 else ""
+    assert (initial_h != "" and G.producers(converted.model)[initial_h].op_type == "ConstantOfShape") is given
+    for mask in (G.POST_PADDED, SHORT_ROWS, np.zeros_like(SHORT_ROWS)):
+        G.assert_matches_reference(spec, converted, weights, mask)

@@ -112,6 +112,11 @@ def test_outputs_past_the_lengths_are_read_as_zeros_only_where_every_runtime_wri
     assert not targets.zeros_past_lengths("openvino") and not targets.zeros_past_lengths(None)
 
 
+def test_a_zero_initial_state_is_explicit_only_where_a_runtime_folds_transposes_then():
+    assert targets.explicit_zero_state("openvino") and targets.explicit_zero_state(None)
+    assert not targets.explicit_zero_state("onnxruntime")
+
+
 def test_a_sequence_read_from_the_zeros_past_the_lengths_is_not_for_openvino():
     sequence = Layer(writes_sequence=True)
     vetoes = targets.not_for(sequence, "onnxruntime", scheduled=False)
