@@ -17,12 +17,15 @@ each converted (opset 15) four ways:
              printed with the conversions and written to conversion.csv (unmasked_op)
   no-guard   (headline rows only) the "post" model with the guard's Split bypassed, as in
              tools/guard_cost.py
+  floor      (headline rows only; LSTM and GRU) the unmasked model plus the fewest nodes that make it
+             exact on every runtime (tools/benchmark_floor.py): what masking cannot do without
   ov-post    (headline rows only) the "post" model on OpenVINO (CPU, f32, as many inference
              threads as onnxruntime's), compiled with the model's dynamic shapes
   ov-loop    (headline rows only) stock tf2onnx's Loop on OpenVINO, where OpenVINO compiles it
   ov-unmasked (headline rows only) the unmasked model on OpenVINO, the limit there
   ov-static  (headline rows only) the "post" model on OpenVINO compiled with static shapes, those of
              the cell's batch (model.reshape before compile_model, as users do for speed)
+  ov-floor   (headline rows only) the floor on OpenVINO, dynamic shapes
   int8       (headline rows only) the "post" model quantized (mlr.quantize_model, as
              quantize="int8" does) on onnxruntime, for the models it quantizes something in (not
              the GRU model: onnxruntime has no int8 GRU), checked against Keras within verify's
@@ -104,6 +107,7 @@ import time
 
 from toolutil import import_stack, op_counts, quiet_stderr  # tools/ is on sys.path when run as a script
 import benchmark_alternatives as alternatives  # pylint: disable=wrong-import-order  (beside this file)
+from benchmark_floor import floor_model  # pylint: disable=wrong-import-order  (beside this file)
 from masked_lstm_rewriter import flavours  # pylint: disable=wrong-import-order  (toolutil puts the checkout first)
 from masked_lstm_rewriter.corpus.ops import without_guard  # pylint: disable=wrong-import-order
 from masked_lstm_rewriter.sessions import onnxruntime_session, openvino_compiled  # pylint: disable=wrong-import-order
@@ -118,12 +122,15 @@ NATIVE_OPS = {"lstm": "LSTM", "bilstm": "LSTM", "gru": "GRU"}  # the Keras layer
 VARIANTS = ("loop", "post", "any", "unmasked", "sched")
 # OpenVINO (headline rows): the plugin's "post" model and stock tf2onnx's Loop, compiled with the
 # models' own dynamic shapes, as a user loading the file does
-OPENVINO_VARIANTS = {"ov-post": "post", "ov-loop": "loop", "ov-unmasked": "unmasked", "ov-static": "post"}
+OPENVINO_VARIANTS = {"ov-post": "post", "ov-loop": "loop", "ov-unmasked": "unmasked", "ov-static": "post",
+                     "ov-floor": "floor"}
 OPENVINO_STATIC = ("ov-static",)  # compiled with the shapes of the batch they run
 QUANTIZED = "int8"  # the "post" model quantized (headline rows only)
-HEADLINE_VARIANTS = VARIANTS + ("no-guard", QUANTIZED) + tuple(OPENVINO_VARIANTS)
+FLOOR = "floor"  # the unmasked model plus the fewest nodes exactness needs (headline rows only)
+HEADLINE_VARIANTS = VARIANTS + ("no-guard", FLOOR, QUANTIZED) + tuple(OPENVINO_VARIANTS)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FULL_ROWS_GOAL = {1: 1.03, 32: 1.02}  # onnxruntime, every row full: the plugin's time over the unmasked op's
+FLOOR_GOAL = 1.02  # every row full: the plugin's time over the floor's (noise apart, on it)
 SETTLE_BELOW = 0.010  # seconds: a shorter run is timed after an untimed one of the same model (time_cell)
 
 # (name, numerator, denominator): the ratios reported for every cell
@@ -131,6 +138,8 @@ RATIOS = (("loop_over_post", "loop", "post"), ("post_over_unmasked", "post", "un
           ("any_over_post", "any", "post"), ("post_over_noguard", "post", "no-guard"),
           ("ovpost_over_post", "ov-post", "post"), ("ovloop_over_ovpost", "ov-loop", "ov-post"),
           ("ovpost_over_ovunmasked", "ov-post", "ov-unmasked"), ("ovstatic_over_ovpost", "ov-static", "ov-post"),
+          ("post_over_floor", "post", FLOOR), ("floor_over_unmasked", FLOOR, "unmasked"),
+          ("ovpost_over_ovfloor", "ov-post", "ov-floor"), ("ovfloor_over_ovunmasked", "ov-floor", "ov-unmasked"),
           ("loop_over_sched", "loop", "sched"), ("unmasked_over_sched", "unmasked", "sched"),
           ("sched_over_post", "sched", "post"), ("post_over_int8", "post", QUANTIZED),
           # the routes a user could take instead (tools/benchmark_alternatives.py)
@@ -565,6 +574,8 @@ def check_openvino_numerics(np, keras_models: dict, protos: dict, shapes: list, 
     compiled = set()
     for model, (masked, unmasked) in keras_models.items():
         for variant, source in OPENVINO_VARIANTS.items():
+            if (model, source) not in protos:  # no floor for this model
+                continue
             try:
                 net = None if variant in OPENVINO_STATIC else openvino_compiled(protos[(model, source)], threads=1)
             except Exception as error:  # noqa: BLE001  pylint: disable=broad-except
@@ -604,21 +615,71 @@ def quantized_models(np, mlr, keras_models: dict, protos: dict, shapes: list, wo
             report(f"  {MODEL_NAMES[model]:<13} int8: nothing to quantize (onnxruntime has no int8 "
                    f"{NATIVE_OPS[model]}): no int8 variant")
             continue
-        session, tolerance = onnxruntime_session(proto), choose(proto, None)
-        for batch, steps, fill in shapes:
-            tokens = shape_tokens(batch, steps, fill)
-            want = np.asarray(masked(tokens, training=False))
-            got = session.run(None, {"tokens": tokens})[0]
-            diff = float(np.max(np.abs(got - want))) if got.shape == want.shape else float("inf")
-            worst[(model, QUANTIZED)] = max(worst.get((model, QUANTIZED), 0.0), diff)
-            worst[(model, QUANTIZED, batch, steps, fill)] = diff
-            if not diff <= tolerance.allowed(want):
-                fail(f"{model}/{QUANTIZED} differs from Keras by {diff:.3g} (> {tolerance}) at batch {batch}, "
-                     f"T={steps}, fill {fill}")
+        tolerance = choose(proto, None)
+        check_masked(np, onnxruntime_session(proto), masked, shapes, worst, (model, QUANTIZED), tolerance.allowed,
+                     str(tolerance))
         quantized[model] = proto
         report(f"  {MODEL_NAMES[model]:<13} int8 ({describe(proto)}), {len(shapes)} headline and distribution "
                f"shapes: {worst[(model, QUANTIZED)]:.2g} (tolerance {tolerance})")
     return quantized
+
+
+def check_masked(np, session, masked, shapes: list, worst: dict, key: tuple, allowed, limit: str) -> None:
+    """Runs ``session`` on each shape against the masked Keras model: records the largest difference
+    under ``worst[key]`` (``key``: (model, variant)) and per shape; fails beyond ``allowed(Keras's
+    output)`` (``limit`` says it)."""
+    for batch, steps, fill in shapes:
+        tokens = shape_tokens(batch, steps, fill)
+        want = np.asarray(masked(tokens, training=False))
+        got = session.run(None, {"tokens": tokens})[0]
+        diff = float(np.max(np.abs(got - want))) if got.shape == want.shape else float("inf")
+        worst[key] = max(worst.get(key, 0.0), diff)
+        worst[key + (batch, steps, fill)] = diff
+        if not diff <= allowed(want):
+            fail(f"{'/'.join(key)} differs from Keras by {diff:.3g} (> {limit}) at batch {batch}, T={steps}, "
+                 f"fill {fill}")
+
+
+def floor_models(np, keras_models: dict, protos: dict, shapes: list, worst: dict, report: Report) -> dict:
+    """(model, FLOOR) -> the floor of each model that has one (tools/benchmark_floor.py), each checked
+    against Keras on ``shapes`` on onnxruntime (OpenVINO: check_openvino_numerics)."""
+    floors = {}
+    for model, (masked, _) in keras_models.items():
+        try:
+            proto = floor_model(protos[(model, "unmasked")])
+        except ValueError as error:
+            report(f"  {MODEL_NAMES[model]:<13} no floor variant ({error})")
+            continue
+        check_masked(np, onnxruntime_session(proto), masked, shapes, worst, (model, FLOOR), lambda _: TOLERANCE,
+                     f"{TOLERANCE:g}")
+        floors[(model, FLOOR)] = proto
+        report(f"  {MODEL_NAMES[model]:<13} floor ({len(proto.graph.node)} nodes; unmasked "
+               f"{len(protos[(model, 'unmasked')].graph.node)}, post {len(protos[(model, 'post')].graph.node)}), "
+               f"{len(shapes)} headline and distribution shapes: {worst[(model, FLOOR)]:.2g}")
+    return floors
+
+
+def report_floor(ratio_rows: list, report: Report):
+    """The floor against the unmasked op and the plugin's model, full rows, on both runtimes."""
+    rows = sorted((r for r in ratio_rows if r["set"] == "headline" and r["fill"] == 1.0 and r["floor_ms"] != ""),
+                  key=lambda r: (MODELS.index(r["model"]), r["batch"]))
+    if not rows:
+        return
+    report("the floor: the unmasked model plus the fewest nodes exactness needs (tools/benchmark_floor.py), "
+           "full rows, 1 thread, medians in ms")
+    report(f"  {'model':<13} {'batch':>5} {'unmasked':>8} {'floor':>7} {'post':>7} {'floor/unm.':>17} "
+           f"{'post/floor':>17} {'OV unm.':>7} {'OV floor':>8} {'OV post':>7} {'OV floor/unm.':>17} "
+           f"{'OV post/floor':>17}")
+    for row in rows:
+        def ratio(key, row=row):
+            return f"{row[key]:.3f} [{row[key + '_p10']:.2f}-{row[key + '_p90']:.2f}]" if row[key] != "" else "-"
+
+        def ms(key, width, row=row):
+            return f"{row[key]:>{width}.3f}" if row[key] != "" else f"{'-':>{width}}"
+        report(f"  {MODEL_NAMES[row['model']]:<13} {row['batch']:>5} {ms('unmasked_ms', 8)} {ms('floor_ms', 7)} "
+               f"{ms('post_ms', 7)} {ratio('floor_over_unmasked'):>17} {ratio('post_over_floor'):>17} "
+               f"{ms('ovunmasked_ms', 7)} {ms('ovfloor_ms', 8)} {ms('ovpost_ms', 7)} "
+               f"{ratio('ovfloor_over_ovunmasked'):>17} {ratio('ovpost_over_ovfloor'):>17}")
 
 
 def report_quantized(ratio_rows: list, worst: dict, report: Report):
@@ -903,6 +964,11 @@ def evaluate_targets(ratio_rows: list, settings: dict, report: Report):
                 line(row["ovpost_over_ovunmasked"] <= 1.05,
                      f"{tag}batch {row['batch']}, T={steps}, 1 thread, fill 1.0, OpenVINO: plugin vs unmasked "
                      f"{pct(row['ovpost_over_ovunmasked'])} {spread(row, 'ovpost_over_ovunmasked')} (target within +5%)")
+            for key, runtime in (("post_over_floor", ""), ("ovpost_over_ovfloor", ", OpenVINO")):
+                if row[key] != "":
+                    line(row[key] <= FLOOR_GOAL,
+                         f"{tag}batch {row['batch']}, T={steps}, 1 thread, fill 1.0{runtime}: plugin vs the floor "
+                         f"{pct(row[key])} {spread(row, key)} (target: on it, within {pct(FLOOR_GOAL)})")
         for row in sorted((r for r in head if r["fill"] == 0.5), key=lambda r: r["batch"]):
             line(row["post_over_unmasked"] < 1.0,
                  f"{tag}batch {row['batch']}, T={steps}, 1 thread, fill 0.5: plugin vs unmasked "
@@ -1041,7 +1107,9 @@ def main(argv=None) -> int:
     report(f"numerics: every model on every shape vs Keras, tolerance {TOLERANCE:g}:")
     with quiet_stderr(quiet):
         worst = check_numerics(np, keras_models, protos, head_shapes + dist_shapes + grid_shapes, report)
-        openvino_models = check_openvino_numerics(np, keras_models, protos, head_shapes + dist_shapes, worst, report)
+        floors = floor_models(np, keras_models, protos, head_shapes + dist_shapes, worst, report)
+        openvino_models = check_openvino_numerics(np, keras_models, {**protos, **floors}, head_shapes + dist_shapes,
+                                                  worst, report)
         int8_models = quantized_models(np, mlr, keras_models, protos, head_shapes + dist_shapes, worst, report)
     report()
 
@@ -1062,6 +1130,9 @@ def main(argv=None) -> int:
                     onnx.save(bare, onnx_files[model]["no-guard"])
                 else:
                     report(f"note: {model}: the plugin's model has no guard node; no no-guard variant")
+        for (model, variant), proto in floors.items():
+            onnx_files[model][variant] = os.path.join(tmp, f"{model}-{variant}.onnx")
+            onnx.save(proto, onnx_files[model][variant])
         for (model, variant) in openvino_models:
             onnx_files[model][variant] = onnx_files[model][OPENVINO_VARIANTS[variant]]
         for model, proto in int8_models.items():
@@ -1127,6 +1198,8 @@ def main(argv=None) -> int:
                f"{row['rounds']:>6}")
     report("  unmasked: the same weights without a mask, converted with the plugin: "
            + "; ".join(f"{MODEL_NAMES[m]} {references[m]}" for m in args.models))
+    report()
+    report_floor(ratio_rows, report)
     report()
     report_quantized(ratio_rows, worst, report)
     report()
