@@ -40,7 +40,7 @@ def pair_directions(layers, mask_mode: str, target, schedule: bool = False) -> l
     attributes (a GRU's ``linear_before_reset``), both start from zeros or both from given states, and
     stream no state; and where the node must name its activations (:func:`names_activations`), no
     runtime of ``target`` runs that node slower than two (:func:`..targets.bidirectional_slow`:
-    OpenVINO's LSTM and GRU). Masked, also:
+    OpenVINO's LSTM and GRU; masked, onnxruntime's too). Masked, also:
 
     * each row's valid steps stay in place and in order, so that ``sequence_lens`` describes them:
       ``mask_mode="post"``, or a mask post-padded by construction (``"any"`` moves them: not paired);
@@ -71,7 +71,8 @@ def _qualify(one: MaskedRecurrentLayer, other: MaskedRecurrentLayer, mask_mode: 
             or one.top.streamed_states or other.top.streamed_states:
         return False
     if names_activations((one.top, other.top), masked=one.mask is not None) and \
-            targets.bidirectional_slow(one.top.op, target, [activation.name for activation in one.top.activations]):
+            targets.bidirectional_slow(one.top.op, target, [activation.name for activation in one.top.activations],
+                                       masked=one.mask is not None):
         return False
     if one.mask is None:
         return True

@@ -33,6 +33,8 @@ and ``_onnx_files.OnnxFile`` (a Loop in an ONNX file: the file itself on onnxrun
 from __future__ import annotations
 
 import collections
+import contextlib
+import dataclasses
 import os
 import re
 
@@ -40,10 +42,26 @@ import numpy as np
 import pytest
 
 import masked_lstm_rewriter as mlr
+from masked_lstm_rewriter import targets
 from masked_lstm_rewriter.sessions import onnxruntime_session, openvino_compiled
 
 NATIVE_OPS = ("LSTM", "GRU", "RNN")
 NOT_POST_LAYOUTS = ("pre", "holes")  # the mask layouts of "any" besides "post"
+
+
+# onnxruntime as an entry that runs a masked bidirectional LSTM or GRU node no slower than two forward
+# nodes (the real one does not): what keeps the emitter's code for such a node checked
+FAST = dataclasses.replace(targets.ONNXRUNTIME, bidirectional_slow_masked=())
+
+
+@contextlib.contextmanager
+def fast_bidirectional(fast: bool = True):
+    """Within: conversions for onnxruntime see :data:`FAST` (``fast``)."""
+    with pytest.MonkeyPatch.context() as patch:
+        if fast:
+            by_name = targets._BY_NAME  # pylint: disable=protected-access
+            patch.setattr(targets, "_BY_NAME", {**by_name, "onnxruntime": FAST})
+        yield
 
 
 def op_counts(model) -> collections.Counter:

@@ -16,7 +16,8 @@ from onnx import helper, numpy_helper
 
 import masked_lstm_rewriter as mlr
 from masked_lstm_rewriter.onnx_file import model_io
-from _harness import assert_same_outputs, available_runtimes, check_refuses, check_rewrites, native_nodes, run
+from _harness import (assert_same_outputs, available_runtimes, check_refuses, check_rewrites, fast_bidirectional,
+                      native_nodes, run)
 from _onnx_files import (DATA, JAX_FILES, NATIVE_OPS, ONNXSIM_FILES, TF2ONNX_116_FILES, TF2ONNX_FILES, OnnxFile,
                          feeds_for, name_of, op_counts)
 
@@ -37,15 +38,25 @@ def _file_id(path: str) -> str:
 @pytest.mark.parametrize("path", TF2ONNX_FILES + TF2ONNX_116_FILES + ONNXSIM_FILES, ids=_file_id)
 def test_stock_tf2onnx_files_become_native(path, mode):
     """Files of stock tf2onnx 1.17 and 1.16, and of 1.17 after onnx-simplifier (which folds static shapes
-    into constants, a Bidirectional's reversal lengths among them). Rewritten for onnxruntime, a
-    Bidirectional's two Loops are one bidirectional node in "post", two forward nodes in "any"; for
-    any runtime, two forward nodes (OpenVINO runs a masked bidirectional LSTM node slower than two)."""
+    into constants, a Bidirectional's reversal lengths among them). Rewritten for an onnxruntime that
+    runs a masked bidirectional LSTM node no slower than two (``FAST``), a Bidirectional's two Loops are
+    one bidirectional node in "post", two forward nodes in "any"; for any runtime, two forward nodes
+    (OpenVINO runs a masked bidirectional LSTM node slower than two)."""
     original = onnx.load(path)
     runtime = "onnxruntime" if mode == "post" else None
-    model, _ = check_rewrites(OnnxFile(original, runtime), mode)
+    with fast_bidirectional(runtime is not None):
+        model, _ = check_rewrites(OnnxFile(original, runtime), mode)
     directions = [next(a.s for a in node.attribute if a.name == "direction") for node in native_nodes(model)]
     assert sum(2 if d == b"bidirectional" else 1 for d in directions) == STACKED.get(name_of(path), _loops(original))
     assert (b"bidirectional" in directions) == (runtime is not None and "_bi" in name_of(path)), directions
+
+
+def test_a_bidirectional_lstm_file_for_onnxruntime_is_two_forward_nodes():
+    """onnxruntime runs a masked bidirectional LSTM node slower than two forward nodes at batch 32 and more."""
+    path = next(p for p in TF2ONNX_FILES if "_bilstm" in name_of(p))
+    model, _ = check_rewrites(OnnxFile(onnx.load(path), "onnxruntime"), "post")
+    assert [next(a.s for a in node.attribute if a.name == "direction") for node in native_nodes(model)] == [
+        b"forward", b"forward"]
 
 
 @pytest.mark.parametrize("mode", ["post", "any"])
