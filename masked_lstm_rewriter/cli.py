@@ -74,7 +74,8 @@ plugin options:
                         Default: ${MASK_MODE_ENV}, else "any" for --runtime openvino, else post
   --runtime onnxruntime|openvino
                         the runtime the model is for (default: any runtime). openvino keeps as
-                        Loops the layers OpenVINO cannot run natively. Default:
+                        Loops the layers OpenVINO cannot run natively; a model for one runtime
+                        may not run exactly on the other, as the log then says. Default:
                         ${RUNTIME_ENV}
   --schedule            length-aware schedule for long-tailed batches (needs --runtime onnxruntime)
   --streaming           each recurrent layer's states as inputs and outputs (<layer>/h_in ...
@@ -409,7 +410,9 @@ def _rewrite_parser() -> argparse.ArgumentParser:
     parser.add_argument("--mask-mode", choices=MASK_MODES, default=os.environ.get(MASK_MODE_ENV, "").strip() or None,
                         help="post: masks padded at the end, checked at run time; any: exact for every mask "
                              f"(default: ${MASK_MODE_ENV}, else \"any\" for --runtime openvino, else post)")
-    parser.add_argument("--runtime", choices=RUNTIMES, help="the runtime the model is for (default: any runtime)")
+    parser.add_argument("--runtime", choices=RUNTIMES,
+                        help="the runtime the model is for (default: any runtime); the log says what another "
+                             "runtime would need")
     parser.add_argument("--schedule", action="store_true",
                         help="length-aware schedule for long-tailed batches (needs --runtime onnxruntime)")
     parser.add_argument("--streaming", action="store_true",

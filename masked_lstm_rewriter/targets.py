@@ -111,6 +111,11 @@ def runtime(name: str) -> Runtime:
     return _BY_NAME[name]
 
 
+def _entries(target: Optional[str]) -> tuple:
+    """The entries a model for ``target`` must run exactly on: every runtime for None."""
+    return RUNTIMES if target is None else (runtime(target),)
+
+
 def check_runtime(runtime: Optional[str], keyword: str = "runtime") -> None:
     """A ``ValueError`` unless ``runtime`` is None (any runtime) or one of :data:`TARGETS`; it names
     ``keyword``, the argument as the caller gave it."""
@@ -135,21 +140,21 @@ def cut_to_longest(target: Optional[str]) -> bool:
     """Does a masked node run only up to the batch's longest row for ``target`` (None: every runtime)?
     Where a runtime runs every step of a node's input (:attr:`Runtime.runs_every_step`); a runtime
     that honours ``sequence_lens`` stops there by itself."""
-    return any(entry.runs_every_step for entry in (RUNTIMES if target is None else (runtime(target),)))
+    return any(entry.runs_every_step for entry in _entries(target))
 
 
 def zeros_past_lengths(target: Optional[str]) -> bool:
     """Do a masked node's outputs past each row's length read as zeros for ``target`` (None: every
     runtime)? Then the fix-ups read them there instead of a zero step appended to the node's ``Y``
     (a copy of all of it); a model made so is wrong where a runtime writes other values there."""
-    return all(entry.writes_zeros_past_lengths for entry in (RUNTIMES if target is None else (runtime(target),)))
+    return all(entry.writes_zeros_past_lengths for entry in _entries(target))
 
 
 def explicit_zero_state(target: Optional[str]) -> bool:
     """Is a masked node starting from zeros given them as its initial h (made from the batch size) for
     ``target`` (None: every runtime)? Where a runtime folds the transposes around the node only then
     (about 2% of a masked LSTM at batch 32 on OpenVINO); elsewhere the op's default zeros cost no node."""
-    return any(entry.folds_transposes_given_initial_h for entry in (RUNTIMES if target is None else (runtime(target),)))
+    return any(entry.folds_transposes_given_initial_h for entry in _entries(target))
 
 
 ZEROS_VETO = "{title} writes other values than zeros there with dynamic shapes"
@@ -159,7 +164,7 @@ def bidirectional_veto(op: str, target: Optional[str]) -> Optional[str]:
     """Why a masked forward and backward layer of native ``op`` cannot be one ``direction="bidirectional"``
     node for ``target`` (None: every runtime), or None: its reverse direction starts each row at its
     last valid step only where the runtime honours ``sequence_lens``."""
-    for entry in RUNTIMES if target is None else (runtime(target),):
+    for entry in _entries(target):
         if op in entry.bidirectional_ignores_lengths:
             return (f"{entry.title} ignores the sequence_lens of a bidirectional {op} node when a dimension is "
                     f"dynamic")
@@ -171,7 +176,7 @@ def bidirectional_slow(op: str, target: Optional[str], activations=(), masked: b
     ``op`` with an ``activations`` attribute (these names) several times slower than two forward nodes,
     or, ``masked`` (the node has ``sequence_lens``), slower at all; or None. A runtime that compiles no
     such node (:func:`uncompiled_activations`) has no say."""
-    return next((entry.title for entry in (RUNTIMES if target is None else (runtime(target),))
+    return next((entry.title for entry in _entries(target)
                  if (op in entry.bidirectional_slow_with_activations
                      or masked and op in entry.bidirectional_slow_masked)
                  and not uncompiled_activations(entry.name, activations)), None)

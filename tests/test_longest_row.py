@@ -38,15 +38,22 @@ LAYERS = {
 }
 
 
-@pytest.mark.parametrize("mode", ["post", "any"])
-@pytest.mark.parametrize("name", list(LAYERS))
-def test_every_output_when_no_row_is_full(name, mode):
+def check_every_output(name: str, mode: str, runtime=None):
+    """The model of ``LAYERS[name]`` converted in ``mode`` for ``runtime``, checked against Keras on
+    batches with no full row and with one (and, in "any", rows padded before and between valid steps);
+    returns the conversion."""
     layers = LAYERS[name]()
     model, spec, _ = embedding_model(*(layers if isinstance(layers, tuple) else (layers,)))
     batches = [[post_padded_tokens(SHORT, STEPS)], [post_padded_tokens(FULL, STEPS, seed=1)]]
     if mode == "any":
         batches.append([holed_tokens()])
-    check_batches(model, spec, batches, rewriter=mlr.make_rewriter(mode))
+    return check_batches(model, spec, batches, rewriter=mlr.make_rewriter(mode, runtime=runtime))
+
+
+@pytest.mark.parametrize("mode", ["post", "any"])
+@pytest.mark.parametrize("name", list(LAYERS))
+def test_every_output_when_no_row_is_full(name, mode):
+    check_every_output(name, mode)
 
 
 @pytest.mark.parametrize("mode", ["post", "any"])

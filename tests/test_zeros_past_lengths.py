@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 import runtimes
-from kerasutil import check_batches, convert, keras, keras_outputs, post_padded_tokens
+from kerasutil import convert, keras, keras_outputs, post_padded_tokens
 from models import UNITS, embedding_model
-from test_longest_row import FULL, LAYERS, SHORT, STEPS, holed_tokens
+from test_longest_row import LAYERS, SHORT, STEPS, check_every_output
 
 import masked_lstm_rewriter as mlr
 
@@ -27,12 +27,7 @@ def appended_zero_steps(onnx_model) -> int:
 @pytest.mark.parametrize("mode", ["post", "any"])
 @pytest.mark.parametrize("name", list(LAYERS))
 def test_every_output_from_the_zeros_past_the_lengths(name, mode):
-    layers = LAYERS[name]()
-    model, spec, _ = embedding_model(*(layers if isinstance(layers, tuple) else (layers,)))
-    batches = [[post_padded_tokens(SHORT, STEPS)], [post_padded_tokens(FULL, STEPS, seed=1)]]
-    if mode == "any":
-        batches.append([holed_tokens()])
-    converted = check_batches(model, spec, batches, rewriter=mlr.make_rewriter(mode, runtime="onnxruntime"))
+    converted = check_every_output(name, mode, runtime="onnxruntime")
     assert appended_zero_steps(converted) == 0
     sequences = [layer for layer in mlr.last_report().layers if layer.not_for]
     assert all(layer.not_for == ("openvino",) for layer in sequences), str(mlr.last_report())

@@ -43,7 +43,7 @@ def floor_model(unmasked: onnx.ModelProto, tokens: str = "tokens") -> onnx.Model
             or squeeze.input[0] != node.output[0]:
         raise ValueError(f"floor: the output {output!r} is not Transpose(Squeeze(Y)) of {node.op_type} {node.name!r}")
     hidden = next(helper.get_attribute_value(a) for a in node.attribute if a.name == "hidden_size")
-    nodes, consts = _Nodes(graph), {}
+    nodes, consts = _Nodes(), {}
 
     def const(name, value):
         consts[name] = numpy_helper.from_array(np.asarray(value), f"floor/{name}")
@@ -85,7 +85,7 @@ def floor_model(unmasked: onnx.ModelProto, tokens: str = "tokens") -> onnx.Model
 class _Nodes:
     """Makes nodes with fresh output names; ``made`` lists them in order."""
 
-    def __init__(self, graph):
+    def __init__(self):
         self.made, self.count = [], 0
 
     def __call__(self, op: str, *inputs, outputs=None, name=None, **attrs):

@@ -32,6 +32,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from typing import Optional
 
 import benchmark  # tools/ is on sys.path when run as a script
 from toolutil import ROOT, quiet_stderr
@@ -59,7 +60,7 @@ def parse_args(argv=None):
 
 
 def convert_into(folder: str, tree: str, models: list, scheduled: bool, mode: str = "post",
-                 target: str = None) -> None:
+                 target: Optional[str] = None) -> None:
     """Child process: each model's conversion in ``mode`` by the masked_lstm_rewriter of ``tree``, with
     the schedule if ``scheduled`` (for onnxruntime), else for ``target`` (None: any runtime)."""
     import importlib
@@ -88,7 +89,8 @@ def convert_into(folder: str, tree: str, models: list, scheduled: bool, mode: st
               f"{' (scheduled)' if scheduled else ''}", flush=True)
 
 
-def convert_with(tree: str, folder: str, models: list, scheduled: bool, mode: str, target: str = None) -> None:
+def convert_with(tree: str, folder: str, models: list, scheduled: bool, mode: str,
+                 target: Optional[str] = None) -> None:
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="3")
     subprocess.run([sys.executable, os.path.abspath(__file__), "unused", "--convert", folder, "--tree", tree,
                     "--mode", mode, "--models", *models] + (["--schedule", "current"] if scheduled else [])
