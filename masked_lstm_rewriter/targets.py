@@ -239,7 +239,7 @@ def not_for(layer, target: Optional[str], scheduled: bool, bidirectional: bool =
         found += [Veto(other, reason, f"convert with runtime={other!r}", " is one direction=bidirectional node")
                   for other in TARGETS if other != target and other not in {veto.runtime for veto in found}
                   and (reason := bidirectional_veto(layer.top.op, other))]
-    if layer.mask is not None and layer.writes_sequence and not scheduled and zeros_past_lengths(target):
+    if layer.mask is not None and layer.writes_sequence and zeros_past_lengths(target):
         found += [Veto(other, ZEROS_VETO.format(title=runtime(other).title), f"convert with runtime={other!r}",
                        " reads the native node's zeros past each row's length")
                   for other in TARGETS if other != target and other not in {veto.runtime for veto in found}

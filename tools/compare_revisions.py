@@ -9,7 +9,8 @@ LSTM / GRU, 128 units, opset 15) with ``make_rewriter("post")`` (``--mode any``:
 ``sys.path``) and once with the working tree's; checks both against Keras at every position;
 then times them on onnxruntime (one thread; ``--runtime openvino``: OpenVINO's CPU plugin, f32,
 one inference thread, dynamic shapes) in interleaved rounds, the order rotating, at T=100, batch 1
-and 32, fill 1.0 and 0.5. Prints, per cell, each side's median and the ratio current / base with
+and 32, fill 1.0 and 0.5 (``--long-tailed``: also batch 32 with tools/benchmark.py's long-tailed
+lengths, ``lognormal``). Prints, per cell, each side's median and the ratio current / base with
 the p10-p90 of the per-round ratios.
 
 ``--schedule SIDE...`` converts that side (or both) with the length-aware schedule,
@@ -19,7 +20,7 @@ the same revision gives the schedule's cost over the plugin without it.
     .venv/bin/python tools/compare_revisions.py BASE [--models lstm bilstm gru] [--budget SECONDS]
                                                      [--schedule {base,current} ...]
                                                      [--runtime {onnxruntime,openvino}] [--mode {post,any}]
-                                                     [--target {onnxruntime,openvino}]
+                                                     [--target {onnxruntime,openvino}] [--long-tailed]
 
 ``--target`` converts both sides for that runtime (``make_rewriter(mode, runtime=TARGET)``; default:
 for any runtime).
@@ -39,6 +40,7 @@ from toolutil import ROOT, quiet_stderr
 from masked_lstm_rewriter.sessions import onnxruntime_session  # pylint: disable=wrong-import-order
 
 CELLS = [(batch, fill) for batch in (1, 32) for fill in (1.0, 0.5)]
+LONG_TAILED = (32, "lognormal")  # a fill given by name: one of tools/benchmark.py's length distributions
 STEPS = 100
 
 
@@ -54,6 +56,7 @@ def parse_args(argv=None):
                         help="the runtime the two sides are timed on (default onnxruntime)")
     parser.add_argument("--target", choices=("onnxruntime", "openvino"),
                         help="the runtime both sides are converted for (default: any runtime)")
+    parser.add_argument("--long-tailed", action="store_true", help="also time batch 32 with long-tailed lengths")
     parser.add_argument("--convert", metavar="DIR", help=argparse.SUPPRESS)  # child: convert into DIR
     parser.add_argument("--tree", help=argparse.SUPPRESS)  # child: with the package of this tree
     return parser.parse_args(argv)
@@ -98,15 +101,22 @@ def convert_with(tree: str, folder: str, models: list, scheduled: bool, mode: st
                    env=env, check=True, cwd=folder)
 
 
-def check_against_keras(models: list, folders: dict) -> None:
+def cell_tokens(batch: int, fill):
+    """The timed batch of a cell: a fill share, or the name of a length distribution."""
+    if isinstance(fill, str):
+        return benchmark.distribution_tokens(fill, batch, STEPS)
+    return benchmark.tokens_for(batch, STEPS, fill)
+
+
+def check_against_keras(models: list, folders: dict, cells: list) -> None:
     """Both sides match Keras at every position of every timed batch (else the timing means nothing)."""
     import numpy as np
     from tensorflow import keras
 
     for model in models:
         masked, _ = benchmark.build_pair(keras, model)
-        for batch, fill in CELLS:
-            tokens = benchmark.tokens_for(batch, STEPS, fill)
+        for batch, fill in cells:
+            tokens = cell_tokens(batch, fill)
             expected = np.asarray(masked(tokens, training=False))
             for side, folder in folders.items():
                 got = onnxruntime_session(os.path.join(folder, f"{model}.onnx")).run(None, {"tokens": tokens})[0]
@@ -121,17 +131,17 @@ def runner(path: str, runtime: str):
     return lambda feed: session.run(None, feed)
 
 
-def time_all(models: list, folders: dict, budget: float, runtime: str) -> None:
-    print(f"{'model':<8} {'batch':>5} {'fill':>5} {'base ms':>9} {'current ms':>10} {'current/base':>12} "
+def time_all(models: list, folders: dict, budget: float, runtime: str, cells: list) -> None:
+    print(f"{'model':<8} {'batch':>5} {'fill':>9} {'base ms':>9} {'current ms':>10} {'current/base':>12} "
           f"{'p10-p90':>13} {'rounds':>6}")
     for model in models:
         runs = {side: runner(os.path.join(folder, f"{model}.onnx"), runtime) for side, folder in folders.items()}
-        for batch, fill in CELLS:
-            feed = {"tokens": benchmark.tokens_for(batch, STEPS, fill)}
+        for batch, fill in cells:
+            feed = {"tokens": cell_tokens(batch, fill)}
             times, rounds, _ = benchmark.time_cell(runs, feed, budget, 30, 20000, warmup=1.0)
             base, current = (benchmark.stats(times[side])["median_ms"] for side in ("base", "current"))
             ratio, p10, p90, _, _ = benchmark.ratio_stats(times, "current", "base")
-            print(f"{model:<8} {batch:>5} {fill:>5} {base:>9.3f} {current:>10.3f} {ratio:>12.3f} "
+            print(f"{model:<8} {batch:>5} {fill:>9} {base:>9.3f} {current:>10.3f} {ratio:>12.3f} "
                   f"{p10:>6.3f}-{p90:<6.3f} {rounds:>6}", flush=True)
 
 
@@ -149,14 +159,15 @@ def main(argv=None) -> int:
             for side, tree in (("base", base_tree), ("current", ROOT)):
                 os.makedirs(folders[side])
                 convert_with(tree, folders[side], args.models, side in args.schedule, args.mode, args.target)
-            check_against_keras(args.models, folders)
+            cells = CELLS + ([LONG_TAILED] if args.long_tailed else [])
+            check_against_keras(args.models, folders, cells)
             revision = subprocess.run(["git", "rev-parse", "--short", args.base], cwd=ROOT, check=True,
                                       capture_output=True, text=True).stdout.strip()
             scheduled = f"; scheduled: {' and '.join(args.schedule)}" if args.schedule else ""
             scheduled += f"; converted for {args.target}" if args.target else ""
             print(f"base {args.base} ({revision}) against the working tree; \"{args.mode}\", T={STEPS}, {args.runtime}, 1 thread, "
                   f"{args.budget:g} s per cell{scheduled}")
-            time_all(args.models, folders, args.budget, args.runtime)
+            time_all(args.models, folders, args.budget, args.runtime, cells)
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", base_tree], cwd=ROOT, check=False)
     return 0

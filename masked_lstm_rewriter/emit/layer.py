@@ -71,7 +71,6 @@ class NodeOutputs:
     h_last: str       # [B, H]: the output at the last valid step, zeros for a row with none
     h_last_step: str  # [1, B, H]: the same, broadcasting over the time axis
     c_last: Optional[str]  # [B, H], LSTM only: the cell state after the last valid step
-    carried: bool = False  # y repeats each row's last output past its length (zeros for an empty row)
 
 
 def emit_layer(graph, layer: MaskedRecurrentLayer, masks: MaskTensors, connect=rewire) -> None:
@@ -109,33 +108,13 @@ def _emit_recurrent_node(g, layer: MaskedRecurrentLayer, cell: RecurrentCell, ma
     node = cell_node(g, cell, x, masks.lengths, f"{layer.layer}/masked_{cell.kind.lower()}", padding_column,
                      masks.batch)
     # in segments, an LSTM's final cell state past its row's length is held by the padding column
-    carry = None
-    if cell is layer.top and _shows_carried_outputs(layer, masks):
-        carry = lambda branch, y_node: _carry_last_output(branch, y_node, masks, cell.hidden_size)  # noqa: E731
-    y, c_last, carried = emit_node(g, node, masks.segments, carry)
+    y, c_last = emit_node(g, node, masks.segments)
     y_node = y
-    if carried:  # the last step shows each row's last output
-        h_last_step = gb.make_slice({"data": y, "starts": [-1], "ends": [np.iinfo(np.int64).max], "axes": [0]})
-    else:
-        h_last_step = last_valid_step(g, y, masks, cell.hidden_size)
+    h_last_step = last_valid_step(g, y, masks, cell.hidden_size)
     if layer.direction == "reverse":
         y = _reverse_valid_steps(g, y, masks)
     return NodeOutputs(y=y, y_node=y_node, h_last=gb.make_squeeze({"data": h_last_step, "axes": [0]}),
-                       h_last_step=h_last_step, c_last=c_last, carried=carried)
-
-
-def _shows_carried_outputs(layer: MaskedRecurrentLayer, masks: MaskTensors) -> bool:
-    """Does the layer's sequence repeat each row's last output past its length, in the node layout
-    (a plain forward layer over post-padded rows)? Then the schedule's gather gives it as it is."""
-    return layer.direction == "forward" and layer.output_carried and layer.writes_sequence and masks.reorder is None
-
-
-def _carry_last_output(g, y_node: str, masks: MaskTensors, hidden: int) -> str:
-    """The node's Y [T, 1, B, H] with each row's last valid output past its length, zeros for a row
-    with none: ``Where(mask, Y, last output)``, kept in Y's layout."""
-    y = GraphBuilder(g).make_squeeze({"data": y_node, "axes": [1]})
-    mask = GraphBuilder(g).make_unsqueeze({"data": masks.mask_tm, "axes": [1]})
-    return g.make_node("Where", [mask, y_node, last_valid_step(g, y, masks, hidden)]).output[0]
+                       h_last_step=h_last_step, c_last=c_last)
 
 
 def steps_run(g, x_tm: str, masks: MaskTensors) -> str:
@@ -216,8 +195,6 @@ def keras_outputs(g, layer: MaskedRecurrentLayer, out: NodeOutputs, masks: MaskT
         sequence = reverse_time(gb, in_time_order)
         batch_major = _batch_major(g, out.y, masks, masks.batch_major.kept,
                                    layer.top.hidden_size)  # of in_time_order
-    elif out.carried:
-        sequence = out.y
     elif layer.output_carried:
         # padded steps repeat the last output: the output at the last valid step, zeros if none
         sequence = g.make_node("Where", [masks.mask_tm, y_all, out.h_last_step]).output[0]

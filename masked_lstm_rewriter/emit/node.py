@@ -49,28 +49,20 @@ class RecurrentNode:
     zero_h: str = ""     # [D, B, H] zeros, the initial h given where the states start from zeros (zero_h())
 
 
-def emit_node(graph, node: RecurrentNode, plan: Optional[SegmentPlan], carry=None) -> tuple:
-    """(y [T, B, H], final c [B, H] or None, carried) in the node layout: the single node, or, with a
-    plan, an If between the segments and it. Each branch returns its results unsqueezed, as the node
-    does (the Squeezes after the If alias them; inside a branch, they would copy).
-
-    ``carry``, (graph, the node's Y [T, 1, B, H]) -> Y with each row's last valid output repeated
-    past its length and zeros for an empty row, is what the segments give for free (their gather
-    reads step min(t, length - 1), an empty row a zeros row). With a plan, the single node's branch
-    applies it, so that both branches agree, and ``carried`` is True: the caller's fix-up is done."""
-    carried = plan is not None and carry is not None
+def emit_node(graph, node: RecurrentNode, plan: Optional[SegmentPlan]) -> tuple:
+    """(y [T, B, H], final c [B, H] or None) in the node layout: the single node, or, with a plan, an
+    If between the segments and it. Each branch returns its results unsqueezed, as the node does (the
+    Squeezes after the If alias them; inside a branch, they would copy). Past each row's length the
+    segments give zeros, onnxruntime's single node too; the fix-ups read no step there elsewhere."""
     if plan is None:
         outputs = _single(graph, node)
     else:
-        def single(g):
-            outputs = _single(g, node)
-            return [carry(g, outputs[0])] + outputs[1:] if carried else outputs
-
-        outputs = schedule_if(graph, plan.use, node.name.replace("/", "_"), lambda g: segments(g, node, plan), single)
+        outputs = schedule_if(graph, plan.use, node.name.replace("/", "_"), lambda g: segments(g, node, plan),
+                              lambda g: _single(g, node))
         for output, shape in zip(outputs, ([-1, 1, -1, node.hidden], [1, -1, node.hidden])):
             graph.set_shape(output, shape)  # what the converters of the consumers read (a Concat's axis)
     (y, c_last), = _per_direction(graph, node, outputs)
-    return y, c_last, carried
+    return y, c_last
 
 
 def emit_directions(graph, node: RecurrentNode) -> list:

@@ -24,7 +24,7 @@ def emit_unmasked_layer(graph, layer: MaskedRecurrentLayer, connect=rewire) -> N
     x = reverse_time(gb, layer.x) if layer.direction == "reverse" else layer.x
     states = []
     for cell in layer.cells:
-        x, c_last, _ = emit_node(graph, cell_node(graph, cell, x, "", f"{layer.layer}/{cell.kind.lower()}"), None)
+        x, c_last = emit_node(graph, cell_node(graph, cell, x, "", f"{layer.layer}/{cell.kind.lower()}"), None)
         states.append((time_step(gb, x, -1), c_last))
     last_h = states[-1][0]
     sequence = x if layer.writes_sequence else gb.make_unsqueeze({"data": last_h, "axes": [0]})

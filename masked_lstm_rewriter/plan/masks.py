@@ -107,8 +107,9 @@ class MaskTensors:
     batch: str = ""              # [1] int64, B, read where no recurrent node's input is, for the nodes' zero
                                  # initial h (emit.node.zero_h; "": none, the op's default)
     longest: str = ""            # [1] int32, the steps the nodes run: the longest row's, at least 1 ("": every step)
-    zeros_past_lengths: bool = False  # the nodes' Y is zeros past each row's length (no cut, no schedule, and
-                                      # the target's nodes write zeros there: targets.zeros_past_lengths)
+    zeros_past_lengths: bool = False  # the nodes' Y is zeros past each row's length (no cut, and the target's
+                                      # nodes write zeros there, as the schedule's segments do:
+                                      # targets.zeros_past_lengths)
 
 
 class MaskPlanner:
@@ -167,7 +168,7 @@ class MaskPlanner:
                            mask_tm=mask_tm, valid_steps=valid_steps, reorder=reorder,
                            batch_major=batch_major_rows(g, mask, batch_steps, batch),
                            batch=batch if self.zero_state else "", longest=longest,
-                           zeros_past_lengths=self.zeros and not longest and segments is None)
+                           zeros_past_lengths=self.zeros and not longest)
 
     def _guard_post_padded(self, counts: str, lengths: str) -> str:
         """``lengths`` routed through a Split that fails unless every row is post-padded.

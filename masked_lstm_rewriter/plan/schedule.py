@@ -18,9 +18,9 @@ schedule makes the cost follow the valid steps (packed sequences):
   over the padding steps of such a row is held by the padding column (:mod:`.emit`). The
   segments' outputs are stacked, with a zeros row, and gathered back, in one ``Gather``, into
   the [T, B, H] node layout in the caller's row order: what the single node gives at every valid
-  step, and past a row's length its last valid output (zeros for an empty row). That is a plain
-  forward layer's sequence as Keras gives it, so such a layer skips the fix-up ``Where`` (the
-  single node's branch applies it inside the ``If``); the other fix-ups downstream are the same;
+  step, and zeros past each row's length, as onnxruntime's single node writes them. So the fix-ups
+  after the ``If`` are the ones without a schedule, and read no step past a row's length on other
+  runtimes either;
 * whether it pays is decided at run time: an ``If`` per mask computes the plan only for batches of
   at least ``MIN_BATCH`` rows (else a few constants); in it, a cheap bound (the sum of the
   lengths) first rules out batches where no segments could pay (full or nearly equal rows), then
@@ -221,11 +221,10 @@ def _pairs(g, left: str, right: str) -> tuple:
 
 def _gather_indices(g, lengths: str, steps: str, order: str, first: str, end: str, active: str) -> tuple:
     """([T, 1, B], [B]) rows of the stacked segment outputs (and final cell states) for each position of
-    the node layout, in the caller's row order. Step t of row b is read at t' = min(t, length - 1):
-    each valid step where it is, and past a row's length its last valid output, which is what a
-    plain layer shows there; an empty row reads the zeros row after the stacked outputs (t' = -1,
-    the last entry of the per-step tables). A row's cell state comes from the segment of its last
-    valid step, zeros for an empty row.
+    the node layout, in the caller's row order. Step t of row b is read where it is valid (t' = t),
+    and past the row's length the zeros row after the stacked outputs (t' = -1, the last entry of
+    the per-step tables): zeros past each row's length, as onnxruntime's single node writes them.
+    A row's cell state comes from the segment of its last valid step, zeros for an empty row.
 
     What depends on the step only (its segment, the rows the segment runs, where its first row
     sits in the stacked outputs) is computed once per step, [T], and gathered at t'."""
@@ -252,7 +251,8 @@ def _gather_indices(g, lengths: str, steps: str, order: str, first: str, end: st
                     axis=0)                                                   # [T + 1]: step t's first row
     step_rows = make_op(g, "Concat", rows, int64_const(g, "one", [1]), axis=0)        # [T + 1]
     last = make_op(g, "Sub", lengths, int64_const(g, "one", [1]))                     # [B], -1 for an empty row
-    read = make_op(g, "Min", make_op(g, "Unsqueeze", time, int64_const(g, "axes", [1])), last)   # [T, B] t'
+    step = make_op(g, "Unsqueeze", time, int64_const(g, "axes", [1]))                   # [T, 1]
+    read = make_op(g, "Where", make_op(g, "Less", step, lengths), step, int64_const(g, "past", [-1]))  # [T, B] t'
     column = make_op(g, "Min", rank, make_op(g, "Sub", make_op(g, "Gather", step_rows, read, axis=0), int64_const(g, "one", [1])))
     gather_y = make_op(g, "Add", make_op(g, "Gather", step_base, read, axis=0), column)
     gather_y = make_op(g, "Unsqueeze", gather_y, int64_const(g, "axes", [1]))       # [T, 1, B]: Y's layout
