@@ -45,12 +45,9 @@ class Runtime:
     # the native ops whose direction="bidirectional" node ignores sequence_lens when a dimension is dynamic
     # (the others honour it in both directions, given an explicit activations attribute, as the emitter writes)
     bidirectional_ignores_lengths: tuple = ()
-    # the native ops whose direction="bidirectional" node with an activations attribute runs several times
-    # slower than two forward nodes
-    bidirectional_slow_with_activations: tuple = ()
-    # the native ops whose masked direction="bidirectional" node (with sequence_lens) runs slower than two
-    # forward nodes with their reversals, whatever its attributes
-    bidirectional_slow_masked: tuple = ()
+    # the native ops whose direction="bidirectional" node runs slower than two forward nodes with their
+    # reversals, with or without sequence_lens, whatever its attributes
+    bidirectional_slow: tuple = ()
     # runs a recurrent node over every step of its input whatever its sequence_lens, and, with every
     # dimension static, as a per-step loop several times slower: the node's input is cut to the
     # batch's longest row (cut_to_longest), which also keeps its steps dynamic
@@ -63,10 +60,10 @@ class Runtime:
     folds_transposes_given_initial_h: bool = False
 
 
-# a masked bidirectional LSTM or GRU node: 6-8% slower than two forward nodes at batch 32 and 128 (T=100,
-# 128 units, one thread; equal at batch 1 and 8); a bidirectional RNN node 2% faster
+# a bidirectional LSTM or GRU node, masked or not: 5-8% slower than two forward nodes at batch 32 and 128
+# in a whole model (T=100, 128 units, one thread; equal at batch 1 and 8); a bidirectional RNN node 0-2% faster
 ONNXRUNTIME = Runtime("onnxruntime", "onnxruntime", writes_zeros_past_lengths=True,
-                      bidirectional_slow_masked=("LSTM", "GRU"))
+                      bidirectional_slow=("LSTM", "GRU"))
 OPENVINO = Runtime(
     "openvino", "OpenVINO", activations=("Sigmoid", "Tanh", "Relu"), default_mask_mode="any",
     activation_error="Unsupported activation function",
@@ -77,7 +74,9 @@ OPENVINO = Runtime(
                    "on a run whose shapes outgrow the ones before (a Bidirectional layer's forward half), and "
                    "refuses some layers in mask_mode='any'"),
     scrambles_shared_swaps=True, bidirectional_ignores_lengths=("RNN",),
-    bidirectional_slow_with_activations=("LSTM", "GRU"), runs_every_step=True, folds_transposes_given_initial_h=True)
+    # a bidirectional node: 8-18% slower than two forward nodes at batch 32 and 128 in a whole model (GRU, RNN;
+    # LSTM: over features), the same at batch 1 and 8; an LSTM or GRU node naming its activations 2-10x slower
+    bidirectional_slow=("LSTM", "GRU", "RNN"), runs_every_step=True, folds_transposes_given_initial_h=True)
 RUNTIMES = (ONNXRUNTIME, OPENVINO)
 TARGETS = tuple(runtime.name for runtime in RUNTIMES)
 _BY_NAME = {runtime.name: runtime for runtime in RUNTIMES}
@@ -171,15 +170,13 @@ def bidirectional_veto(op: str, target: Optional[str]) -> Optional[str]:
     return None
 
 
-def bidirectional_slow(op: str, target: Optional[str], activations=(), masked: bool = False) -> Optional[str]:
+def bidirectional_slow(op: str, target: Optional[str], activations=()) -> Optional[str]:
     """The runtime (its title) among ``target``'s (None: every runtime) that runs a bidirectional node of
-    ``op`` with an ``activations`` attribute (these names) several times slower than two forward nodes,
-    or, ``masked`` (the node has ``sequence_lens``), slower at all; or None. A runtime that compiles no
-    such node (:func:`uncompiled_activations`) has no say."""
+    ``op`` slower than two forward nodes, masked or not, or None. ``activations``: the names the node's
+    ``activations`` attribute holds (() where it has none): a runtime that compiles no such node
+    (:func:`uncompiled_activations`) has no say."""
     return next((entry.title for entry in _entries(target)
-                 if (op in entry.bidirectional_slow_with_activations
-                     or masked and op in entry.bidirectional_slow_masked)
-                 and not uncompiled_activations(entry.name, activations)), None)
+                 if op in entry.bidirectional_slow and not uncompiled_activations(entry.name, activations)), None)
 
 
 def portability_refusal(layer) -> Optional[str]:

@@ -4,7 +4,10 @@ is exact, equal to Keras at every position of every output, on onnxruntime and O
 
 * unmasked (what stock tf2onnx leaves a Loop: Keras 3's ``Bidirectional(GRU)``, ``Bidirectional(SimpleRNN)``,
   ``Bidirectional(LSTM(recurrent_activation="hard_sigmoid"))`` and tf_keras's ``GRU(reset_after=False)``,
-  ``SimpleRNN``): one node for any runtime; what stock tf2onnx makes native stays as it made it;
+  ``SimpleRNN``): one node for a SimpleRNN converted for onnxruntime, and for an LSTM or GRU converted for
+  an onnxruntime that runs it no slower (``fast``); two forward nodes otherwise (both runtimes run the
+  one node slower from batch 32 on), the backward half's sequence read in time order; what stock
+  tf2onnx makes native stays as it made it;
 * masked, ``mask_mode="post"``: one node for a SimpleRNN converted for onnxruntime (OpenVINO ignores
   a bidirectional RNN node's ``sequence_lens`` with dynamic shapes); an LSTM or GRU stays two forward
   nodes for every runtime (onnxruntime runs such a node 6-8% slower than two at batch 32 and more),
@@ -38,7 +41,7 @@ KINDS = {"LSTM": K.LSTM, "GRU": K.GRU, "RNN": K.SimpleRNN}
 @pytest.fixture
 def fast(monkeypatch):
     """onnxruntime as an entry that runs a masked bidirectional LSTM or GRU node no slower than two."""
-    entry = dataclasses.replace(targets.ONNXRUNTIME, bidirectional_slow_masked=())
+    entry = dataclasses.replace(targets.ONNXRUNTIME, bidirectional_slow=())
     by_name = targets._BY_NAME  # pylint: disable=protected-access
     monkeypatch.setattr(targets, "_BY_NAME", {**by_name, "onnxruntime": entry})
 
@@ -139,20 +142,34 @@ UNMASKED = {
 
 @pytest.mark.parametrize("name", list(UNMASKED))
 def test_unmasked(name, monkeypatch):
+    """For any runtime, the plugin's halves are two forward nodes with no ReverseSequence (each
+    reversal a Slice, none reversed back); stock tf2onnx's one node stays."""
     build, op, by_plugin = UNMASKED[name]
     if name.startswith("lstm-hard_sigmoid") and not by_plugin:  # stock's native node: no OpenVINO target helps
         monkeypatch.setattr(runtimes, "runtimes", lambda: ("onnxruntime",))
     model, spec, batches = features_model(build())
     onnx_model = check_batches(model, spec, batches, ops={op: 2})
-    assert natives(onnx_model) == [(op, "bidirectional")]
-    assert "Loop" not in {node.op_type for node in onnx_model.graph.node}
+    assert natives(onnx_model) == ([(op, "forward")] * 2 if by_plugin else [(op, "bidirectional")])
+    assert not {"Loop", "ReverseSequence"} & {node.op_type for node in onnx_model.graph.node}
     rewritten = convert(model, spec) and mlr.last_report().rewritten
     assert len(rewritten) == (2 if by_plugin else 0), str(mlr.last_report())
 
 
+@pytest.mark.parametrize("name", [name for name, (_, _, by_plugin) in UNMASKED.items() if by_plugin])
+def test_unmasked_one_node_for_onnxruntime(name, fast):
+    """Converted for onnxruntime: one node, a SimpleRNN's as onnxruntime is, an LSTM's or GRU's for an
+    onnxruntime that runs it no slower (``fast``)."""
+    build, op, _ = UNMASKED[name]
+    model, spec, batches = features_model(build())
+    onnx_model = check_batches(model, spec, batches, rewriter=mlr.make_rewriter("post", runtime="onnxruntime"),
+                               ops={op: 2})
+    assert natives(onnx_model) == [(op, "bidirectional")]
+
+
 @pytest.mark.parametrize("runtime", [None, "onnxruntime"])
-def test_unmasked_with_other_activations_is_one_node_only_for_onnxruntime(runtime):
-    """A GRU with relu must name its activations: one node only when converted for onnxruntime."""
+def test_unmasked_with_other_activations_is_one_node_only_for_onnxruntime(runtime, fast):
+    """A GRU with relu must name its activations: one node only when converted for an onnxruntime that
+    runs it no slower (OpenVINO runs it 2-10x slower)."""
     model, spec, batches = features_model(K.Bidirectional(K.GRU(UNITS, activation="relu", return_sequences=True)))
     onnx_model = check_batches(model, spec, batches, rewriter=mlr.make_rewriter("post", runtime=runtime),
                                ops={"GRU": 2})

@@ -33,8 +33,8 @@ LAYERS = {
     "gru_backwards_last": (lambda: keras.layers.GRU(UNITS, go_backwards=True), {"GRU": 1}),
     "simple_rnn": (lambda: keras.layers.SimpleRNN(UNITS, return_sequences=True), {"RNN": 1}),
     "simple_rnn_state": (lambda: keras.layers.SimpleRNN(UNITS, return_state=True), {"RNN": 1}),
-    # one bidirectional node (two layers: kerasutil.native_layers): stock tf2onnx's in tf_keras (kept as it
-    # is), the plugin's in Keras 3
+    # two layers (kerasutil.native_layers): stock tf2onnx's one bidirectional node in tf_keras (kept as it
+    # is), the plugin's two forward nodes in Keras 3
     "bidirectional_gru": (lambda: keras.layers.Bidirectional(keras.layers.GRU(UNITS, return_sequences=True)),
                           {"GRU": 2}),
     "bidirectional_simple_rnn": (lambda: keras.layers.Bidirectional(keras.layers.SimpleRNN(UNITS), merge_mode="sum"),

@@ -7,9 +7,9 @@ For each op (LSTM, GRU, RNN), with and without ``sequence_lens`` (every row full
 OpenVINO (CPU, exact f32), one thread, dynamic batch and steps: a model holding one bidirectional
 node, and one holding two forward nodes over the same input (the reversal a backward half needs
 left out, which favours two nodes slightly). Interleaved rounds; medians in milliseconds, and the
-ratio one node / two nodes (above 1: one node is slower). This is what decides where the plugin
-emits one node for a ``Bidirectional`` layer (docs/openvino.md, "Bidirectional nodes and
-sequence_lens").
+ratio one node / two nodes (above 1: one node is slower). Where the plugin emits one node for a
+``Bidirectional`` layer is decided by whole models, whose figures are in docs/openvino.md
+("Bidirectional nodes and sequence_lens"); these bare nodes show what the runtimes' kernels do.
 
 Usage: python tools/benchmark_bidirectional_nodes.py [--steps 100] [--features 64] [--units 128]
                                                    [--batches 1 32] [--rounds 7] [--runtimes onnxruntime openvino]

@@ -28,4 +28,6 @@ def emit_unmasked_layer(graph, layer: MaskedRecurrentLayer, connect=rewire) -> N
         states.append((time_step(gb, x, -1), c_last))
     last_h = states[-1][0]
     sequence = x if layer.writes_sequence else gb.make_unsqueeze({"data": last_h, "axes": [0]})
-    connect(graph, layer, KerasOutputs(sequence, None, last_h), states)
+    # what a Bidirectional reads where it reverses a backward sequence back: one Slice instead of two
+    in_time_order = reverse_time(gb, x) if layer.direction == "reverse" and layer.writes_sequence else None
+    connect(graph, layer, KerasOutputs(sequence, in_time_order, last_h), states)

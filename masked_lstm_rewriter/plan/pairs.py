@@ -38,9 +38,8 @@ def pair_directions(layers, mask_mode: str, target, schedule: bool = False) -> l
     A forward and a backward layer qualify when they read the same input (``x_source``) with the same
     mask (or both none), and their single cells have one kind, size, input size, activations and
     attributes (a GRU's ``linear_before_reset``), both start from zeros or both from given states, and
-    stream no state; and where the node must name its activations (:func:`names_activations`), no
-    runtime of ``target`` runs that node slower than two (:func:`..targets.bidirectional_slow`:
-    OpenVINO's LSTM and GRU; masked, onnxruntime's too). Masked, also:
+    stream no state; and no runtime of ``target`` runs that node slower than two forward nodes
+    (:func:`..targets.bidirectional_slow`: onnxruntime's LSTM and GRU, OpenVINO's every one). Masked, also:
 
     * each row's valid steps stay in place and in order, so that ``sequence_lens`` describes them:
       ``mask_mode="post"``, or a mask post-padded by construction (``"any"`` moves them: not paired);
@@ -70,9 +69,10 @@ def _qualify(one: MaskedRecurrentLayer, other: MaskedRecurrentLayer, mask_mode: 
     if not _same_cell(one.top, other.top) or _starts(one.top) != _starts(other.top) \
             or one.top.streamed_states or other.top.streamed_states:
         return False
-    if names_activations((one.top, other.top), masked=one.mask is not None) and \
-            targets.bidirectional_slow(one.top.op, target, [activation.name for activation in one.top.activations],
-                                       masked=one.mask is not None):
+    masked = one.mask is not None
+    named = [activation.name for activation in one.top.activations] \
+        if names_activations((one.top, other.top), masked) else []
+    if targets.bidirectional_slow(one.top.op, target, named):
         return False
     if one.mask is None:
         return True

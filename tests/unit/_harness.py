@@ -51,7 +51,7 @@ NOT_POST_LAYOUTS = ("pre", "holes")  # the mask layouts of "any" besides "post"
 
 # onnxruntime as an entry that runs a masked bidirectional LSTM or GRU node no slower than two forward
 # nodes (the real one does not): what keeps the emitter's code for such a node checked
-FAST = dataclasses.replace(targets.ONNXRUNTIME, bidirectional_slow_masked=())
+FAST = dataclasses.replace(targets.ONNXRUNTIME, bidirectional_slow=())
 
 
 @contextlib.contextmanager
