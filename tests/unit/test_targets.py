@@ -129,3 +129,14 @@ def test_a_sequence_read_from_the_zeros_past_the_lengths_is_not_for_openvino():
     # the schedule's segments write zeros there too, and its single node is onnxruntime's: both vetoes
     assert [v.remedy for v in targets.not_for(sequence, "onnxruntime", scheduled=True)] == [
         "convert with runtime='openvino'", "convert without schedule=True"]
+
+
+def test_a_bidirectional_node_is_slow_where_any_runtime_of_the_target_runs_it_slower():
+    """onnxruntime runs a bidirectional LSTM or GRU node slower than two forward nodes, OpenVINO every
+    op's; a runtime that compiles no such node has no say."""
+    assert targets.bidirectional_slow("GRU", None) == "onnxruntime"
+    assert targets.bidirectional_slow("RNN", None) == "OpenVINO"
+    assert targets.bidirectional_slow("RNN", "onnxruntime") is None
+    assert targets.bidirectional_slow("RNN", "openvino") == "OpenVINO"
+    assert targets.bidirectional_slow("LSTM", "openvino", ["HardSigmoid", "Tanh", "Tanh"]) is None
+    assert targets.bidirectional_slow("RNN", None, ["Softsign"]) is None  # onnxruntime's is as fast
