@@ -62,6 +62,7 @@ class Runtime:
 
 # a bidirectional LSTM or GRU node, masked or not: 5-8% slower than two forward nodes at batch 32 and 128
 # in a whole model (T=100, 128 units, one thread; equal at batch 1 and 8); a bidirectional RNN node 0-2% faster
+# (tools/benchmark_bidirectional_layers.py)
 ONNXRUNTIME = Runtime("onnxruntime", "onnxruntime", writes_zeros_past_lengths=True,
                       bidirectional_slow=("LSTM", "GRU"))
 OPENVINO = Runtime(
