@@ -27,10 +27,11 @@ import sys
 import tempfile
 
 import benchmark  # tools/ is on sys.path when run as a script
+from compare_revisions import runner
 from toolutil import import_stack
+from masked_lstm_rewriter.corpus.ops import RECURRENT_OPS as NATIVE  # pylint: disable=wrong-import-order
 
 STEPS, VOCAB, EMBED, UNITS = 100, 1000, 64, 128
-NATIVE = ("LSTM", "GRU", "RNN")
 
 
 @contextlib.contextmanager
@@ -71,15 +72,8 @@ def convert_forms(stack, model, masked: bool, folder: str, name: str) -> dict:
     return paths
 
 
-def session(runtime: str, path: str):
-    if runtime == "openvino":
-        return benchmark.OpenVinoSession(path, threads=1)
-    from masked_lstm_rewriter.sessions import onnxruntime_session  # pylint: disable=import-outside-toplevel
-    return onnxruntime_session(path, threads=1)
-
-
 def time_model(stack, model, paths: dict, runtime: str, batches: list, budget: float, label: str) -> None:
-    runs = {form: (lambda s: (lambda feed: s.run(None, feed)))(session(runtime, path)) for form, path in paths.items()}
+    runs = {form: runner(path, runtime) for form, path in paths.items()}
     for batch in batches:
         tokens = benchmark.tokens_for(batch, STEPS, 1.0)
         expected = stack.np.asarray(model(tokens, training=False))

@@ -74,7 +74,7 @@ def _qualify(one: MaskedRecurrentLayer, other: MaskedRecurrentLayer, mask_mode: 
         if names_activations((one.top, other.top), masked) else []
     if targets.bidirectional_slow(one.top.op, target, named):
         return False
-    if one.mask is None:
+    if not masked:
         return True
     in_place = mask_mode == "post" or (one.mask_post_padded and other.mask_post_padded)
     return in_place and not schedule and targets.bidirectional_veto(one.top.op, target) is None
