@@ -13,19 +13,16 @@ from ..plan.schedule import SEGMENTS, SegmentPlan
 
 def segments(g, node, plan: SegmentPlan) -> list:
     """The layer as one node per segment over the ordered rows, gathered back into the node layout."""
-    def part(at, size):
-        return make_op(g, "Slice", plan.bounds, int64_const(g, "at", [at]), int64_const(g, "to", [at + size]), int64_const(g, "axis", [0]))
-
+    starts, ends, active = _bounds(g, plan)
     order = make_op(g, "Gather", plan.rows, int64_scalar(g, 0), axis=0)
     ordered = make_op(g, "Gather", node.x, order, axis=1)
     states = [make_op(g, "Gather", state, order, axis=0) for (state,) in node.initial]  # one direction
-    active = [part(4 * SEGMENTS + index, 1) for index in range(SEGMENTS)]
     if states:
         states = [make_op(g, "Unsqueeze", _slice_rows(g, state, active[0], 0), int64_const(g, "axes", [0]))
                   for state in states]
     flat_y, flat_c = [], []
     for index in range(SEGMENTS):
-        x = make_op(g, "Slice", ordered, part(2 * index, 2), part(2 * (SEGMENTS + index), 2), int64_const(g, "axes", [0, 1]))
+        x = make_op(g, "Slice", ordered, starts[index], ends[index], int64_const(g, "axes", [0, 1]))
         if index and states:
             states = [_slice_rows(g, state, active[index], 1) for state in states]
         inputs = [x, *node.weights, ""] + (states or [""] * node.kind.states) + list(node.extra)
@@ -42,6 +39,13 @@ def segments(g, node, plan: SegmentPlan) -> list:
         gather_c = make_op(g, "Gather", plan.rows, int64_const(g, "second", [1]), axis=0)      # [1, B]
         outputs.append(make_op(g, "Gather", make_op(g, "Concat", *flat_c, zeros, axis=0), gather_c, axis=0))
     return outputs
+
+
+def _bounds(g, plan: SegmentPlan) -> tuple:
+    """The plan's bounds cut, in one Split, into per segment [2] starts, [2] ends and [1] rows."""
+    pieces = g.make_node("Split", [plan.bounds, int64_const(g, "sizes", [2] * (2 * SEGMENTS) + [1] * SEGMENTS)],
+                         output_count=3 * SEGMENTS, attr={"axis": 0}).output
+    return pieces[:SEGMENTS], pieces[SEGMENTS:2 * SEGMENTS], pieces[2 * SEGMENTS:]
 
 
 def _slice_rows(g, tensor: str, rows: str, axis: int) -> str:

@@ -124,8 +124,8 @@ def plan_segments(graph, counts: str, guarded: str, time_major: str) -> SegmentP
 
     def segments(g, lengths):
         use, order, first, end, active = _compute_segments(g, lengths, batch)
-        starts = _pairs(g, first, int64_const(g, "zeros", [0] * SEGMENTS))
-        bounds = make_op(g, "Concat", *starts, *_pairs(g, end, active), active, axis=0)
+        starts = _interleaved(g, first, int64_const(g, "zeros", [0] * SEGMENTS))
+        bounds = make_op(g, "Concat", starts, _interleaved(g, end, active), active, axis=0)
         indices = schedule_if(g, use, "indices", lambda inner: _indices(inner, lengths, steps, order, first, end, active),
                       _no_indices)
         return [use, bounds, *indices]
@@ -210,13 +210,11 @@ def _cheaper(g, cost: str, single: str, longest: str) -> str:
     return make_op(g, "And", cheaper, long_enough)
 
 
-def _pairs(g, left: str, right: str) -> tuple:
-    """Per segment, the [2] tensor (left[k], right[k]) of two [S] tensors."""
+def _interleaved(g, left: str, right: str) -> str:
+    """[2 * S]: (left[0], right[0], left[1], right[1], ...) of two [S] tensors."""
     stacked = make_op(g, "Concat", make_op(g, "Unsqueeze", left, int64_const(g, "axes", [1])),
-                  make_op(g, "Unsqueeze", right, int64_const(g, "axes", [1])), axis=1)
-    flat = make_op(g, "Reshape", stacked, int64_const(g, "flat", [-1]))
-    return tuple(g.make_node("Split", [flat, int64_const(g, "twos", [2] * SEGMENTS)], output_count=SEGMENTS,
-                             attr={"axis": 0}).output)
+                      make_op(g, "Unsqueeze", right, int64_const(g, "axes", [1])), axis=1)
+    return make_op(g, "Reshape", stacked, int64_const(g, "flat", [-1]))
 
 
 def _gather_indices(g, lengths: str, steps: str, order: str, first: str, end: str, active: str) -> tuple:
