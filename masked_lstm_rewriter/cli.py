@@ -219,6 +219,8 @@ def _expand_model(args: list) -> list:
     if any(_option(rest, name) for name in INPUT_OPTIONS):
         raise UsageError(f"two models given: {model} and {next(n for n in INPUT_OPTIONS if _option(rest, n))}")
     if os.path.isdir(model):
+        if not any(os.path.isfile(os.path.join(model, name)) for name in ("saved_model.pb", "saved_model.pbtxt")):
+            raise UsageError(f"{model}: a directory without saved_model.pb: not a SavedModel")
         return ["--saved-model", model] + rest
     if model.lower().endswith(".onnx"):
         raise UsageError(f"{model}: an ONNX file; to rewrite its Loops: python -m {PROG} rewrite {model} -o OUT.onnx")

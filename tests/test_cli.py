@@ -103,10 +103,11 @@ def test_drop_in_command_converts_and_reports(saved_model, default_conversion, t
     (["--saved-model", "{model}", "--output", "{out}", "--runtime", "tensorrt"], "--runtime must be one of", 2),
     (["--saved-model", "{model}", "--output", "{out}", "--target", "openvino"], "use --runtime openvino", 2),
     (["--saved-model", "{tmp}", "--output", "{out}"], "conversion failed", 1),
+    (["{tmp}", "--output", "{out}"], "a directory without saved_model.pb: not a SavedModel", 2),
     (["verify", "{missing}"], "the following arguments are required", 2),
 ], ids=["no model", "missing model", "missing model file", "unknown option", "no output directory",
         "unwritable output", "no output", "bad mask mode", "bad runtime", "runtime as tf2onnx target",
-        "unreadable model", "verify without onnx"])
+        "unreadable model", "directory not a saved model", "verify without onnx"])
 @ONCE_PER_SUITE
 def test_bad_input_is_one_line_and_a_documented_status(saved_model, tmp_path, args, message, status):
     values = {"missing": tmp_path / "missing", "out": tmp_path / "model.onnx", "model": saved_model[0],
