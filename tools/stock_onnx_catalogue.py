@@ -457,6 +457,11 @@ CASES = {
     "explicit_mask_lstm": ((15,), FLAVOURS, "LSTM(4, return_sequences=True)(x, mask=m), m a bool input"),
     "stacked_cells": (ALL_OPSETS, FLAVOURS,
                       "Embedding(mask_zero) -> RNN([LSTMCell(4), GRUCell(3)], return_sequences=True)"),
+    "emb_lstm_gru_stack": ((15,), FLAVOURS,
+                           "Embedding(mask_zero) -> LSTM(4, return_sequences=True) -> GRU(3, return_sequences=True)"),
+    "masking_lstm_stack_states": ((15,), FLAVOURS,
+                                  "Masking(0.0) over float x[.,.,3] -> LSTM(4, return_sequences=True, return_state=True)"
+                                  " -> LSTM(3): the lower layer's seq, h, c and the upper's output"),
     "initial_state_mask": ((15,), FLAVOURS,
                            "LSTM(4, return_sequences=True)(x, mask=m, initial_state=[h0, c0]), all inputs"),
     "emb_lstm_relu_hardsig": ((15,), FLAVOURS,
@@ -573,6 +578,13 @@ def build_case(name, keras, tf, np):  # pylint: disable=too-many-locals,too-many
     elif name == "stacked_cells":
         cells = [L.LSTMCell(UNITS, name="lstm_cell"), L.GRUCell(3, name="gru_cell")]
         outs = [L.RNN(cells, return_sequences=True, name="stacked")(emb(add(ids_input())))]
+    elif name == "emb_lstm_gru_stack":
+        lower = L.LSTM(UNITS, return_sequences=True, name="lstm")(emb(add(ids_input())))
+        outs = [L.GRU(3, return_sequences=True, name="gru")(lower)]
+    elif name == "masking_lstm_stack_states":
+        masked = L.Masking(0.0, name="masking")(add(float_input()))
+        sequence, h, c = L.LSTM(UNITS, return_sequences=True, return_state=True, name="lstm")(masked)
+        outs = named([sequence, h, c, L.LSTM(3, name="lstm_top")(sequence)])
     elif name == "initial_state_mask":
         x = add(float_input(padded=False))
         m = add(mask_input())

@@ -24,6 +24,7 @@ from ..emit.unmasked import emit_unmasked_layer
 from ..failure import Refusal
 from ..plan.batch import BatchMasks
 from ..plan.masks import MaskPlanner
+from ..plan.order import bottom_up
 from ..plan.pairs import DirectionPair, pair_directions
 from ..report import record
 from .origin import as_computed_there
@@ -53,10 +54,7 @@ def rewrite_graph(graph, ops, sources, mask_mode: str, target, schedule: bool = 
     as graph inputs and returns its final states as graph outputs (:mod:`.streaming`)."""
     for source in sources:
         layers = []
-        for node in source.candidates(graph, ops):
-            found = source.read(graph, node)
-            if found is None:
-                continue  # not a recurrent layer: none of our business
+        for found in _read_bottom_up(graph, source, ops):
             layer = vetted(graph, found.layer, target, streaming)
             if isinstance(layer, Refusal):
                 refuse(found.name, layer, mask_mode, found.masked, source.left_as, source.remedy)
@@ -65,6 +63,16 @@ def rewrite_graph(graph, ops, sources, mask_mode: str, target, schedule: bool = 
         if layers:
             connect = returning_states(source.connect) if streaming else source.connect
             rewrite_layers(graph, source.prepare(graph, layers), mask_mode, target, schedule, connect)
+
+
+def _read_bottom_up(graph, source, ops) -> list:
+    """The source's candidates read (not the nodes that are no recurrent layer), the layers in the order
+    :func:`..plan.order.bottom_up` gives them (the refusals where they were): streamed layers' state
+    inputs and outputs, the report and the shared mask plan follow it."""
+    found = [item for item in (source.read(graph, node) for node in source.candidates(graph, ops)) if item is not None]
+    read = {id(item.layer): item for item in found}
+    ordered = iter(bottom_up(graph, [item.layer for item in found if not isinstance(item.layer, Refusal)]))
+    return [item if isinstance(item.layer, Refusal) else read[id(next(ordered))] for item in found]
 
 
 def rewrite_layers(graph, layers, mask_mode: str, target, schedule: bool = False, connect=rewire) -> None:
