@@ -462,6 +462,10 @@ CASES = {
     "masking_lstm_stack_states": ((15,), FLAVOURS,
                                   "Masking(0.0) over float x[.,.,3] -> LSTM(4, return_sequences=True, return_state=True)"
                                   " -> LSTM(3): the lower layer's seq, h, c and the upper's output"),
+    "emb_lstm_recurrent_dropout": ((15,), ("tf_keras",), "Embedding(mask_zero) -> LSTM(4, dropout=0.2, "
+                                   "recurrent_dropout=0.2, return_sequences=True): tf_keras multiplies by ones"),
+    "emb_gru_recurrent_dropout": ((15,), ("tf_keras",), "Embedding(mask_zero) -> GRU(4, dropout=0.2, "
+                                  "recurrent_dropout=0.2, return_sequences=True)"),
     "initial_state_mask": ((15,), FLAVOURS,
                            "LSTM(4, return_sequences=True)(x, mask=m, initial_state=[h0, c0]), all inputs"),
     "emb_lstm_relu_hardsig": ((15,), FLAVOURS,
@@ -585,6 +589,9 @@ def build_case(name, keras, tf, np):  # pylint: disable=too-many-locals,too-many
         masked = L.Masking(0.0, name="masking")(add(float_input()))
         sequence, h, c = L.LSTM(UNITS, return_sequences=True, return_state=True, name="lstm")(masked)
         outs = named([sequence, h, c, L.LSTM(3, name="lstm_top")(sequence)])
+    elif name in ("emb_lstm_recurrent_dropout", "emb_gru_recurrent_dropout"):
+        kind = L.LSTM if name.startswith("emb_lstm") else L.GRU
+        outs = [kind(UNITS, dropout=0.2, recurrent_dropout=0.2, return_sequences=True, name="rnn")(emb(add(ids_input())))]
     elif name == "initial_state_mask":
         x = add(float_input(padded=False))
         m = add(mask_input())

@@ -25,6 +25,7 @@ import weakref
 from typing import Callable, Optional
 
 import numpy as np
+from onnx import numpy_helper
 
 from ..failure import Refusal
 from ..graph import outer_const, passes_through, producer, scalar_value, skip_identity
@@ -423,7 +424,12 @@ class LinearReader:
         return None
 
     def _is_ones(self, tensor: str) -> bool:
+        """Ones of any shape: TensorFlow's OnesLike, ONNX's ConstantOfShape of a 1 (what tf2onnx makes of
+        it), a constant."""
         node = producer(self.graph, skip_identity(self.graph, tensor))
+        if node is not None and node.type == "ConstantOfShape":
+            value = node.get_attr_value("value")
+            return value is not None and np.all(numpy_helper.to_array(value) == 1)
         return node is not None and (node.type == "OnesLike" or
                                      (node.is_const() and np.all(node.get_tensor_value(as_list=False) == 1)))
 
