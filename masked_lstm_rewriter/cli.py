@@ -36,6 +36,7 @@ from importlib import metadata
 from typing import Optional
 
 from . import cli_input, dependencies
+from .cli_args import QUIET, model_position, split_command
 from .cli_input import UsageError, bad_input, environment_choice, keras_on_tensorflow, model_file_problem, pop_choice
 from .cli_logging import command_logging, progress, quiet_run, rename, verbosity
 from .cli_quantize import MODES, pop_quantize
@@ -47,7 +48,6 @@ INPUT_OPTIONS = ("--saved-model", "--keras", "--graphdef", "--input", "--tflite"
 MASK_MODES = ("post", "any")          # masks.MASK_MODES, without importing TensorFlow for --help
 RUNTIMES = ("onnxruntime", "openvino")  # emit.TARGETS, likewise
 MASK_MODE_ENV, RUNTIME_ENV = "TF2ONNX_MASKED_LSTM", "TF2ONNX_MASKED_LSTM_TARGET"
-QUIET = ("-q", "--quiet")
 EXIT_CODES = {0: "converted (or verified)", 1: "the conversion failed (or verify found a difference)",
               2: "bad arguments: no model, a missing or malformed model file or custom class, an unwritable "
                  "output, an unknown option or --custom-objects module, a bad environment variable",
@@ -135,11 +135,12 @@ def main(argv: Optional[list] = None) -> int:
     kept: list = []  # what the run said on stderr under --quiet that is still shown: its errors
     try:
         with stopped_by_signals(), quiet_run(quiet, kept, keep_all=debug):
-            if args and args[0] == "verify":
-                return _verify(args[1:])
-            if args and args[0] == "rewrite":
-                return _rewrite(args[1:])
-            return _convert_command(args[1:] if args and args[0] == "convert" else args)
+            command, args = split_command(args)
+            if command == "verify":
+                return _verify(args)
+            if command == "rewrite":
+                return _rewrite(args)
+            return _convert_command(args)
     except UsageError as error:
         return _fail(2, str(error), debug)
     except ModuleNotFoundError as error:  # TensorFlow, tf2onnx or a runtime not installed: the extra that brings it
@@ -212,10 +213,12 @@ def _short_output(args: list) -> list:
 
 
 def _expand_model(args: list) -> list:
-    """A leading MODEL as tf2onnx's ``--keras FILE`` or ``--saved-model DIR``."""
-    if not args or args[0].startswith("-"):
+    """MODEL, the first argument that is no option or option's value, as tf2onnx's ``--keras FILE`` or
+    ``--saved-model DIR``."""
+    position = model_position(args)
+    if position is None:
         return args
-    model, rest = args[0], args[1:]
+    model, rest = args[position], args[:position] + args[position + 1:]
     if any(_option(rest, name) for name in INPUT_OPTIONS):
         raise UsageError(f"two models given: {model} and {next(n for n in INPUT_OPTIONS if _option(rest, n))}")
     if os.path.isdir(model):

@@ -84,6 +84,12 @@ def test_verbose_shows_tf2onnx_info_naming_the_output_not_the_hidden_file(saved_
     assert ".partial-" not in captured.err + captured.out
 
 
+def test_options_before_the_model(saved_model, tmp_path, capsys, tf_environment):
+    out = tmp_path / "model.onnx"
+    assert cli.main(["--debug", "--opset", "15", saved_model, "-o", str(out)]) == 0
+    assert onnx.load(str(out)).opset_import[0].version == 15, capsys.readouterr().err
+
+
 @pytest.mark.parametrize("flag", ["-q", "--quiet"])
 def test_quiet_conversion_prints_nothing(saved_model, tmp_path, capfd, tf_environment, flag):
     out = tmp_path / "model.onnx"
@@ -117,7 +123,10 @@ def test_quiet_verify_prints_nothing_or_the_failed_verdict(tmp_path, capfd):
     onnx.save(rewritten, right)
     onnx.save(perturbed_lstm(rewritten), wrong)
     small = ["--rows", "3", "--steps", "4", "-q"]
+    capfd.readouterr()  # what making the files said (TensorFlow's start-up lines, when it loads here first)
     assert cli.main(["verify", STOCK, str(right)] + small) == 0
+    assert capfd.readouterr() == ("", "")
+    assert cli.main(["-q", "verify", STOCK, str(right)] + small[:-1]) == 0
     assert capfd.readouterr() == ("", "")
     assert cli.main(["verify", STOCK, str(wrong)] + small) == 1
     captured = capfd.readouterr()
