@@ -27,6 +27,17 @@ def skip_identity(graph, tensor: str) -> str:
     return tensor
 
 
+def is_ones(graph, tensor: str) -> bool:
+    """Is ``tensor`` ones of any shape: TensorFlow's OnesLike, ONNX's ConstantOfShape of a 1 (what
+    tf2onnx makes of it), a constant?"""
+    node = producer(graph, skip_identity(graph, tensor))
+    if node is not None and node.type == "ConstantOfShape":
+        value = node.get_attr_value("value")
+        return value is not None and bool(np.all(numpy_helper.to_array(value) == 1))
+    return node is not None and (node.type == "OnesLike" or
+                                 (node.is_const() and bool(np.all(node.get_tensor_value(as_list=False) == 1))))
+
+
 def skip_casts(graph, tensor: str) -> str:
     """Follow Identity and Cast ops back (a step counter compared as a float, a mask cast to numbers)."""
     node = producer(graph, tensor)

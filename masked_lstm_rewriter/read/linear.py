@@ -25,10 +25,9 @@ import weakref
 from typing import Callable, Optional
 
 import numpy as np
-from onnx import numpy_helper
 
 from ..failure import Refusal
-from ..graph import outer_const, passes_through, producer, scalar_value, skip_identity
+from ..graph import is_ones, outer_const, passes_through, producer, scalar_value, skip_identity
 
 
 @dataclasses.dataclass(frozen=True)
@@ -419,19 +418,9 @@ class LinearReader:
         node = producer(self.graph, tensor)
         if node is not None and node.type == "Mul":
             for pos in (0, 1):
-                if self._is_ones(node.input[1 - pos]):
+                if is_ones(self.graph, node.input[1 - pos]):
                     return self.step_source(node.input[pos])
         return None
-
-    def _is_ones(self, tensor: str) -> bool:
-        """Ones of any shape: TensorFlow's OnesLike, ONNX's ConstantOfShape of a 1 (what tf2onnx makes of
-        it), a constant."""
-        node = producer(self.graph, skip_identity(self.graph, tensor))
-        if node is not None and node.type == "ConstantOfShape":
-            value = node.get_attr_value("value")
-            return value is not None and np.all(numpy_helper.to_array(value) == 1)
-        return node is not None and (node.type == "OnesLike" or
-                                     (node.is_const() and np.all(node.get_tensor_value(as_list=False) == 1)))
 
     def const_ref(self, tensor: str) -> Optional[ConstRef]:
         """A reference to a constant: a loop-invariant body input (a captured weight), a Const, or a
