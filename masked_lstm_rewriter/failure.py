@@ -48,11 +48,12 @@ class KnownWrong(RuntimeError):
     says what is wrong, where, and how to convert it right."""
 
 
-def known_wrong(problems: list, keep_wrong: bool) -> Optional[KnownWrong]:
-    """Put each problem that makes the model wrong in the conversion's report; the error to fail
-    with, or None when there is none or the user asked to keep such a model (then each is logged)."""
+def known_wrong(problems: list, keep_wrong: bool, record=record_known_wrong) -> Optional[KnownWrong]:
+    """Put each problem that makes the model wrong in the conversion's report (``record``: in the one
+    under way; :func:`.report.note_known_wrong`: in the one finished); the error to fail with, or None
+    when there is none or the user asked to keep such a model (then each is logged)."""
     for problem in problems:
-        record_known_wrong(problem)
+        record(problem)
     if problems and not keep_wrong:
         more = f" (and {len(problems) - 1} more such problem(s))" if len(problems) > 1 else ""
         return KnownWrong(f"{problems[0]}{more}; to write the model as it is anyway, convert with keep_wrong=True "

@@ -110,6 +110,13 @@ def note_quantized(report: Optional[ConversionReport], quantized: str) -> Conver
     return _RECORDER.last
 
 
+def note_known_wrong(problem: str) -> ConversionReport:
+    """The thread's last report (None: an empty one), with ``problem`` found after the rewriter closed it."""
+    last = _RECORDER.last or ConversionReport()
+    _RECORDER.last = dataclasses.replace(last, known_wrong=last.known_wrong + (problem,))
+    return _RECORDER.last
+
+
 def last_report() -> Optional[ConversionReport]:
     """The report of the last conversion this thread ran with the rewriter, or None."""
     return _RECORDER.last

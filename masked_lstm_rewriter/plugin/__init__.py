@@ -28,9 +28,10 @@ from ..patches import generic_path, keras_export, tf2onnx_keras, time_distribute
 from ..pipeline import rewrite_graph
 from ..pipeline.streaming import cannot_stream, note_frozen_states, stream_native_nodes
 from ..plan.masks import MASK_MODES
-from ..report import finish_conversion
+from ..report import finish_conversion, note_known_wrong
 from ..sources import SOURCES
 from ..sources.tf_while import is_main_graph
+from .unconverted import unconverted_ops, unconverted_problem
 
 logger = logging.getLogger("masked_lstm_rewriter")
 
@@ -176,8 +177,19 @@ def _with_rewriter(original):
         if _CONVERSION.error is not None:
             error, _CONVERSION.error = _CONVERSION.error, None
             raise error
+        ours = next((rewriter for rewriter in rewriters if _is_ours(rewriter)), None)
+        if ours is not None and is_main_graph(graph):  # a body's loops are converted in the main graph's pass
+            _check_converted(graph, ours.keep_wrong)
         return graph
     return process_parsed_graph
+
+
+def _check_converted(graph, keep_wrong: bool) -> None:
+    """Fail (``keep_wrong``: warn) where tf2onnx left TensorFlow ops it has no ONNX form for."""
+    ops = unconverted_ops(graph)
+    wrong = known_wrong([unconverted_problem(ops)], keep_wrong, note_known_wrong) if ops else None
+    if wrong is not None:
+        raise wrong
 
 
 class _Enabled(contextlib.AbstractContextManager):

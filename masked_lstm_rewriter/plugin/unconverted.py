@@ -1,0 +1,31 @@
+# SPDX-License-Identifier: Apache-2.0
+"""TensorFlow ops tf2onnx has no ONNX form for: it logs "Unsupported ops" and writes them into the model
+as they are, which no ONNX runtime then loads (string preprocessing such as ``TextVectorization`` in the
+model). A conversion through the plugin fails on them as on any model known to be wrong."""
+
+from __future__ import annotations
+
+import onnx
+
+ONNX_DOMAINS = ("", "ai.onnx")  # ops of other domains are custom ones (--custom-ops, --extra_opset)
+
+
+def unconverted_ops(graph) -> list:
+    """The sorted op types of ``graph`` (tf2onnx's main graph, after its conversion) and its subgraphs
+    that are no ONNX op."""
+    found = set()
+    for node in graph.get_nodes():
+        if node.is_const() or node.is_graph_input():
+            continue  # tf2onnx's own node types, written as initializers and graph inputs
+        if (node.domain or "") in ONNX_DOMAINS and not onnx.defs.has(node.type, node.domain or ""):
+            found.add(node.type)
+        for body in (node.get_body_graphs() or {}).values():
+            found.update(unconverted_ops(body))
+    return sorted(found)
+
+
+def unconverted_problem(ops: list) -> str:
+    """What the report and the error say of ``ops``."""
+    return (f"tf2onnx has no ONNX form for TensorFlow op(s) {', '.join(ops)}, left in the model as they are "
+            "(no ONNX runtime loads it); compute them outside the model (string preprocessing such as "
+            "TextVectorization: convert the model that takes its output), or map them with tf2onnx's custom_ops")
