@@ -12,9 +12,9 @@ ONNX_DOMAINS = ("", "ai.onnx")  # ops of other domains are custom ones (--custom
 
 def unconverted_ops(graph) -> list:
     """The sorted op types of ``graph`` (tf2onnx's main graph, after its conversion) and its subgraphs
-    that are no ONNX op."""
+    that are no ONNX op, among the nodes its outputs depend on (tf2onnx's optimizer removes the others)."""
     found = set()
-    for node in graph.get_nodes():
+    for node in _live(graph):
         if node.is_const() or node.is_graph_input():
             continue  # tf2onnx's own node types, written as initializers and graph inputs
         if (node.domain or "") in ONNX_DOMAINS and not onnx.defs.has(node.type, node.domain or ""):
@@ -22,6 +22,20 @@ def unconverted_ops(graph) -> list:
         for body in (node.get_body_graphs() or {}).values():
             found.update(unconverted_ops(body))
     return sorted(found)
+
+
+def _live(graph) -> list:
+    """The nodes of ``graph`` its outputs depend on, through the tensors its subgraphs read from it too."""
+    live, pending = {}, list(graph.outputs)
+    while pending:
+        node = graph.get_node_by_output(pending.pop(), search_in_parent_graphs=False)
+        if node is None or node.name in live:
+            continue
+        live[node.name] = node
+        pending.extend(name for name in node.input if name)
+        for body in (node.get_body_graphs() or {}).values():
+            pending.extend(name for inner in body.get_nodes() for name in inner.input if name)
+    return list(live.values())
 
 
 def unconverted_problem(ops: list) -> str:
