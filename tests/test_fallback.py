@@ -111,6 +111,18 @@ def test_the_reason_names_what_was_not_understood(layer, reason):
 
 # --- a layer whose native form would depend on how a runtime treats padded steps ------------------
 
+def test_a_masked_convolutional_recurrent_layer_stays_a_loop_and_says_why():
+    """ConvLSTM1D selects by its mask broadcast to the state: still a masked recurrent loop, reported."""
+    inputs = keras.Input(shape=(None, 6, 2), name="x")
+    layer = keras.layers.ConvLSTM1D(3, 3, padding="same", return_sequences=True, name="conv_lstm")
+    model = keras.Model(inputs, layer(keras.layers.Masking()(inputs)))
+    onnx_model, report = mlr.convert(model)
+    assert op_counts(onnx_model)["Loop"] == 1
+    (left,) = report.left_as_loop
+    assert "conv_lstm" in left.layer, str(report)
+    assert left.detail.startswith("the step convolves its input and state"), left.detail
+
+
 @pytest.mark.parametrize("recurrent_activation", ["tanh", "relu"])
 def test_cell_state_with_a_non_saturating_gate_stays_a_loop(caplog, recurrent_activation):
     """The final c is carried over padded steps by gates driven to exactly 0 and 1, which tanh and

@@ -98,8 +98,13 @@ def _state_select_pattern():
 
 
 def is_masked_recurrent_body(graph) -> bool:
-    """Does this graph look like the body of a masked Keras recurrent loop?"""
-    return bool(_mask_selects(graph)) and any(n.type == "TensorListSetItem" for n in graph.get_nodes())
+    """Does this graph look like the body of a masked Keras recurrent loop: it writes a list and selects
+    by a mask read at the step, or reads one (a layer of another kind, such as ConvLSTM, selects by the
+    mask broadcast to its state: the reader then says why it stays a Loop)?"""
+    nodes = graph.get_nodes()
+    return any(n.type == "TensorListSetItem" for n in nodes) and (bool(_mask_selects(graph)) or any(
+        n.type == "TensorListGetItem" and n.input[1] in graph.input_names
+        and n.get_attr_value("element_dtype") == TensorProto.BOOL for n in nodes))
 
 
 def is_unmasked_recurrent_body(graph) -> bool:
@@ -130,6 +135,11 @@ def _input_index(graph, tensor: str) -> Optional[int]:
     return names.index(tensor) if tensor in names else None
 
 
+CONVOLUTIONS = ("Conv2D", "Conv3D", "DepthwiseConv2dNative", "Conv")  # TensorFlow's (Conv1D is a Conv2D), ONNX's
+CONVOLUTION_REASON = ("the step convolves its input and state (a convolutional recurrent layer such as "
+                      "ConvLSTM1D/2D/3D): ONNX has no native op for it")
+
+
 def read_body(graph) -> Union[BodyMatch, Refusal]:
     """Read a masked LSTM, GRU or SimpleRNN step out of a While body graph, or say why not.
 
@@ -137,6 +147,8 @@ def read_body(graph) -> Union[BodyMatch, Refusal]:
     is still read, and marked ``refused``: :func:`.loop.read_loop` leaves it a Loop for that reason,
     while a layer stacked above can still read its number of steps off its output list. A graph
     shape the reader did not foresee is a reason too, never a crash."""
+    if any(n.type in CONVOLUTIONS for n in graph.get_nodes()):
+        return Refusal(CONVOLUTION_REASON)
     refused = next((targets.REFUSED_ACTIVATION_REASONS[n.type] for n in graph.get_nodes()
                     if n.type in targets.REFUSED_ACTIVATION_REASONS), None)
     try:
