@@ -84,7 +84,14 @@ def load(path, custom_objects: Optional[dict] = None):
         unknown = unknown_class(path, error, objects)
         if unknown is not None:
             raise UnknownClassError(_unknown_class_message(path, unknown, objects)) from error
-        raise SourceError(f"{path}: Keras could not load it ({type(error).__name__}: {first_line(error)})") from error
+        hint = SAFE_MODE_HINT if "safe_mode" in str(error) else ""
+        raise SourceError(f"{path}: Keras could not load it ({type(error).__name__}: {first_line(error)}){hint}") \
+            from error
+
+
+# Keras refuses a Lambda layer's Python code unless told the file is trusted: only a caller can say so
+SAFE_MODE_HINT = ("; if you trust the file, load it in Python with keras.models.load_model(path, safe_mode=False) "
+                  "and convert the model: mlr.convert(model, 'model.onnx')")
 
 
 def unknown_class(path: str, error: BaseException, objects: dict) -> Optional[str]:

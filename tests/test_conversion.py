@@ -242,3 +242,12 @@ def test_a_functional_model_on_a_dict_of_inputs():
     sess = session(onnx_model)
     got = sess.run(None, {i.name: batch[i.name] for i in sess.get_inputs()})[0]
     np.testing.assert_allclose(got, np.asarray(model(batch)), atol=1e-5)
+
+
+X
+def test_a_lambda_keras_refuses_to_load_says_how_to_load_it_anyway(tmp_path):
+    inputs = keras.Input(shape=(None, 3))
+    model = keras.Model(inputs, keras.layers.Lambda(lambda x: x * 2.0)(inputs))
+    model.save(tmp_path / "lambda.keras")
+    with pytest.raises(ValueError, match=r"safe_mode=False\) and convert the model: mlr.convert"):
+        mlr.convert(tmp_path / "lambda.keras")
