@@ -487,6 +487,15 @@ CASES = {
                               "ids[2,None] (static batch only) -> Embedding(mask_zero) -> LSTM(4, return_sequences=True)"),
     "static_time_emb_lstm": ((15,), FLAVOURS,
                              "ids[None,6] (static time only) -> Embedding(mask_zero) -> LSTM(4, return_sequences=True)"),
+    "emb_lstm_states_only": ((15,), FLAVOURS, "Embedding(mask_zero) -> LSTM(4, return_state=True): "
+                             "only h and c are outputs (an encoder)"),
+    "emb_gru_state_only": ((15,), FLAVOURS, "Embedding(mask_zero) -> GRU(4, return_state=True): only h is an output"),
+    "static_emb_bilstm_stack": ((15,), FLAVOURS, "ids[2,6] (static signature) -> Embedding(mask_zero) -> "
+                                "Bidirectional(LSTM(4, return_sequences=True)) -> Bidirectional(LSTM(3))"),
+    "static_emb_gru_lstm_stack": ((15,), FLAVOURS, "ids[2,6] (static signature) -> Embedding(mask_zero) -> "
+                                  "GRU(4, return_sequences=True) -> LSTM(3, return_sequences=True)"),
+    "static_time_emb_gru_lstm_stack": ((15,), FLAVOURS, "ids[None,6] (static time only) -> Embedding(mask_zero) -> "
+                                       "GRU(4, return_sequences=True) -> LSTM(3, return_sequences=True)"),
 }
 
 # the input signature's (batch, time) per case: None is dynamic
@@ -605,6 +614,16 @@ def build_case(name, keras, tf, np):  # pylint: disable=too-many-locals,too-many
     elif name == "emb_lstm_relu_hardsig":
         outs = [L.LSTM(UNITS, activation="relu", recurrent_activation="hard_sigmoid", return_sequences=True,
                        name="lstm")(emb(add(ids_input())))]
+    elif name == "emb_lstm_states_only":
+        outs = named(L.LSTM(UNITS, return_state=True, name="lstm")(emb(add(ids_input())))[1:])
+    elif name == "emb_gru_state_only":
+        outs = [L.GRU(UNITS, return_state=True, name="gru")(emb(add(ids_input())))[1]]
+    elif name == "static_emb_bilstm_stack":
+        lower = L.Bidirectional(L.LSTM(UNITS, return_sequences=True), name="bi")(emb(add(ids_input())))
+        outs = [L.Bidirectional(L.LSTM(3), name="bi_top")(lower)]
+    elif name in ("static_emb_gru_lstm_stack", "static_time_emb_gru_lstm_stack"):
+        lower = L.GRU(UNITS, return_sequences=True, name="gru")(emb(add(ids_input())))
+        outs = [L.LSTM(3, return_sequences=True, name="lstm")(lower)]
     elif name == "unmasked_lstm":
         outs = [L.LSTM(UNITS, return_sequences=True, name="lstm")(add(float_input(padded=False)))]
     elif name == "unmasked_gru":
