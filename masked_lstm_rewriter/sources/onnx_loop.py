@@ -1,10 +1,18 @@
 # SPDX-License-Identifier: Apache-2.0
 """The ONNX ``Loop``: what tf2onnx or Keras's JAX export wrote for a recurrent layer in an ONNX file
 (:mod:`..read.onnx_loop`), and what tf2onnx makes of TF1-style control flow before the rewriter
-runs (whose body is still in TensorFlow ops: said so, not read)."""
+runs (whose body is still in TensorFlow ops: said so, not read).
+
+A Loop's output may be read only inside another Loop's body (with static shapes tf2onnx drops the
+transposes between two stacked layers, and the upper body reads the lower's sequence itself).
+tf2onnx's graph of an ONNX file does not index such reads: the source indexes them before reading,
+so that they count as uses and rewiring renames them; and where the rewired layer's outputs are
+read that way, it keeps their names (an ``Identity``), since the file keeps the bodies it does not
+rewrite as they were."""
 
 from __future__ import annotations
 
+from ..emit.rewire import rewire
 from ..failure import Refusal
 from ..graph import make_op
 from ..read.body import is_masked_recurrent_body
@@ -16,8 +24,47 @@ LOWERED_REASON = ("the graph has TF1-style control flow (e.g. a GraphDef frozen 
                   "lower_control_flow=False or convert the SavedModel or Keras model")
 
 
-def candidates(graph, ops) -> list:  # pylint: disable=unused-argument
+def candidates(graph, ops) -> list:
+    _index_subgraph_reads(graph)
     return [op for op in ops if op.type == "Loop"]
+
+
+def _index_subgraph_reads(graph) -> None:
+    """Index every tensor a subgraph (a Loop's body, an If's branch) reads from a graph around it, as
+    tf2onnx does for the graphs it converts, so that ``find_output_consumers`` and
+    ``replace_all_inputs`` reach those readers too."""
+    for node in graph.get_nodes():
+        for body in (node.get_body_graphs() or {}).values():
+            inside = {name for inner in body.get_nodes() for name in inner.output} | set(body.input_names)
+            for inner in body.get_nodes():
+                for name in inner.input:
+                    if name and name not in inside:
+                        body._register_input_name(name, inner, only_graph=True)  # pylint: disable=protected-access
+            _index_subgraph_reads(body)
+
+
+def connect(graph, layer, outputs, states) -> None:
+    """:func:`..emit.rewire.rewire`, then an ``Identity`` naming each new tensor a subgraph now reads after
+    the Loop output it replaces: the file keeps what it does not rewrite as it was, that body included
+    (where its Loop is rewritten too, nothing reads the Identity and the file leaves it out)."""
+    before = _subgraph_readers(graph)
+    rewire(graph, layer, outputs, states)
+    renamed = {}
+    for node, inputs in before:
+        renamed.update({new: old for old, new in zip(inputs, node.input) if old != new})
+    for new, old in renamed.items():
+        graph.make_node("Identity", [new], outputs=[old], shapes=[graph.get_shape(new)],
+                        dtypes=[graph.get_dtype(new)])
+
+
+def _subgraph_readers(graph) -> list:
+    """(node, its inputs) for every node of every subgraph nested in ``graph``."""
+    readers = []
+    for node in graph.get_nodes():
+        for body in (node.get_body_graphs() or {}).values():
+            readers.extend((inner, list(inner.input)) for inner in body.get_nodes())
+            readers.extend(_subgraph_readers(body))
+    return readers
 
 
 def read(graph, loop):
@@ -43,4 +90,4 @@ def prepare(graph, layers) -> list:
     return prepare_masks(graph, layers)
 
 
-SOURCE = Source(name="ONNX Loop", candidates=candidates, read=read, prepare=prepare)
+SOURCE = Source(name="ONNX Loop", candidates=candidates, read=read, prepare=prepare, connect=connect)
