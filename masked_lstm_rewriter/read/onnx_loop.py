@@ -334,18 +334,25 @@ def _computed_from(body, tensor: str) -> set:
 
 def _output_variable(graph, loop, body, carried: dict, h_top: str, out_select) -> Optional[int]:
     """The loop variable carrying the step's output (its final value is the layer's last output):
-    the one the output's select keeps at masked steps, else one that starts at zeros and takes the
-    top cell's new h (which the cell's own h variable takes too)."""
+    the one the output's select keeps at masked steps, else one that takes the top cell's new h.
+    Where the cell's own h variable takes it too, the output is the one the new h is not computed
+    from (both may start at zeros: an encoder whose only outputs are its final states), and it
+    must start at zeros, as the emitted last output of a row without a valid step does."""
     names = body.input_names
     if out_select is not None:
         old = skip_identity(body, out_select.old)
         if old in names and names.index(old) in carried:
             return names.index(old)
     taking = [i for i, new in carried.items() if new == h_top]
-    zeros = [i for i in taking if is_zeros(graph, loop.input[i]) or _is_zeros_like(graph, loop.input[i])]
-    if len(taking) > 1 and zeros:
-        return zeros[-1]
-    return taking[0] if taking else None
+    if len(taking) < 2:
+        return taking[0] if taking else None
+    read_by_step = _computed_from(body, h_top)
+    unread = [i for i in taking if names[i] not in read_by_step]
+    if len(unread) != 1:
+        raise Refusal("could not tell the layer's output among the loop variables", loop)
+    if not is_zeros(graph, loop.input[unread[0]]):
+        raise Refusal(f"the layer's last output ({names[unread[0]]}) starts from another value than zeros", loop)
+    return unread[0]
 
 
 def _is_state(carried: dict, index: int) -> bool:
@@ -353,29 +360,16 @@ def _is_state(carried: dict, index: int) -> bool:
     return sum(new == carried[index] for new in carried.values()) == 1
 
 
-def _is_zeros_like(graph, tensor: str) -> bool:
-    """``ConstantOfShape(shape)`` of zeros (tf2onnx's ZerosLike and Fill)."""
-    node = producer(graph, tensor)
-    if node is None or node.type != "ConstantOfShape":
-        return False
-    value = node.get_attr_value("value", None)
-    if value is None:
-        return True
-    from onnx import numpy_helper  # pylint: disable=import-outside-toplevel
-    return not numpy_helper.to_array(value).any()
-
-
 def _is_zeros_in_body(graph, loop, body, tensor: str) -> bool:
     """Zeros at every step: a zero constant of the body or around it, or a loop-invariant variable
     that starts at zeros."""
     if tensor in body.input_names:
         index = body.input_names.index(tensor)
-        return passes_through(body, index) and (is_zeros(graph, loop.input[index]) or
-                                                _is_zeros_like(graph, loop.input[index]))
+        return passes_through(body, index) and is_zeros(graph, loop.input[index])
     node = producer(body, tensor)
     if node is None:
-        return is_zeros(graph, tensor) or _is_zeros_like(graph, tensor)
-    return is_zeros(body, tensor) or _is_zeros_like(body, tensor)
+        return is_zeros(graph, tensor)
+    return is_zeros(body, tensor)
 
 
 def _unreversed(graph, tensor: str) -> tuple:
