@@ -351,7 +351,7 @@ def _output_variable(graph, loop, body, carried: dict, h_top: str, out_select) -
     if len(unread) != 1:
         raise Refusal("could not tell the layer's output among the loop variables", loop)
     if not is_zeros(graph, loop.input[unread[0]]):
-        raise Refusal(f"the layer's last output ({names[unread[0]]}) starts from another value than zeros", loop)
+        raise Refusal("the output at masked steps does not start as zeros", loop)
     return unread[0]
 
 
