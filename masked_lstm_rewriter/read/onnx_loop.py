@@ -38,6 +38,9 @@ from .time_axis import TimeAxis, time_axis_of
 from .onnx_trip import check_loop_trip_count
 from .select import read_select
 
+STEPS_INPUT_ATTR = "_masked_lstm_rewriter_steps_input"  # on a Loop node: what steps_input read
+
+
 @dataclasses.dataclass
 class LoopLayer(MaskedRecurrentLayer):
     """A layer read from an ONNX Loop: besides the common description, where its input is found."""
@@ -102,6 +105,31 @@ def _step_reads(graph, loop, body) -> Optional[_StepReads]:
         raise Refusal(f"the step reads {len(floats)} sequences and {len(masks)} masks (a recurrent layer reads "
                       "one of each at most)", floats[-1])
     return _StepReads(floats[0], masks[0] if masks else None)
+
+
+def steps_input(graph, loop) -> Optional[str]:
+    """The time-major sequence ``loop`` reads step by step, where it provably runs exactly one step per
+    element of it (its scan outputs are then as long: a layer stacked on it reads its number of steps
+    there), else None. Kept on the node: each layer of a stack asks it of every layer below."""
+    if not hasattr(loop, STEPS_INPUT_ATTR):
+        setattr(loop, STEPS_INPUT_ATTR, _steps_input(graph, loop))
+    return getattr(loop, STEPS_INPUT_ATTR)
+
+
+def _steps_input(graph, loop) -> Optional[str]:
+    body = loop.get_body_graphs().get("body")
+    try:
+        reads = None if body is None else _step_reads(graph, loop, body)
+        if reads is None:
+            return None
+        x = _outside_name(loop, body, reads.x.input[0])
+        variables = range(2, len(body.input_names))
+        counters = {i for i in variables if _is_counter(graph, loop, body, i)}
+        check_loop_trip_count(graph, loop, body, counters, {i for i in variables if passes_through(body, i)},
+                              time_axis_of(graph, [x]))
+        return x
+    except Refusal:
+        return None
 
 
 def _dtype(graph, body, tensor: str):

@@ -4,8 +4,9 @@
 The native op runs over every time step of its input, so the trip count of the loop
 (:mod:`.trip`) and the length of its output list must provably be the input's number of steps.
 :func:`time_axis_of` collects every ``(tensor, axis)`` provably as long as the input's time axis,
-going back through the ops that keep that axis, and the static number of steps when the graph
-knows it (from shapes, or the size a lower layer's output list was reserved with).
+going back through the ops that keep that axis (and through a lower layer's ONNX ``Loop``, which
+runs one step per step of its input), and the static number of steps when the graph knows it
+(from shapes, or the size a lower layer's output list was reserved with).
 """
 
 from __future__ import annotations
@@ -41,15 +42,18 @@ def time_axis_of(graph, time_major: list) -> TimeAxis:
             continue
         dims.add((tensor, axis))
         node = producer(graph, tensor)
-        pending.extend(_same_axis_inputs(graph, node, axis) if node is not None else ())
+        pending.extend(_same_axis_inputs(graph, node, axis, tensor) if node is not None else ())
     static = {_static_length(graph, tensor, axis) for tensor, axis in dims} - {None}
     return TimeAxis(frozenset(dims), static.pop() if len(static) == 1 else None)
 
 
-def _same_axis_inputs(graph, node, axis: int) -> list:
-    """The ``(input, axis)`` pairs whose axis is as long as axis ``axis`` of ``node``'s output: each
-    part of a concatenation along another axis, the ids of Keras 3's Embedding wraparound, or the
-    one input :func:`..graph.axis_source` names."""
+def _same_axis_inputs(graph, node, axis: int, tensor: Optional[str] = None) -> list:
+    """The ``(input, axis)`` pairs whose axis is as long as axis ``axis`` of ``node``'s output
+    (``tensor``, where ``node`` has several): each part of a concatenation along another axis, the
+    ids of Keras 3's Embedding wraparound, the input of a lower recurrent layer's ``Loop`` whose
+    scan output ``tensor`` is, or the one input :func:`..graph.axis_source` names."""
+    if node.type == "Loop":
+        return _loop_input_axis(graph, node, tensor) if axis == 0 else []
     if node.type in ("ConcatV2", "Concat"):
         along, parts = ((const_value(graph, node.input[-1]), node.input[:-1]) if node.type == "ConcatV2"
                         else (node.get_attr_value("axis", None), node.input))
@@ -61,6 +65,17 @@ def _same_axis_inputs(graph, node, axis: int) -> list:
         return [(node.input[2], axis)]
     source = axis_source(graph, node, node.output[0], axis)
     return [source] if source is not None else []
+
+
+def _loop_input_axis(graph, loop, tensor: Optional[str]) -> list:
+    """``[(x, 0)]`` when ``tensor`` is a scan output of an ONNX ``Loop`` that provably runs one step per
+    step of its time-major input x (a lower recurrent layer: its scan outputs are as long as x), else []."""
+    from .onnx_loop import steps_input  # pylint: disable=import-outside-toplevel  (it reads its own axis here)
+    carried = len(loop.input) - 2
+    if tensor not in list(loop.output)[carried:]:
+        return []
+    x = steps_input(graph, loop)
+    return [] if x is None else [(x, 0)]
 
 
 ELEMENTWISE = ("Add", "AddV2", "Sub", "Mul", "RealDiv", "Maximum", "Minimum")  # what Bidirectional's merges use
@@ -83,7 +98,7 @@ def _static_length(graph, tensor: str, axis: int) -> Optional[int]:
         return value if isinstance(value, int) else None
     if node.type in ELEMENTWISE:
         return _broadcast_length(graph, node, axis)
-    lengths = {_static_length(graph, t, a) for t, a in _same_axis_inputs(graph, node, axis)} - {None}
+    lengths = {_static_length(graph, t, a) for t, a in _same_axis_inputs(graph, node, axis, tensor)} - {None}
     return lengths.pop() if len(lengths) == 1 else None
 
 

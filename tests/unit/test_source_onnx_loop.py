@@ -119,6 +119,32 @@ def test_a_masked_output_that_repeats_another_state_stays_a_loop():
                   "the output at masked steps repeats another value")
 
 
+def _upper_cell_not_native(model):
+    """``model`` (a stack of two Loops) whose upper Loop's first sigmoid is a softsign: no native op computes it."""
+    doctored = onnx.ModelProto()
+    doctored.CopyFrom(model)
+    upper = [n for n in doctored.graph.node if n.op_type == "Loop"][-1]
+    next(n for n in upper.attribute[0].g.node if n.op_type == "Sigmoid").op_type = "Softsign"
+    return doctored
+
+
+@pytest.mark.parametrize("flavour", ["keras3", "tf_keras"])
+def test_a_loop_body_that_reads_a_rewritten_sequence_reads_it_by_its_old_name(flavour):
+    """With static shapes the upper Loop's body reads the lower Loop's sequence itself (no main-graph
+    node between them). The lower layer becomes native; the upper one, which no native op computes,
+    stays the Loop it was and reads the native sequence under the name it read before."""
+    original = _upper_cell_not_native(onnx.load(os.path.join(DATA, "tf2onnx",
+                                                             f"{flavour}_static_emb_gru_lstm_stack_op15.onnx")))
+    upper = [n for n in original.graph.node if n.op_type == "Loop"][-1]
+    rewritten, report = mlr.rewrite_onnx(original)
+    assert (op_counts(rewritten)["Loop"], op_counts(rewritten)["GRU"]) == (1, 1), str(report)
+    assert [n.SerializeToString() for n in rewritten.graph.node if n.op_type == "Loop"] == [upper.SerializeToString()]
+    for lengths in ([6, 3], [0, 1]):
+        feeds = feeds_for(original, lengths)
+        for runtime in available_runtimes():
+            assert_same_outputs(run(original, feeds), run(rewritten, feeds, runtime), f"rows {lengths}, {runtime}")
+
+
 def _by_outputs(model) -> dict:
     return {tuple(node.output): node.SerializeToString() for node in model.graph.node}
 
