@@ -496,6 +496,8 @@ CASES = {
                                   "GRU(4, return_sequences=True) -> LSTM(3, return_sequences=True)"),
     "static_time_emb_gru_lstm_stack": ((15,), FLAVOURS, "ids[None,6] (static time only) -> Embedding(mask_zero) -> "
                                        "GRU(4, return_sequences=True) -> LSTM(3, return_sequences=True)"),
+    "static_batch_emb_gru_lstm_stack": ((15,), FLAVOURS, "ids[2,None] (static batch only) -> Embedding(mask_zero) "
+                                        "-> GRU(4, return_sequences=True) -> LSTM(3, return_sequences=True)"),
 }
 
 # the input signature's (batch, time) per case: None is dynamic
@@ -621,7 +623,7 @@ def build_case(name, keras, tf, np):  # pylint: disable=too-many-locals,too-many
     elif name == "static_emb_bilstm_stack":
         lower = L.Bidirectional(L.LSTM(UNITS, return_sequences=True), name="bi")(emb(add(ids_input())))
         outs = [L.Bidirectional(L.LSTM(3), name="bi_top")(lower)]
-    elif name in ("static_emb_gru_lstm_stack", "static_time_emb_gru_lstm_stack"):
+    elif name in ("static_emb_gru_lstm_stack", "static_time_emb_gru_lstm_stack", "static_batch_emb_gru_lstm_stack"):
         lower = L.GRU(UNITS, return_sequences=True, name="gru")(emb(add(ids_input())))
         outs = [L.LSTM(3, return_sequences=True, name="lstm")(lower)]
     elif name == "unmasked_lstm":

@@ -46,15 +46,22 @@ def _index_subgraph_reads(graph) -> None:
 def connect(graph, layer, outputs, states) -> None:
     """:func:`..emit.rewire.rewire`, then an ``Identity`` naming each new tensor a subgraph now reads after
     the Loop output it replaces: the file keeps what it does not rewrite as it was, that body included
-    (where its Loop is rewritten too, nothing reads the Identity and the file leaves it out)."""
-    before = _subgraph_readers(graph)
+    (where its Loop is rewritten too, nothing reads the Identity and the file leaves it out). Where a
+    node of the main graph that stays reads it too, the file gives the new tensor that name already."""
+    main = [(node, list(node.input)) for node in graph.get_nodes()]
+    nested = _subgraph_readers(graph)
     rewire(graph, layer, outputs, states)
-    renamed = {}
-    for node, inputs in before:
-        renamed.update({new: old for old, new in zip(inputs, node.input) if old != new})
-    for new, old in renamed.items():
-        graph.make_node("Identity", [new], outputs=[old], shapes=[graph.get_shape(new)],
-                        dtypes=[graph.get_dtype(new)])
+    named = {old for old, _ in _renamed([(node, inputs) for node, inputs in main
+                                         if graph.get_node_by_name(node.name) is node])}
+    for old, new in dict(_renamed(nested)).items():
+        if old not in named:
+            graph.make_node("Identity", [new], outputs=[old], shapes=[graph.get_shape(new)],
+                            dtypes=[graph.get_dtype(new)])
+
+
+def _renamed(readers: list) -> list:
+    """(old, new) for each input of the ``readers`` (node, its inputs before) that now reads another tensor."""
+    return [(old, new) for node, inputs in readers for old, new in zip(inputs, node.input) if old != new]
 
 
 def _subgraph_readers(graph) -> list:

@@ -129,12 +129,13 @@ def _upper_cell_not_native(model):
 
 
 @pytest.mark.parametrize("flavour", ["keras3", "tf_keras"])
-def test_a_loop_body_that_reads_a_rewritten_sequence_reads_it_by_its_old_name(flavour):
-    """With static shapes the upper Loop's body reads the lower Loop's sequence itself (no main-graph
-    node between them). The lower layer becomes native; the upper one, which no native op computes,
-    stays the Loop it was and reads the native sequence under the name it read before."""
+@pytest.mark.parametrize("shapes", ["static", "static_batch"])
+def test_a_loop_body_that_reads_a_rewritten_sequence_reads_it_by_its_old_name(shapes, flavour):
+    """With a static batch the upper Loop's body reads the lower Loop's sequence itself (with a dynamic
+    time, the main graph reads its shape too). The lower layer becomes native; the upper one, which no
+    native op computes, stays the Loop it was and reads the native sequence under the name it read before."""
     original = _upper_cell_not_native(onnx.load(os.path.join(DATA, "tf2onnx",
-                                                             f"{flavour}_static_emb_gru_lstm_stack_op15.onnx")))
+                                                             f"{flavour}_{shapes}_emb_gru_lstm_stack_op15.onnx")))
     upper = [n for n in original.graph.node if n.op_type == "Loop"][-1]
     rewritten, report = mlr.rewrite_onnx(original)
     assert (op_counts(rewritten)["Loop"], op_counts(rewritten)["GRU"]) == (1, 1), str(report)
