@@ -335,15 +335,23 @@ def test_graphdef_input(saved_model, frozen_graph, tmp_path, command):
 
 @ONCE_PER_SUITE
 def test_graphdef_with_lowered_control_flow_is_reported(frozen_graph, tmp_path):
-    """TF1-style loops reach the rewriter as ONNX Loops already: left alone, and the report says why."""
+    """TF1-style loops reach the rewriter as ONNX Loops already: left alone, and the log says why. tf2onnx
+    leaves their TensorList ops in the model, which no runtime loads: the conversion fails, saying what to
+    do, unless --keep-wrong (then the report says it)."""
     paths, inputs, outputs = frozen_graph
     out = tmp_path / "model.onnx"
-    done = run("masked_lstm_rewriter", "--graphdef", paths[True], "--inputs", inputs, "--outputs", outputs,
-               "--output", out)
-    assert done.returncode == 0, done.stderr[-2000:]
+    args = ["--graphdef", paths[True], "--inputs", inputs, "--outputs", outputs, "--output", out]
+    done = run("masked_lstm_rewriter", *args)
+    assert done.returncode == 1 and not out.exists(), done.stderr[-2000:]
+    (error,) = [line for line in said(done.stderr) if "error:" in line]
+    assert "no ONNX form for TensorFlow op(s) TensorListReserve, TensorListSetItem" in error
+    assert "freeze with lower_control_flow=False" in error
+    kept = run("masked_lstm_rewriter", *args, "--keep-wrong")
+    assert kept.returncode == 0, kept.stderr[-2000:]
     assert op_counts(onnx.load(str(out)))["Loop"] == 2
-    assert "2 recurrent layer(s) (2 masked, 0 without a mask): 0 native, 2 left as Loop" in done.stdout
-    assert "lower_control_flow=False" in done.stdout
+    assert "2 recurrent layer(s) (2 masked, 0 without a mask): 0 native, 2 left as Loop; the model is KNOWN " \
+           "WRONG" in kept.stdout
+    assert "lower_control_flow=False" in kept.stdout
 
 
 def test_the_command_lines_choices_are_the_librarys():

@@ -39,7 +39,14 @@ def _live(graph) -> list:
 
 
 def unconverted_problem(ops: list) -> str:
-    """What the report and the error say of ``ops``."""
+    """What the report and the error say of ``ops``, with what to do instead where the ops show it."""
+    if any(op.startswith("TensorList") for op in ops):
+        hint = ("the loops' lists of a graph frozen with lowered (TF1-style) control flow: freeze with "
+                "lower_control_flow=False, or convert the SavedModel or Keras model")
+    elif any(op.startswith(("String", "Regex", "StaticRegex")) for op in ops):
+        hint = ("string preprocessing (TextVectorization): compute it outside the model and convert the model "
+                "that takes its output")
+    else:
+        hint = "compute them outside the model, or map them with tf2onnx's custom_ops"
     return (f"tf2onnx has no ONNX form for TensorFlow op(s) {', '.join(ops)}, left in the model as they are "
-            "(no ONNX runtime loads it); compute them outside the model (string preprocessing such as "
-            "TextVectorization: convert the model that takes its output), or map them with tf2onnx's custom_ops")
+            f"(no ONNX runtime loads it): {hint}")
