@@ -98,13 +98,10 @@ def _state_select_pattern():
 
 
 def is_masked_recurrent_body(graph) -> bool:
-    """Does this graph look like the body of a masked Keras recurrent loop: it writes a list and selects
-    by a mask read at the step, or reads one (a layer of another kind, such as ConvLSTM, selects by the
-    mask broadcast to its state: the reader then says why it stays a Loop)?"""
-    nodes = graph.get_nodes()
-    return any(n.type == "TensorListSetItem" for n in nodes) and (bool(_mask_selects(graph)) or any(
-        n.type == "TensorListGetItem" and n.input[1] in graph.input_names
-        and n.get_attr_value("element_dtype") == TensorProto.BOOL for n in nodes))
+    """Does this graph look like the body of a masked Keras recurrent loop: it writes a list and reads a
+    mask per step? (Keras's LSTM, GRU and SimpleRNN select by it; a layer that uses it otherwise, such as
+    ConvLSTM, is still one, and the reader says why it stays a Loop.)"""
+    return any(n.type == "TensorListSetItem" for n in graph.get_nodes()) and _reads_a_mask(graph)
 
 
 def is_unmasked_recurrent_body(graph) -> bool:
@@ -113,9 +110,13 @@ def is_unmasked_recurrent_body(graph) -> bool:
     nodes = graph.get_nodes()
     reads = [n for n in nodes if n.type == "TensorListGetItem" and n.input[1] in graph.input_names
              and n.get_attr_value("element_dtype") != TensorProto.BOOL]
-    return (not _mask_selects(graph) and sum(n.type == "TensorListSetItem" for n in nodes) == 1
-            and len(reads) == 1 and not any(n.type == "TensorListGetItem" and n.get_attr_value("element_dtype")
-                                            == TensorProto.BOOL for n in nodes))
+    return sum(n.type == "TensorListSetItem" for n in nodes) == 1 and len(reads) == 1 and not _reads_a_mask(graph)
+
+
+def _reads_a_mask(graph) -> bool:
+    """Does the step read a bool list (a mask, one element per step)?"""
+    return any(n.type == "TensorListGetItem" and n.get_attr_value("element_dtype") == TensorProto.BOOL
+               for n in graph.get_nodes())
 
 
 def _mask_selects(graph):
@@ -135,6 +136,7 @@ def _input_index(graph, tensor: str) -> Optional[int]:
     return names.index(tensor) if tensor in names else None
 
 
+MASK_USE_REASON = "the step reads a mask but does not select its output and states by it as Keras's layers do"
 CONVOLUTIONS = ("Conv2D", "Conv3D", "DepthwiseConv2dNative", "Conv")  # TensorFlow's (Conv1D is a Conv2D), ONNX's
 CONVOLUTION_REASON = ("the step convolves its input and state (a convolutional recurrent layer such as "
                       "ConvLSTM1D/2D/3D): ONNX has no native op for it")
@@ -166,7 +168,10 @@ def _read_step(graph) -> BodyMatch:
     if len(writes) != 1:
         raise Refusal(f"expected one output list write per step, found {len(writes)}")
     write = writes[0]
-    step = _masked_step(graph, write) if _mask_selects(graph) else _unmasked_step(graph, write)
+    masked = bool(_mask_selects(graph))
+    if not masked and _reads_a_mask(graph):
+        raise Refusal(MASK_USE_REASON)
+    step = _masked_step(graph, write) if masked else _unmasked_step(graph, write)
     time, h_new, carried = step.time, step.h_new, step.carried
 
     x_items = [n for n in graph.get_nodes() if n.type == "TensorListGetItem" and n.input[1] == time

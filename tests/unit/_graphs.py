@@ -104,6 +104,7 @@ class Loop:
                                        # return_sequences=False), and "seq" is not returned
     outputs: tuple = ("seq", "last", "h", "c")
     seed: int = 0
+    select: str = "where"              # "arithmetic": mask * new + (1 - mask) * old, no tf.where (a custom loop)
 
     @property
     def returned(self) -> tuple:
@@ -192,13 +193,19 @@ def masked_loop(spec: Loop):
         if spec.mask == "none":
             return _unmasked_outputs(spec, w, x_ta, steps, bound, zeros)
 
+        def select(mask_t, new, old):
+            if spec.select == "where":
+                return tf.where(mask_t, new, old)
+            kept = tf.cast(mask_t, new.dtype)
+            return kept * new + (1 - kept) * old
+
         def body(time, out_ta, prev_out, h, c):
             x_t, mask_t = x_ta.read(time), mask_ta.read(time)
             h_new, c_new = _tf_cell(spec, w, x_t, h, c)
-            out = tf.where(mask_t, h_new, prev_out)
-            h = tf.where(mask_t, h_new, h)
+            out = select(mask_t, h_new, prev_out)
+            h = select(mask_t, h_new, h)
             if c_new is not None:
-                c = tf.where(mask_t, c_new, c)
+                c = select(mask_t, c_new, c)
             return time + 1, out_ta.write(time if spec.sequence else 0, out), out, h, c
 
         with tf.name_scope(spec.kind.lower()):

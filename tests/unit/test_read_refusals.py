@@ -6,7 +6,8 @@ asserted by their stable text (the wording ``masked_lstm_rewriter`` gives in its
 ``last_report()``, and that docs/why-a-loop.md documents):
 
 * the body reader's refusals (read from the While body alone): an activation no ONNX op has
-  (swish, ``x * sigmoid(x)``), one that the native ops compute wrongly (softplus), float64;
+  (swish, ``x * sigmoid(x)``), one that the native ops compute wrongly (softplus), float64, a mask
+  applied by arithmetic instead of a select;
 * the main graph's: a loop that may stop before its last step, weights that are not constants;
 * the emitter's and the plugin's: an LSTM cell state that a non-saturating recurrent activation
   cannot hold, an activation the target runtime cannot compile, an opset before 13.
@@ -30,6 +31,7 @@ NOT_CONSTANTS = "the weights are not constants"
 CELL_STATE = "the final cell state is used and recurrent activation Relu cannot hold it over padded steps"
 OPENVINO = "target openvino: OpenVINO's native GRU op compiles only Sigmoid, Tanh, Relu activations, not Softsign"
 OPSET = "opset 12: the native form is emitted for opset 13 and later"
+MASK_USE = "the step reads a mask but does not select its output and states by it as Keras's layers do"
 
 
 @pytest.mark.parametrize("spec, reason", [
@@ -37,6 +39,7 @@ OPSET = "opset 12: the native form is emitted for opset 13 and later"
     pytest.param(G.Loop("GRU", activation="swish"), SWISH_GRU, id="swish-gru"),
     pytest.param(G.Loop("LSTM", activation="swish"), SWISH_LSTM, id="swish-lstm"),
     pytest.param(G.Loop("LSTM", dtype="float64"), FLOAT64, id="float64"),
+    pytest.param(G.Loop("GRU", select="arithmetic"), MASK_USE, id="mask-by-arithmetic"),
 ])
 def test_body_reader_refuses(spec, reason):
     (read,) = G.read_bodies(*G.masked_loop(spec)[:2])
