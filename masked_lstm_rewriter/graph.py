@@ -27,17 +27,6 @@ def skip_identity(graph, tensor: str) -> str:
     return tensor
 
 
-def is_ones(graph, tensor: str) -> bool:
-    """Is ``tensor`` ones of any shape: TensorFlow's OnesLike, ONNX's ConstantOfShape of a 1 (what
-    tf2onnx makes of it), a constant?"""
-    node = producer(graph, skip_identity(graph, tensor))
-    if node is not None and node.type == "ConstantOfShape":
-        value = node.get_attr_value("value")
-        return value is not None and bool(np.all(numpy_helper.to_array(value) == 1))
-    return node is not None and (node.type == "OnesLike" or
-                                 (node.is_const() and bool(np.all(node.get_tensor_value(as_list=False) == 1))))
-
-
 def skip_casts(graph, tensor: str) -> str:
     """Follow Identity and Cast ops back (a step counter compared as a float, a mask cast to numbers)."""
     node = producer(graph, tensor)
@@ -99,26 +88,43 @@ def const_value(graph, tensor: str):
 
 
 def is_zero_scalar(graph, tensor: str) -> bool:
+    return is_constant_of(graph, tensor, 0)
+
+
+def is_constant_of(graph, tensor: str, value) -> bool:
+    """A constant (through Identity ops) whose every element is ``value``."""
     node = producer(graph, skip_identity(graph, tensor))
-    return node is not None and node.is_const() and np.all(node.get_tensor_value(as_list=False) == 0)
+    return node is not None and node.is_const() and bool(np.all(node.get_tensor_value(as_list=False) == value))
 
 
 def is_zeros(graph, tensor: str) -> bool:
-    """A tensor that is zeros by construction: ZerosLike, Fill(…, 0), a zero constant, or as ONNX
-    spells them, ConstantOfShape of zero and Expand of a zero constant."""
-    node = producer(graph, tensor)
+    """A tensor that is zeros by construction (:func:`is_filled_with`)."""
+    return is_filled_with(graph, tensor, 0)
+
+
+def is_ones(graph, tensor: str) -> bool:
+    """A tensor that is ones by construction: what inference-time dropout multiplies by (:func:`is_filled_with`)."""
+    return is_filled_with(graph, tensor, 1)
+
+
+LIKE_OPS = {0: "ZerosLike", 1: "OnesLike"}
+
+
+def is_filled_with(graph, tensor: str, value: int) -> bool:
+    """A tensor whose every element is ``value`` (0 or 1) by construction: ZerosLike or OnesLike,
+    Fill(..., value), a constant, or as ONNX spells them, ConstantOfShape (of 0 without its value) and
+    Expand of such a constant."""
+    node = producer(graph, skip_identity(graph, tensor))
     if node is None:
         return False
-    if node.type == "ZerosLike":
+    if node.type == LIKE_OPS[value]:
         return True
-    if node.type == "Fill":
-        return is_zero_scalar(graph, node.input[1])
-    if node.type == "Expand":
-        return is_zero_scalar(graph, node.input[0])
+    if node.type in ("Fill", "Expand"):
+        return is_constant_of(graph, node.input[1 if node.type == "Fill" else 0], value)
     if node.type == "ConstantOfShape":
-        value = node.get_attr_value("value", None)
-        return value is None or not np.any(numpy_helper.to_array(value))
-    return node.is_const() and not np.any(node.get_tensor_value(as_list=False))
+        filled = node.get_attr_value("value", None)
+        return bool(np.all(numpy_helper.to_array(filled) == value)) if filled is not None else value == 0
+    return is_constant_of(graph, tensor, value)
 
 
 def is_increment(node, tensor: str) -> bool:
@@ -128,8 +134,7 @@ def is_increment(node, tensor: str) -> bool:
     others = [t for t in node.input if t != tensor]
     if len(others) != 1:
         return False
-    one = producer(node.graph, skip_identity(node.graph, others[0]))
-    return one is not None and one.is_const() and np.all(one.get_tensor_value(as_list=False) == 1)
+    return is_constant_of(node.graph, others[0], 1)
 
 
 def mul_operands(graph, tensor: str) -> Optional[list]:
