@@ -14,9 +14,10 @@ from typing import Optional
 from .dependencies import how_to_install, needed
 
 RUNTIMES = ("onnxruntime", "openvino")
-# OpenVINO: exact float32 arithmetic (no bf16/f16 inference precision). Not INFERENCE_NUM_THREADS=1:
-# with it, OpenVINO 2026.4's synchronous inference drops every runtime error (the guard's included)
-# and returns empty or stale outputs (tests/test_openvino.py pins it)
+# OpenVINO: exact float32 arithmetic (no bf16/f16 inference precision). With one inference thread
+# (INFERENCE_NUM_THREADS=1, or the default where the process may use one CPU), OpenVINO 2026.4's
+# synchronous inference drops every runtime error (the guard's included) and returns empty or stale
+# outputs (tests/test_openvino.py pins it): callers that must see errors run requests asynchronously
 OPENVINO_CONFIG = {"INFERENCE_PRECISION_HINT": "f32"}
 QUIET = 4  # onnxruntime's log severity: fatal errors only
 

@@ -68,8 +68,9 @@ ONNXRUNTIME = Runtime("onnxruntime", "onnxruntime", writes_zeros_past_lengths=Tr
 OPENVINO = Runtime(
     "openvino", "OpenVINO", activations=("Sigmoid", "Tanh", "Relu"), default_mask_mode="any",
     activation_error="Unsupported activation function",
-    guard_note=("OpenVINO enforces the \"post\" guard except in synchronous inference compiled with "
-                "INFERENCE_NUM_THREADS=1, which drops every runtime error and returns empty or stale outputs: "
+    guard_note=("OpenVINO enforces the \"post\" guard except in synchronous inference with one thread "
+                "(INFERENCE_NUM_THREADS=1, and OpenVINO's default on a machine or container with one CPU), "
+                "which drops every runtime error and returns empty or stale outputs: "
                 "there, use mask_mode='any' (exact for any mask) or start_async() + wait()"),
     schedule_note=("OpenVINO 2026.4 computes some layers inside the schedule's If wrongly, with no error, "
                    "on a run whose shapes outgrow the ones before (a Bidirectional layer's forward half), and "

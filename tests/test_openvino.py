@@ -9,6 +9,8 @@ shapes): if it fails, OpenVINO changed, and docs/openvino.md should say so.
 """
 
 import logging
+import subprocess
+import sys
 
 import numpy as np
 import onnx
@@ -99,6 +101,33 @@ def test_single_thread_synchronous_inference_drops_runtime_errors():
     request.start_async({"tokens": inputs[0][:, ::-1].copy()})
     with pytest.raises(Exception, match="the mask is not post-padded"):
         request.wait()
+
+
+_ONE_CPU = """
+import os, sys
+os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+import numpy as np, openvino as ov
+compiled = ov.Core().compile_model(sys.argv[1], "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+tokens = np.load(sys.argv[2])
+try:
+    compiled({"tokens": tokens})
+    print(compiled.get_property("INFERENCE_NUM_THREADS"), "no error")
+except Exception:
+    print(compiled.get_property("INFERENCE_NUM_THREADS"), "error")
+"""
+
+
+def test_one_cpu_is_one_thread_whose_synchronous_inference_drops_errors(tmp_path):
+    """Why docs/openvino.md says "a machine or container with one CPU": where the process may use one
+    CPU, OpenVINO 2026.4 runs one inference thread by default, and its synchronous inference drops
+    the guard's error as with INFERENCE_NUM_THREADS=1. If this fails, OpenVINO changed: update the docs
+    and the guard's note."""
+    model, spec, inputs = embedding_model(keras.layers.LSTM(UNITS, return_sequences=True))
+    onnx.save(convert(model, spec), tmp_path / "post.onnx")
+    np.save(tmp_path / "pre_padded.npy", inputs[0][:, ::-1].copy())
+    run = subprocess.run([sys.executable, "-c", _ONE_CPU, str(tmp_path / "post.onnx"), str(tmp_path / "pre_padded.npy")],
+                         capture_output=True, text=True, timeout=300, check=True)
+    assert run.stdout.split()[-3:] == ["1", "no", "error"], run.stdout + run.stderr
 
 
 def test_hard_sigmoid_for_openvino_stays_a_loop_that_openvino_runs(caplog):
