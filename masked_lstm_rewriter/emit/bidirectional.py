@@ -18,13 +18,11 @@ is what a single layer gets:
 
 from __future__ import annotations
 
-from tf2onnx.graph_builder import GraphBuilder
-
 from ..graph import int64_const, make_op
 from ..plan.masks import MaskTensors
 from ..plan.pairs import DirectionPair
-from .layer import NodeOutputs, keras_outputs, keras_states, last_valid_step, layer_input, reverse_time, time_step, \
-    with_padding_column, zero
+from .layer import NodeOutputs, add_time_axis, drop_time_axis, keras_outputs, keras_states, last_valid_step, layer_input, \
+    reverse_time, time_step, with_padding_column, zero
 from .node import directions_node, emit_directions
 from .rewire import KerasOutputs, rewire
 
@@ -42,7 +40,7 @@ def emit_pair(graph, pair: DirectionPair, masks: MaskTensors, connect=rewire) ->
     for layer, (y, c_last) in zip(pair.halves, emit_directions(graph, node)):
         step = last_valid_step(graph, y, masks, node.hidden) if layer.direction == "forward" else \
             _first_step(graph, y, masks)
-        out = NodeOutputs(y=y, y_node=y, h_last=make_op(graph, "Squeeze", step, int64_const(graph, "axes", [0])),
+        out = NodeOutputs(y=y, y_node=y, h_last=drop_time_axis(graph, step),
                           h_last_step=step, c_last=c_last)
         states = [keras_states(graph, layer.top, masks, out.h_last, out.c_last)]
         connect(graph, layer, keras_outputs(graph, layer, out, masks), states)
@@ -50,16 +48,15 @@ def emit_pair(graph, pair: DirectionPair, masks: MaskTensors, connect=rewire) ->
 
 def emit_unmasked_pair(graph, pair: DirectionPair, connect=rewire) -> None:
     """The unmasked ``pair`` as one bidirectional node over every step; ``connect`` as :func:`emit_pair`."""
-    gb = GraphBuilder(graph)
     forward, _ = pair.halves
     node = directions_node(graph, tuple(layer.top for layer in pair.halves), forward.x, "",
                            _name(pair, "bidirectional"))
     for layer, (y, c_last) in zip(pair.halves, emit_directions(graph, node)):
         backward = layer.direction != "forward"
-        last_h = time_step(gb, y, 0 if backward else -1)
-        sequence, in_time_order = (reverse_time(gb, y), y) if backward else (y, None)
+        last_h = time_step(graph, y, 0 if backward else -1)
+        sequence, in_time_order = (reverse_time(graph, y), y) if backward else (y, None)
         if not layer.writes_sequence:
-            sequence, in_time_order = gb.make_unsqueeze({"data": last_h, "axes": [0]}), None
+            sequence, in_time_order = add_time_axis(graph, last_h), None
         connect(graph, layer, KerasOutputs(sequence, in_time_order, last_h), [(last_h, c_last)])
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from ..graph import make_op
 from ..read.cudnn import CudnnLayer
 from .rewire import KerasOutputs, replace_tensor
 
@@ -13,7 +14,7 @@ from .rewire import KerasOutputs, replace_tensor
 def with_time_major_input(graph, layer: CudnnLayer) -> CudnnLayer:
     """``layer`` reading its batch-major input through a Transpose, as the emitter reads every layer.
     Made before any layer is emitted, so that rewriting the layer below renames what it reads."""
-    x = graph.make_node("Transpose", [layer.x_source], attr={"perm": [1, 0, 2]}).output[0]
+    x = make_op(graph, "Transpose", layer.x_source, perm=[1, 0, 2])
     return dataclasses.replace(layer, x_time_major=x)
 
 
@@ -23,7 +24,7 @@ def rewire_cudnn(g, layer: CudnnLayer, outputs: KerasOutputs, states):
     needed: Keras's cuDNN path returns the final h as the last output."""
     if layer.sequence_result is not None:
         batch_major = outputs.batch_major if outputs.in_time_order is None else None
-        batch_major = batch_major or g.make_node("Transpose", [outputs.sequence], attr={"perm": [1, 0, 2]}).output[0]
+        batch_major = batch_major or make_op(g, "Transpose", outputs.sequence, perm=[1, 0, 2])
         replace_tensor(g, layer.sequence_result, batch_major)
     (final_h, final_c), = states
     squeezes = []

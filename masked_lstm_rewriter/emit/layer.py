@@ -52,7 +52,6 @@ from typing import Optional
 
 import numpy as np
 from onnx import TensorProto
-from tf2onnx.graph_builder import GraphBuilder
 
 from ..graph import const, int64_const, make_op, producer, transpose_perm
 from ..layer import MaskedRecurrentLayer, RecurrentCell
@@ -101,7 +100,6 @@ def layer_input(g, layer: MaskedRecurrentLayer, masks: MaskTensors) -> str:
 def _emit_recurrent_node(g, layer: MaskedRecurrentLayer, cell: RecurrentCell, masks: MaskTensors,
                          x: str) -> NodeOutputs:
     """The forward ONNX LSTM, GRU or RNN node of ``cell`` over ``x``, its input in the node layout."""
-    gb = GraphBuilder(g)
     padding_column = cell.carries_cell_state  # saturating: targets.portability_refusal() let it through
     if padding_column:
         x = with_padding_column(g, x, masks.valid_steps, cell.input_size)
@@ -113,7 +111,7 @@ def _emit_recurrent_node(g, layer: MaskedRecurrentLayer, cell: RecurrentCell, ma
     h_last_step = last_valid_step(g, y, masks, cell.hidden_size)
     if layer.direction == "reverse":
         y = _reverse_valid_steps(g, y, masks)
-    return NodeOutputs(y=y, y_node=y_node, h_last=gb.make_squeeze({"data": h_last_step, "axes": [0]}),
+    return NodeOutputs(y=y, y_node=y_node, h_last=drop_time_axis(g, h_last_step),
                        h_last_step=h_last_step, c_last=c_last)
 
 
@@ -142,37 +140,34 @@ def all_steps(g, y: str, masks: MaskTensors) -> str:
 
 def _gather_steps(g, tensor: str, flat_index: str, width: int) -> str:
     """``tensor`` [T, B, width] re-ordered: position (t, b) takes row ``flat_index[t, b]`` of it."""
-    rows = g.make_node("Reshape", [tensor, const(g, "rows_shape", np.array([-1, width], np.int64))]).output[0]
-    return g.make_node("Gather", [rows, flat_index], attr={"axis": 0}).output[0]
+    rows = make_op(g, "Reshape", tensor, int64_const(g, "rows_shape", [-1, width]))
+    return make_op(g, "Gather", rows, flat_index, axis=0)
 
 
 def _reverse_valid_steps(g, tensor: str, masks: MaskTensors) -> str:
     """[T, B, ...] with each row's valid steps (the first ``length``) in reverse order, the rest in place."""
-    return g.make_node("ReverseSequence", [tensor, masks.lengths_i64],
-                       attr={"batch_axis": 1, "time_axis": 0}).output[0]
+    return make_op(g, "ReverseSequence", tensor, masks.lengths_i64, batch_axis=1, time_axis=0)
 
 
 def with_padding_column(g, x: str, valid_steps: str, width: int) -> str:
     """[T, B, width + 1]: ``x`` and a column of zeros at valid steps; ``[0, ..., 0, 1]`` at padded ones
     (whatever ``x`` held there: -inf and NaN would not stay out of a carried state otherwise)."""
-    padded = g.make_node("Pad", [x, const(g, "pads", np.array([0, 0, 0, 0, 0, 1], np.int64))]).output[0]
+    padded = make_op(g, "Pad", x, int64_const(g, "pads", [0, 0, 0, 0, 0, 1]))
     marker = np.zeros(width + 1, np.float32)
     marker[-1] = 1
-    return g.make_node("Where", [valid_steps, padded, const(g, "padding_marker", marker)]).output[0]
+    return make_op(g, "Where", valid_steps, padded, const(g, "padding_marker", marker))
 
 
 def last_valid_step(g, y: str, masks: MaskTensors, hidden: int) -> str:
     """[1, B, H]: ``y`` [T, B, H] at each row's last valid step, zeros for a row with none (its index,
     -1, reads the last step, which the Where then replaces)."""
-    index = g.make_node("Expand", [masks.last_step, const(g, "hidden_shape", np.array([1, 1, hidden], np.int64))]
-                        ).output[0]
-    gathered = g.make_node("GatherElements", [y, index], attr={"axis": 0}).output[0]
-    return g.make_node("Where", [masks.has_steps, gathered, zero(g)]).output[0]
+    index = make_op(g, "Expand", masks.last_step, int64_const(g, "hidden_shape", [1, 1, hidden]))
+    gathered = make_op(g, "GatherElements", y, index, axis=0)
+    return make_op(g, "Where", masks.has_steps, gathered, zero(g))
 
 
 def keras_outputs(g, layer: MaskedRecurrentLayer, out: NodeOutputs, masks: MaskTensors) -> KerasOutputs:
     """The layer's outputs as Keras has them, from the top cell's node."""
-    gb = GraphBuilder(g)
     last_output = out.h_last  # the carried output: zeros for a row with no valid step
     in_time_order = batch_major = None
     y_all = all_steps(g, out.y, masks)
@@ -180,37 +175,36 @@ def keras_outputs(g, layer: MaskedRecurrentLayer, out: NodeOutputs, masks: MaskT
         # mask_mode="any": the node ran over the valid steps moved to the front; map back
         where = masks.reorder.output_map(layer.direction, layer.output_carried)
         mapped = _gather_steps(g, y_all, where.index, layer.top.hidden_size)
-        in_time_order = g.make_node("Where", [where.keep, mapped, zero(g)]).output[0]
+        in_time_order = make_op(g, "Where", where.keep, mapped, zero(g))
         batch_major = _batch_major(g, out.y, masks, _compacted_rows(layer, masks.batch_major), layer.top.hidden_size)
         if layer.direction == "reverse":
-            sequence = reverse_time(gb, in_time_order)
-            last_output = last_output if layer.output_carried else time_step(gb, in_time_order, 0)
+            sequence = reverse_time(g, in_time_order)
+            last_output = last_output if layer.output_carried else time_step(g, in_time_order, 0)
         else:
             sequence, in_time_order = in_time_order, None
-            last_output = last_output if layer.output_carried else time_step(gb, sequence, -1)
+            last_output = last_output if layer.output_carried else time_step(g, sequence, -1)
     elif layer.direction == "reverse":
         # Keras ran forward over the reversed rows, whose padding comes first: those steps output
         # zeros (the carried output starts at zeros); its last step saw the row's first step.
-        in_time_order = g.make_node("Where", [masks.mask_tm, y_all, zero(g)]).output[0]
-        sequence = reverse_time(gb, in_time_order)
+        in_time_order = make_op(g, "Where", masks.mask_tm, y_all, zero(g))
+        sequence = reverse_time(g, in_time_order)
         batch_major = _batch_major(g, out.y, masks, masks.batch_major.kept,
                                    layer.top.hidden_size)  # of in_time_order
     elif layer.output_carried:
         # padded steps repeat the last output: the output at the last valid step, zeros if none
-        sequence = g.make_node("Where", [masks.mask_tm, y_all, out.h_last_step]).output[0]
+        sequence = make_op(g, "Where", masks.mask_tm, y_all, out.h_last_step)
         batch_major = _batch_major(g, out.y, masks, masks.batch_major.carried, layer.top.hidden_size)
     else:
         # masked steps output zeros (zero_output_for_mask)
-        sequence = g.make_node("Where", [masks.mask_tm, y_all, zero(g)]).output[0]
+        sequence = make_op(g, "Where", masks.mask_tm, y_all, zero(g))
         # the last step's output: a row valid there ran every step, so it is the node's last
-        last_output = g.make_node("Where", [time_step(gb, masks.mask_tm, -1), time_step(gb, out.y, -1), zero(g)]
-                                  ).output[0]
+        last_output = make_op(g, "Where", time_step(g, masks.mask_tm, -1), time_step(g, out.y, -1), zero(g))
         batch_major = _batch_major(g, out.y, masks, masks.batch_major.kept, layer.top.hidden_size)
     if layer.output_starts_from_state and not layer.top.zero_initial_state:
         sequence, last_output = _from_initial_state(g, layer.top, masks, sequence, last_output)
         batch_major = None
     if not layer.writes_sequence:
-        sequence = in_time_order = gb.make_unsqueeze({"data": last_output, "axes": [0]})
+        sequence = in_time_order = add_time_axis(g, last_output)
         batch_major = None
     return KerasOutputs(sequence, in_time_order, last_output, batch_major)
 
@@ -233,7 +227,7 @@ def _batch_major(g, y: str, masks: MaskTensors, rows: Optional[str], hidden: int
     if rows is None:
         return None
     if not masks.zeros_past_lengths:
-        y = g.make_node("Pad", [y, const(g, "pads", np.array([0, 0, 0, 1, 0, 0], np.int64))]).output[0]
+        y = make_op(g, "Pad", y, int64_const(g, "pads", [0, 0, 0, 1, 0, 0]))
     sequence = _gather_steps(g, y, rows, hidden)
     if g.get_shape(rows):
         g.set_shape(sequence, g.get_shape(rows) + [hidden])
@@ -245,28 +239,41 @@ def _from_initial_state(g, top: RecurrentCell, masks: MaskTensors, sequence: str
     that h at each step before a row's first valid step (every step of an empty row), where the
     carried output starts from zeros. A step is before the first valid one while the running count
     of valid steps is 0."""
-    counted = g.make_node("Cast", [masks.mask_tm], attr={"to": TensorProto.INT32}).output[0]
-    running = g.make_node("CumSum", [counted, const(g, "time_axis", np.array(0, np.int32))]).output[0]
-    before_first = g.make_node("Equal", [running, const(g, "no_step", np.array(0, np.int32))]).output[0]
-    sequence = g.make_node("Where", [before_first, top.initial_h, sequence]).output[0]
-    last_output = g.make_node("Where", [masks.has_steps, last_output, top.initial_h]).output[0]
+    counted = make_op(g, "Cast", masks.mask_tm, to=TensorProto.INT32)
+    running = make_op(g, "CumSum", counted, const(g, "time_axis", np.array(0, np.int32)))
+    before_first = make_op(g, "Equal", running, const(g, "no_step", np.array(0, np.int32)))
+    sequence = make_op(g, "Where", before_first, top.initial_h, sequence)
+    last_output = make_op(g, "Where", masks.has_steps, last_output, top.initial_h)
     return sequence, last_output
 
 
-def time_step(gb, sequence, index):
+def time_step(g, sequence: str, index: int) -> str:
     """Time step ``index`` of a [T, B, H] sequence, as [B, H]."""
     end = np.iinfo(np.int64).max if index == -1 else index + 1
-    return gb.make_squeeze({"data": gb.make_slice({"data": sequence, "starts": [index], "ends": [end],
-                                                   "axes": [0]}), "axes": [0]})
+    step = make_op(g, "Slice", sequence, int64_const(g, "starts", [index]), int64_const(g, "ends", [end]),
+                   int64_const(g, "axes", [0]))
+    return drop_time_axis(g, step)
 
 
-def zero(g):
+def drop_time_axis(g, tensor: str) -> str:
+    """``tensor`` [1, ...] without its time axis."""
+    return make_op(g, "Squeeze", tensor, int64_const(g, "axes", [0]))
+
+
+def add_time_axis(g, tensor: str) -> str:
+    """[1, ...]: ``tensor`` as a sequence of one step."""
+    return make_op(g, "Unsqueeze", tensor, int64_const(g, "axes", [0]))
+
+
+def zero(g) -> str:
+    """A float scalar 0, what masked positions of a sequence hold."""
     return const(g, "zero_f32", np.array(0, np.float32))
 
 
-def reverse_time(gb, tensor):
-    return gb.make_slice({"data": tensor, "starts": [-1], "ends": [np.iinfo(np.int64).min], "axes": [0],
-                          "steps": [-1]})
+def reverse_time(g, tensor: str) -> str:
+    """[T, ...] ``tensor`` with its time axis (0) in reverse order."""
+    return make_op(g, "Slice", tensor, int64_const(g, "starts", [-1]), int64_const(g, "ends", [np.iinfo(np.int64).min]),
+                   int64_const(g, "axes", [0]), int64_const(g, "steps", [-1]))
 
 
 def keras_states(g, cell: RecurrentCell, masks: MaskTensors, h_last, c_last):
@@ -276,6 +283,6 @@ def keras_states(g, cell: RecurrentCell, masks: MaskTensors, h_last, c_last):
     the padding column holds it, and runtimes that skip such a row return zeros)."""
     if cell.zero_initial_state:
         return h_last, c_last
-    final_h = g.make_node("Where", [masks.has_steps, h_last, cell.initial_h]).output[0]
-    final_c = None if c_last is None else g.make_node("Where", [masks.has_steps, c_last, cell.initial_c]).output[0]
+    final_h = make_op(g, "Where", masks.has_steps, h_last, cell.initial_h)
+    final_c = None if c_last is None else make_op(g, "Where", masks.has_steps, c_last, cell.initial_c)
     return final_h, final_c

@@ -11,7 +11,7 @@ where that could happen (``targets.shared_swaps_scrambled``).
 from __future__ import annotations
 
 from ..cells import NATIVE_OPS
-from ..graph import producer
+from ..graph import make_op, producer
 
 _NATIVE = frozenset(NATIVE_OPS)
 
@@ -32,12 +32,12 @@ def read_alone(g, x: str) -> str:
 
     ``Max`` because OpenVINO removes an Identity, an ``Add`` of 0 or a ``Mul`` by 1."""
     if _may_read_a_shared_swap(g, x):
-        x = g.make_node("Max", [x, x]).output[0]
+        x = make_op(g, "Max", x, x)
     known = {}
     read = {_computation(g, node.input[0], known) for node in g.get_nodes() if node.type in _NATIVE}
     computation = _computation(g, x, known)
     while computation in read:
-        x = g.make_node("Max", [x, x]).output[0]
+        x = make_op(g, "Max", x, x)
         computation = _computation(g, x, known)
     return x
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import NamedTuple, Optional
 
-from ..graph import transpose_perm
+from ..graph import make_op, transpose_perm
 from ..layer import MaskedRecurrentLayer
 
 
@@ -72,8 +72,7 @@ def _skip_reversal_back(g, stacked, in_time_order, batch_major=None):
             continue
         for reverse in g.find_output_consumers(consumer.output[0]):
             if _reverses_axis(g, reverse, 1):
-                batch_major = batch_major or \
-                    g.make_node("Transpose", [in_time_order], attr={"perm": [1, 0, 2]}).output[0]
+                batch_major = batch_major or make_op(g, "Transpose", in_time_order, perm=[1, 0, 2])
                 replace_tensor(g, reverse.output[0], batch_major)
 
 

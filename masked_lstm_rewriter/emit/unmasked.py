@@ -8,10 +8,8 @@ forward over its input reversed in time and returns its sequence in that order, 
 
 from __future__ import annotations
 
-from tf2onnx.graph_builder import GraphBuilder
-
 from ..layer import MaskedRecurrentLayer
-from .layer import reverse_time, time_step
+from .layer import add_time_axis, reverse_time, time_step
 from .node import cell_node, emit_node
 from .rewire import KerasOutputs, rewire
 
@@ -20,14 +18,13 @@ def emit_unmasked_layer(graph, layer: MaskedRecurrentLayer, connect=rewire) -> N
     """One forward node per cell of ``layer`` (each over the sequence of the one below), then the
     source's consumers pointed at the top cell's outputs and every cell's final states (``connect``:
     :func:`.rewire.rewire` for a loop)."""
-    gb = GraphBuilder(graph)
-    x = reverse_time(gb, layer.x) if layer.direction == "reverse" else layer.x
+    x = reverse_time(graph, layer.x) if layer.direction == "reverse" else layer.x
     states = []
     for cell in layer.cells:
         x, c_last = emit_node(graph, cell_node(graph, cell, x, "", f"{layer.layer}/{cell.kind.lower()}"), None)
-        states.append((time_step(gb, x, -1), c_last))
+        states.append((time_step(graph, x, -1), c_last))
     last_h = states[-1][0]
-    sequence = x if layer.writes_sequence else gb.make_unsqueeze({"data": last_h, "axes": [0]})
+    sequence = x if layer.writes_sequence else add_time_axis(graph, last_h)
     # what a Bidirectional reads where it reverses a backward sequence back: one Slice instead of two
-    in_time_order = reverse_time(gb, x) if layer.direction == "reverse" and layer.writes_sequence else None
+    in_time_order = reverse_time(graph, x) if layer.direction == "reverse" and layer.writes_sequence else None
     connect(graph, layer, KerasOutputs(sequence, in_time_order, last_h), states)

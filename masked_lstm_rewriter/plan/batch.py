@@ -18,10 +18,9 @@ equal to another input.
 
 from __future__ import annotations
 
-import numpy as np
 from tf2onnx import utils
 
-from ..graph import axis_source, const, const_value, producer, rank_of
+from ..graph import axis_source, const_value, int64_const, make_op, producer, rank_of
 
 
 _ELEMENTWISE = {"Add", "AddV2", "Sub", "Mul", "RealDiv", "Maximum", "Minimum", "Equal", "NotEqual", "Greater",
@@ -173,7 +172,6 @@ def broadcast_mask(graph, mask: str, like: str, axis: int) -> str:
     TensorFlow handlers, whose ``Shape`` does not keep them.)
     """
     g = graph
-    batch = g.make_node("Gather", [g.make_node("Shape", [like]).output[0],
-                                   const(g, "batch_axis", np.array([axis], np.int64))]).output[0]
-    target = g.make_node("Concat", [batch, const(g, "one", np.array([1], np.int64))], attr={"axis": 0}).output[0]
+    batch = make_op(g, "Gather", make_op(g, "Shape", like), int64_const(g, "batch_axis", [axis]))
+    target = make_op(g, "Concat", batch, int64_const(g, "one", [1]), axis=0)
     return g.make_node("Expand", [mask, target], name=utils.make_name(BROADCAST_NAME)).output[0]

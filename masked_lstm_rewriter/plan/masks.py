@@ -32,9 +32,8 @@ from typing import Optional
 import numpy as np
 from onnx import TensorProto, numpy_helper
 from tf2onnx import utils
-from tf2onnx.graph_builder import GraphBuilder
 
-from ..graph import const, make_op, producer, transpose_perm
+from ..graph import const, int64_const, int64_scalar, make_op, producer, transpose_perm
 from .schedule import SegmentPlan, plan_segments, schedulable
 
 
@@ -139,15 +138,15 @@ class MaskPlanner:
         time-major mask the fix-ups need (the optimizer merges both with Keras's own): reductions
         over it give the [B] lengths and the [B, 1] ones (which broadcast as [1, B, 1] over
         [T, B, H]) without a Reshape, and the guard's total as a [1] tensor, without a Shape."""
-        g, gb = self.graph, GraphBuilder(self.graph)
-        mask_bt1 = gb.make_unsqueeze({"data": mask, "axes": [2]})
+        g = self.graph
+        mask_bt1 = make_op(g, "Unsqueeze", mask, int64_const(g, "axes", [2]))
         mask_tm = make_op(g, "Transpose", mask_bt1, perm=[1, 0, 2])
         counts = make_op(g, "Cast", mask_bt1, to=TensorProto.INT32)                 # [B, T, 1]
-        lengths = gb.make_reduce_sum({"data": counts, "axes": [1, 2], "keepdims": 0, "noop_with_empty_axes": 0})
-        lengths_col = gb.make_reduce_sum({"data": counts, "axes": [1], "keepdims": 0, "noop_with_empty_axes": 0})
+        lengths = make_op(g, "ReduceSum", counts, int64_const(g, "axes", [1, 2]), keepdims=0)
+        lengths_col = make_op(g, "ReduceSum", counts, int64_const(g, "axes", [1]), keepdims=0)
         valid_steps, reorder, guarded = mask_tm, None, lengths
         batch_steps = _batch_and_steps(g, x_tm)
-        batch = make_op(g, "Gather", batch_steps, const(g, "first", np.array([0], np.int64)))
+        batch = make_op(g, "Gather", batch_steps, int64_const(g, "first", [0]))
         if self.mask_mode == "post" and not post_padded:
             guarded = self._guard_post_padded(counts, lengths)
         elif self.mask_mode == "any" and not post_padded:
@@ -179,14 +178,13 @@ class MaskPlanner:
         post-padded, and that total is the size of the one-output Split of the [B] lengths."""
         g = self.graph
         # [B, T + 1, 1]: each frame without its last step, and without its first
-        head = make_op(g, "Pad", counts, const(g, "pads", np.array([0, 1, 0, 0, 0, 0], np.int64)),
+        head = make_op(g, "Pad", counts, int64_const(g, "pads", [0, 1, 0, 0, 0, 0]),
                        const(g, "one_i32", np.array(1, np.int32)))
-        tail = make_op(g, "Pad", counts, const(g, "pads", np.array([0, 0, 0, 0, 1, 0], np.int64)),
+        tail = make_op(g, "Pad", counts, int64_const(g, "pads", [0, 0, 0, 0, 1, 0]),
                        const(g, "zero_i32", np.array(0, np.int32)))
         falls = make_op(g, "Cast", make_op(g, "Greater", head, tail), to=TensorProto.INT64)
         # reduced to a [1] tensor, the Split's size, in one node: each costs ~1-3 us at batch 1
-        size = GraphBuilder(g).make_reduce_sum({"data": falls, "axes": [0, 1], "keepdims": 0,
-                                                "noop_with_empty_axes": 0})
+        size = make_op(g, "ReduceSum", falls, int64_const(g, "axes", [0, 1]), keepdims=0)
         # OpenVINO's error names the output tensor, onnxruntime's the node: both carry the message
         name = utils.make_name(GUARD_MESSAGE)
         return g.make_node("Split", [lengths, size], attr={"axis": 0}, name=name, outputs=[name]).output[0]
@@ -198,17 +196,16 @@ class MaskPlanner:
         goes to position ``upto - 1``, a masked one after all valid steps, at ``L + t - upto``.
         """
         g = self.graph
-        one = const(g, "one_i64", np.array(1, np.int64))
+        one = int64_scalar(g, 1)
         valid = make_op(g, "Cast", mask_tm, to=TensorProto.INT64)                      # [T, B]
-        upto = make_op(g, "CumSum", valid, const(g, "axis0", np.array(0, np.int64)))  # valid steps <= t
+        upto = make_op(g, "CumSum", valid, int64_scalar(g, 0))  # valid steps <= t
         before = make_op(g, "Sub", upto, valid)                                       # valid steps < t
-        total = GraphBuilder(g).make_reduce_sum(
-            {"data": valid, "axes": [0], "keepdims": 1, "noop_with_empty_axes": 0})  # [1, B]
+        total = make_op(g, "ReduceSum", valid, int64_const(g, "axes", [0]), keepdims=1)  # [1, B]
         shape = make_op(g, "Shape", mask_tm)
         steps = _scalar(g, shape, 0)
         batch = _scalar(g, shape, 1)
-        zero = const(g, "zero_i64", np.array(0, np.int64))
-        time = GraphBuilder(g).make_unsqueeze({"data": make_op(g, "Range", zero, steps, one), "axes": [1]})  # [T, 1]
+        zero = int64_scalar(g, 0)
+        time = make_op(g, "Unsqueeze", make_op(g, "Range", zero, steps, one), int64_const(g, "axes", [1]))  # [T, 1]
         rows = make_op(g, "Range", zero, batch, one)                                  # [B]
         # the sizes tf2onnx cannot infer through Range: with them, a static batch of 1 stays known in the
         # layer's outputs, whose Keras transposes tf2onnx's optimizer then turns into Reshapes (left as
@@ -221,8 +218,7 @@ class MaskPlanner:
                               make_op(g, "Add", total, make_op(g, "Sub", time, upto)))
         # destination is a permutation of each column: scattering the step numbers through it
         # lists, for each compacted position, the step that goes there
-        source = g.make_node("ScatterElements", [destination, destination, make_op(g, "Expand", time, shape)],
-                             attr={"axis": 0}).output[0]
+        source = make_op(g, "ScatterElements", destination, destination, make_op(g, "Expand", time, shape), axis=0)
 
         def flat(index):
             flat_index = make_op(g, "Add", make_op(g, "Mul", index, batch), rows)
@@ -230,7 +226,7 @@ class MaskPlanner:
             return flat_index
 
         def keep(condition):
-            kept = GraphBuilder(g).make_unsqueeze({"data": condition, "axes": [2]})
+            kept = make_op(g, "Unsqueeze", condition, int64_const(g, "axes", [2]))
             g.set_shape(kept, dims + [1])
             return kept
 
@@ -256,9 +252,9 @@ def batch_major_rows(g, mask: str, batch_steps: str, batch: str) -> BatchMajorRo
     ``b - B``, a negative index that counts back from the end to the zero step of row b, which is
     also where a padded position reads zeros."""
     counted = make_op(g, "Cast", mask, to=TensorProto.INT64)
-    upto = make_op(g, "CumSum", counted, const(g, "axis1", np.array(1, np.int64)))
+    upto = make_op(g, "CumSum", counted, int64_scalar(g, 1))
     minus_ones = make_op(g, "ConstantOfShape", batch_steps, value=numpy_helper.from_array(np.array([-1], np.int64)))
-    zero_step = make_op(g, "CumSum", minus_ones, const(g, "axis0", np.array(0, np.int64)), reverse=1)  # b - B in row b
+    zero_step = make_op(g, "CumSum", minus_ones, int64_scalar(g, 0), reverse=1)  # b - B in row b
     carried = make_op(g, "Add", make_op(g, "Mul", upto, batch), zero_step)
     kept = make_op(g, "Where", mask, carried, zero_step)
     for rows in (carried, kept):  # the sizes tf2onnx cannot infer through CumSum (see _reorder)
@@ -285,9 +281,9 @@ def _batch_and_steps(g, x_tm: str) -> str:
     front of a recurrent op only then."""
     node = producer(g, x_tm)
     if node is not None and node.type == "Transpose" and transpose_perm(g, node) == [1, 0, 2]:
-        return make_op(g, "Slice", make_op(g, "Shape", node.input[0]), const(g, "zero", np.array([0], np.int64)),
-                       const(g, "two", np.array([2], np.int64)))
-    return make_op(g, "Gather", make_op(g, "Shape", x_tm), const(g, "batch_steps", np.array([1, 0], np.int64)))
+        return make_op(g, "Slice", make_op(g, "Shape", node.input[0]), int64_const(g, "zero", [0]),
+                       int64_const(g, "two", [2]))
+    return make_op(g, "Gather", make_op(g, "Shape", x_tm), int64_const(g, "batch_steps", [1, 0]))
 
 
 def _dims(graph, tensor: str) -> list:
@@ -300,4 +296,4 @@ def _dims(graph, tensor: str) -> list:
 
 def _scalar(graph, shape: str, index: int) -> str:
     """Element ``index`` of a shape tensor, as a scalar."""
-    return make_op(graph, "Gather", shape, const(graph, "index", np.array(index, np.int64)))
+    return make_op(graph, "Gather", shape, int64_scalar(graph, index))
