@@ -69,6 +69,11 @@ class RecurrentCell:
         node, index = self.c_at
         return node.input[index]
 
+    @property
+    def initial_states(self) -> tuple:
+        """The initial states the cell is given, h first (an LSTM's c after it), as its node takes them."""
+        return tuple(state for state in (self.initial_h, self.initial_c) if state is not None)
+
 
 @dataclasses.dataclass
 class MaskedRecurrentLayer:

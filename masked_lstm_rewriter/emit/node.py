@@ -141,8 +141,7 @@ def _initial_states(cells: tuple) -> tuple:
     """Each state's initial value per direction (:attr:`RecurrentNode.initial`), () for zeros."""
     if all(cell.zero_initial_state for cell in cells):
         return ()
-    return tuple(zip(*(tuple(state for state in (cell.initial_h, cell.initial_c) if state is not None)
-                       for cell in cells)))
+    return tuple(zip(*(cell.initial_states for cell in cells)))
 
 
 def node_attributes(*cells: RecurrentCell, masked: bool = True) -> dict:

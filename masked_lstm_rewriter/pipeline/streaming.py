@@ -65,7 +65,7 @@ def streamable(graph, layer):
     for cell in layer.cells:
         if cell.h_at is None or (kind_of(cell.kind).states == 2 and cell.c_at is None):
             return Refusal(FOLDED_STATE_REASON, layer.while_node)
-        if not cell.zero_initial_state and not all(_is_constant(graph, state) for state in _initial_states(cell)):
+        if not cell.zero_initial_state and not all(_is_constant(graph, state) for state in cell.initial_states):
             return Refusal(COMPUTED_STATE_REASON, layer.while_node)
     prefix = _free_prefix(graph, layer_names.keras_path(layer.layer), layer.layer)
     for index, cell in enumerate(layer.cells):
@@ -153,10 +153,6 @@ def _log_per_step(scope: str) -> None:
 
 def _cannot(scope: str, reason: str) -> str:
     return f"layer '{layer_names.keras_path(scope)}' cannot stream: {reason}"
-
-
-def _initial_states(cell) -> list:
-    return [state for state in (cell.initial_h, cell.initial_c) if state is not None]
 
 
 def _is_constant(graph, tensor: str) -> bool:
