@@ -4,7 +4,9 @@
 tf2onnx traces TensorFlow graphs, and a process's Keras 3 keeps the backend it was imported with.
 A model on JAX or torch is therefore saved as a ``.keras`` file (the format is the same on every
 backend) and converted by a child process whose Keras runs on TensorFlow; the ONNX model and the
-report come back. A path is converted the same way when this process's Keras is not on
+report come back, and the child's log records are logged again here at their own levels (a layer
+left as a Loop is a ``WARNING`` on every backend); the report is this thread's ``last_report()``. A
+path is converted the same way when this process's Keras is not on
 TensorFlow. Custom layers reach the child by the modules that define them (imported there before
 the model is loaded, and given to Keras's loader registered or not), as do the ``custom_objects``
 given with a path: they must be importable, not defined in ``__main__``. Where the backends
@@ -29,6 +31,7 @@ logger = logging.getLogger("masked_lstm_rewriter")
 
 TENSORFLOW = "tensorflow"
 REPORT = "report.json"
+LOG = "log.jsonl"
 ONNX = "model.onnx"
 
 
@@ -87,7 +90,6 @@ def convert_in_tensorflow_process(model, *, mask_mode=None, runtime=None, schedu
     whose Keras runs on TensorFlow. ``custom_objects`` (``{name: class}``) reach the child by
     the modules that define them."""
     import onnx  # pylint: disable=import-outside-toplevel
-    from .report import ConversionReport, LayerReport  # pylint: disable=import-outside-toplevel
     with tempfile.TemporaryDirectory(prefix="mlr-backend-") as folder:
         origin = process_backend() if isinstance(model, (str, os.PathLike)) else model_backend(model)
         if isinstance(model, (str, os.PathLike)):
@@ -106,10 +108,42 @@ def convert_in_tensorflow_process(model, *, mask_mode=None, runtime=None, schedu
                    "custom_objects": _objects_as_json(custom_objects)}
         with open(os.path.join(folder, "request.json"), "w", encoding="utf-8") as file:
             json.dump(request, file)
-        _run_child(os.path.join(folder, "request.json"))
-        with open(os.path.join(folder, REPORT), encoding="utf-8") as file:
-            layers = tuple(LayerReport(**_tuples(entry)) for entry in json.load(file))
-        return onnx.load(os.path.join(folder, ONNX)), ConversionReport(layers)
+        try:
+            _run_child(os.path.join(folder, "request.json"))
+        finally:
+            _log_again(os.path.join(folder, LOG))
+        return onnx.load(os.path.join(folder, ONNX)), _read_report(os.path.join(folder, REPORT))
+
+
+def _log_again(path: str) -> None:
+    """The child's log records (:class:`_RecordWriter`'s lines), logged here at their own levels."""
+    if not os.path.exists(path):
+        return
+    with open(path, encoding="utf-8") as file:
+        for line in file:
+            level, message = json.loads(line)
+            logger.log(level, "%s", message)
+
+
+def _read_report(path: str):
+    """The child's report, made this thread's last one."""
+    from .report import ConversionReport, LayerReport, adopt  # pylint: disable=import-outside-toplevel
+    with open(path, encoding="utf-8") as file:
+        written = json.load(file)
+    layers = tuple(LayerReport(**_tuples(entry)) for entry in written["layers"])
+    return adopt(ConversionReport(layers, tuple(written["known_wrong"])))
+
+
+class _RecordWriter(logging.Handler):
+    """The child's handler: each record of the plugin's logger as a JSON line [level, message]."""
+
+    def __init__(self, path: str):
+        super().__init__(logging.DEBUG)
+        self.path = path
+
+    def emit(self, record):
+        with open(self.path, "a", encoding="utf-8") as file:
+            file.write(json.dumps([record.levelno, record.getMessage()]) + "\n")
 
 
 def _signature_as_json(signature) -> Optional[list]:
@@ -173,23 +207,28 @@ def _child(request_path: str) -> None:
         request = json.load(file)
     for module in request["modules"]:
         importlib.import_module(module)
+    import onnx  # pylint: disable=import-outside-toplevel
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     from .conversion import convert  # pylint: disable=import-outside-toplevel
     from .pipeline import origin  # pylint: disable=import-outside-toplevel
     signature = None if request["input_signature"] is None else [
         tf.TensorSpec(spec["shape"], spec["dtype"], name=spec["name"]) for spec in request["input_signature"]]
     folder = request["folder"]
+    logger.addHandler(_RecordWriter(os.path.join(folder, LOG)))
+    logger.setLevel(logging.DEBUG)  # the parent's logger filters
     with origin.model_from(request["origin"]):
-        _, report = convert(request["model"], os.path.join(folder, ONNX), mask_mode=request["mask_mode"],
-                            runtime=request["runtime"], schedule=request["schedule"], opset=request["opset"],
-                            keep_wrong=request.get("keep_wrong", False), streaming=request.get("streaming"),
-                            custom_objects=_objects_from_json(request.get("custom_objects") or {}) or None,
-                            input_signature=signature)
+        onnx_model, report = convert(request["model"], mask_mode=request["mask_mode"], runtime=request["runtime"],
+                                     schedule=request["schedule"], opset=request["opset"],
+                                     keep_wrong=request.get("keep_wrong", False), streaming=request.get("streaming"),
+                                     custom_objects=_objects_from_json(request.get("custom_objects") or {}) or None,
+                                     input_signature=signature)
     wrong = [layer.layer for layer in report.left_as_loop if layer.detail.startswith(origin.BACKWARD_FROM_STATE_REASON)]
     if wrong:  # left a Loop, it would compute TensorFlow's numbers, not the model's
         raise BackendError(f"layers {', '.join(wrong)}: {origin.BACKWARD_FROM_STATE_REASON} cannot be converted exactly")
+    onnx.save_model(onnx_model, os.path.join(folder, ONNX))  # a temporary file: not logged as written
     with open(os.path.join(folder, REPORT), "w", encoding="utf-8") as file:
-        json.dump([dataclasses.asdict(layer) for layer in report.layers], file)
+        json.dump({"layers": [dataclasses.asdict(layer) for layer in report.layers],
+                   "known_wrong": list(report.known_wrong)}, file)
 
 
 if __name__ == "__main__":

@@ -117,6 +117,12 @@ def note_known_wrong(problem: str) -> ConversionReport:
     return _RECORDER.last
 
 
+def adopt(report: ConversionReport) -> ConversionReport:
+    """``report`` (of a conversion another process ran for this thread) made the thread's last one."""
+    _RECORDER.last = report
+    return report
+
+
 def last_report() -> Optional[ConversionReport]:
     """The report of the last conversion this thread ran with the rewriter, or None."""
     return _RECORDER.last

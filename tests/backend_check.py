@@ -16,6 +16,7 @@ outputs are [[name, [dim_param or size, ...]], ...].
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -67,6 +68,7 @@ def models() -> dict:
         "lstm": on_tokens("lstm", layers.LSTM(3, return_sequences=True)),
         "bidirectional_gru": on_tokens("bidirectional_gru", layers.Bidirectional(layers.GRU(3, return_sequences=True))),
         "backward_rnn_last": on_tokens("backward_rnn_last", layers.SimpleRNN(3, go_backwards=True)),
+        "softsign_lstm": on_tokens("softsign_lstm", layers.LSTM(3, activation="softsign", return_sequences=True)),
     }
 
 
@@ -100,19 +102,32 @@ def names(onnx_model) -> list:
 # the front doors each model goes through (each conversion is a TensorFlow process: a few seconds)
 DOORS = {"lstm": ("convert", "cli", "export", "verify"), "bidirectional_gru": ("export",),
          "backward_rnn_last": ("convert",), "initial_state_lstm": ("convert_any",),
-         "backward_initial_state_lstm": ("convert_any",)}
+         "backward_initial_state_lstm": ("convert_any",), "softsign_lstm": ("export_openvino",)}
+
+
+class Warnings(logging.Handler):
+    """The plugin's WARNING records, as messages."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.messages = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
 
 
 def through(door: str, model, folder: str) -> tuple:
-    """(the ONNX model ``door`` gives for ``model``, the number of layers it rewrote, or None if unknown)."""
+    """(the ONNX model ``door`` gives for ``model``, the report's counts of layers rewritten and left
+    as Loops, or None where the door gives no report (the command line))."""
     if door.startswith("convert"):
         onnx_model, report = mlr.convert(model, mask_mode="any" if door == "convert_any" else None)
-        return onnx_model, len(report.rewritten)
+        return onnx_model, (len(report.rewritten), len(report.left_as_loop))
     path = os.path.join(folder, f"{model.name}_{door}.onnx")
-    if door == "export":
-        with mlr.enable():
+    if door.startswith("export"):
+        with mlr.enable(runtime="openvino" if door == "export_openvino" else None):
             model.export(path, format="onnx", verbose=False)
-        return onnx.load(path), None
+        report = mlr.last_report()
+        return onnx.load(path), (len(report.rewritten), len(report.left_as_loop))
     keras_file = os.path.join(folder, f"{model.name}.keras")
     model.save(keras_file)
     done = command([keras_file, "-o", path])
@@ -137,13 +152,17 @@ def main(folder: str) -> None:
                 done = command(["verify", os.path.join(folder, f"{name}.keras"), os.path.join(folder, f"{name}_cli.onnx")])
                 found[door] = {"status": done.returncode, "last": done.stdout.strip().splitlines()[-1:]}
                 continue
+            warnings = Warnings()
+            logging.getLogger("masked_lstm_rewriter").addHandler(warnings)
             try:
-                onnx_model, rewritten = through(door, model, folder)
+                onnx_model, counts = through(door, model, folder)
             except Exception as error:  # pylint: disable=broad-except  (reported, and the test fails on it)
                 found[door] = {"failed": f"{type(error).__name__}: {error}"}
                 continue
+            finally:
+                logging.getLogger("masked_lstm_rewriter").removeHandler(warnings)
             found[door] = dict(compare(model, onnx_model, state_batch() if "initial_state" in name else batch),
-                               rewritten=rewritten)
+                               counts=counts, warnings=warnings.messages)
     print(json.dumps(results))
 
 

@@ -1,9 +1,14 @@
 # SPDX-License-Identifier: Apache-2.0
 """Which models go to a TensorFlow process (backend_process.py): Keras 3 models on another backend,
-their user subclasses included; never a tf_keras model or anything else."""
+their user subclasses included; never a tf_keras model or anything else. What comes back from it:
+its log records and its report."""
+
+import json
+import logging
 
 import pytest
 
+import masked_lstm_rewriter as mlr
 from masked_lstm_rewriter import backend_process
 
 KERAS3_MODULE = "keras.src.models.functional"   # where Keras 3's model classes live (a name, nothing imported)
@@ -35,3 +40,24 @@ def test_on_tensorflow_or_for_other_objects_nothing_moves(keras_on):
     keras_on("jax")
     assert not backend_process.needs_tensorflow_process(_class(TF_KERAS_MODULE)())
     assert not backend_process.needs_tensorflow_process(object())
+
+
+def test_the_child_log_is_logged_again_at_its_levels(tmp_path, caplog):
+    """What the child logs (a layer left as a Loop is a WARNING) reaches the parent's logger, level kept."""
+    log = tmp_path / backend_process.LOG
+    writer = backend_process._RecordWriter(str(log))  # pylint: disable=protected-access
+    writer.emit(logging.makeLogRecord({"levelno": logging.WARNING, "msg": "layer %r left as a Loop", "args": ("gru",)}))
+    writer.emit(logging.makeLogRecord({"levelno": logging.DEBUG, "msg": "detail"}))
+    with caplog.at_level(logging.INFO, logger="masked_lstm_rewriter"):
+        backend_process._log_again(str(log))  # pylint: disable=protected-access
+    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [(logging.WARNING, "layer 'gru' left as a Loop")]
+
+
+def test_the_child_report_is_the_last_report_known_wrong_included(tmp_path):
+    path = tmp_path / backend_process.REPORT
+    layer = {"layer": "lstm", "rewritten": False, "detail": "why", "mask_mode": "post", "not_for": [],
+             "masked": True, "left_as": "a Loop"}
+    path.write_text(json.dumps({"layers": [layer], "known_wrong": ["TextVectorization"]}))
+    report = backend_process._read_report(str(path))  # pylint: disable=protected-access
+    assert report is mlr.last_report()
+    assert [entry.layer for entry in report.left_as_loop] == ["lstm"] and report.known_wrong == ("TextVectorization",)
