@@ -28,15 +28,16 @@ from typing import Optional, Union
 from onnx import TensorProto
 
 from ..failure import Refusal
-from ..graph import (const_value, is_increment, is_zero_scalar, is_zeros, next_value, passes_through,
-                     producer, rank_of, shape_element, skip_casts, skip_identity, transpose_perm)
+from ..graph import (is_increment, is_zero_scalar, is_zeros, next_value, passes_through, producer, rank_of,
+                     skip_casts, skip_identity, transpose_perm)
 from ..layer import MaskedRecurrentLayer
 from .body import read_cells, state_stack
 from .linear import LinearForm, LinearReader, Product, declare_known
 from .loop import resolve_cells
-from .time_axis import TimeAxis, time_axis_of
+from .onnx_layout import batch_major_mask, batch_major_source, unreversed
 from .onnx_trip import check_loop_trip_count
 from .select import read_select
+from .time_axis import time_axis_of
 
 STEPS_INPUT_ATTR = "_masked_lstm_rewriter_steps_input"  # on a Loop node: what steps_input read
 
@@ -180,7 +181,7 @@ def _same_value(graph, tensor: str) -> str:
 
 def _read_layer(graph, loop, body, reads: _StepReads) -> LoopLayer:
     """:func:`read_onnx_loop` for a loop that reads a sequence step by step; raises a Refusal."""
-    x_tm, x_reversed = _unreversed(graph, _outside_name(loop, body, reads.x.input[0]))
+    x_tm, x_reversed = unreversed(graph, _outside_name(loop, body, reads.x.input[0]))
     if _dtype(graph, body, x_tm) != TensorProto.FLOAT:
         raise Refusal("the input is not float32", reads.x)
     x_item = reads.x.output[0]
@@ -204,10 +205,10 @@ def _read_layer(graph, loop, body, reads: _StepReads) -> LoopLayer:
     check_loop_trip_count(graph, loop, body, counters, invariants, time_axis)
     mask, mask_layout = None, "batch"
     if reads.mask is not None:
-        mask_tm, mask_reversed = _unreversed(graph, _outside_name(loop, body, reads.mask.input[0]))
+        mask_tm, mask_reversed = unreversed(graph, _outside_name(loop, body, reads.mask.input[0]))
         if mask_reversed != x_reversed:
             raise Refusal("only one of the input and the mask is reversed in time", reads.mask)
-        mask, mask_layout = _batch_major_mask(graph, mask_tm, time_axis)
+        mask, mask_layout = batch_major_mask(graph, mask_tm, time_axis)
     if starts_from_state and x_reversed:
         raise Refusal("a backward layer's output at masked steps repeats a state that starts from a given "
                       "initial state", loop)
@@ -225,10 +226,10 @@ def _layer_input(graph, x_tm: str, read_time_major: Optional[str], projection: O
     the time-major input itself, else None), ``x_source``, and ``x_batch_major`` where the input the
     loop reads projected is batch-major (:class:`LoopLayer`)."""
     if projection is None:
-        return {"x_time_major": read_time_major, "x_source": _batch_major_source(graph, x_tm)}
+        return {"x_time_major": read_time_major, "x_source": batch_major_source(graph, x_tm)}
     if projection.batch_major:
         return {"x_time_major": None, "x_source": projection.x, "x_batch_major": projection.x}
-    return {"x_time_major": projection.x, "x_source": _batch_major_source(graph, projection.x)}
+    return {"x_time_major": projection.x, "x_source": batch_major_source(graph, projection.x)}
 
 
 def _declare_outer_values(graph, loop, body, invariants: set, x_tm: str, x_item: str) -> Optional[_Projection]:
@@ -398,89 +399,6 @@ def _is_zeros_in_body(graph, loop, body, tensor: str) -> bool:
     if node is None:
         return is_zeros(graph, tensor)
     return is_zeros(body, tensor)
-
-
-def _unreversed(graph, tensor: str) -> tuple:
-    """(the time-major tensor ``tensor`` reverses in time, True) when it is tf2onnx's whole-sequence
-    reversal ``ReverseSequence(t, lengths = T for every row)`` (go_backwards, a Bidirectional's
-    backward half), else (``tensor``, False)."""
-    node = producer(graph, tensor)
-    if node is None or node.type != "ReverseSequence" or node.get_attr_value("time_axis", 0) != 0 or \
-            node.get_attr_value("batch_axis", 1) != 1:
-        return tensor, False
-    source = node.input[0]
-    if not _every_row_whole(graph, node.input[1], time_axis_of(graph, [source])):
-        raise Refusal("the input is reversed by lengths other than the number of steps", node)
-    return source, True
-
-
-def _every_row_whole(graph, lengths: str, steps: TimeAxis) -> bool:
-    """Are the ``lengths`` a ReverseSequence reverses by the number of steps for every row: T expanded
-    to the batch (``Expand(shape(t)[0:1], ...)``), or, shapes being static, a constant of T's (as
-    onnx-simplifier folds it)?"""
-    node = producer(graph, lengths)
-    if node is not None and node.type == "Expand":
-        return shape_element(graph, node.input[0], 0) in steps.dims and \
-            (graph.get_shape(node.input[0]) or [None]) == [1]
-    value = const_value(graph, lengths)
-    return steps.steps is not None and isinstance(value, list) and bool(value) and set(value) == {steps.steps}
-
-
-def _batch_major_source(graph, x_tm: str) -> str:
-    """The tensor a ``Transpose(perm=[1, 0, 2])`` made ``x_tm`` of, else ``x_tm`` itself."""
-    node = producer(graph, x_tm)
-    if node is not None and node.type == "Transpose" and node.get_attr_value("perm") == [1, 0, 2]:
-        return node.input[0]
-    return x_tm
-
-
-def _batch_major_mask(graph, mask_tm: str, time_axis: TimeAxis) -> tuple:
-    """(the mask, its layout): the [B, T] bool mask behind the time-major one the body reads, "batch";
-    else the [B, T, 1] column it transposes, "column", or ``mask_tm`` itself, "time" (the source
-    makes the [B, T] mask of those). Read: ``Transpose(m, [1, 0, 2])`` of ``m`` [B, T, 1] (an
-    ``Unsqueeze`` or ``Reshape`` of the [B, T] mask), possibly expanded over the features
-    (jax2onnx's broadcast); a mask that may differ across the features is refused."""
-    transpose = producer(graph, mask_tm)
-    if transpose is not None and transpose.type == "Transpose" and transpose.get_attr_value("perm") == [1, 0, 2]:
-        mask = _column_source(graph, transpose.input[0], time_axis)
-        if mask is not None:
-            return mask, "batch"
-        column = _row_column(graph, transpose.input[0])
-        if column is not None:
-            mask = _column_source(graph, column, time_axis)
-            return (mask, "batch") if mask is not None else (column, "column")
-    shape = graph.get_shape(mask_tm)
-    if shape is None or len(shape) not in (2, 3) or (len(shape) == 3 and shape[2] != 1):
-        raise Refusal(f"the mask may differ across the features (shape {shape}), which no native op takes")
-    return mask_tm, "time"
-
-
-def _row_column(graph, tensor: str) -> Optional[str]:
-    """``tensor`` [B, T, 1], or the [B, T, 1] tensor an ``Expand`` over the last axis broadcasts, else None."""
-    node = producer(graph, tensor)
-    if node is not None and node.type == "Expand" and (graph.get_shape(node.input[0]) or [None])[-1] == 1:
-        return node.input[0]
-    shape = graph.get_shape(tensor)
-    return tensor if shape is not None and len(shape) == 3 and shape[2] == 1 else None
-
-
-def _column_source(graph, column: str, time_axis: TimeAxis) -> Optional[str]:
-    """The [B, T] bool mask a [B, T, 1] ``column`` is made of: ``Unsqueeze`` on the last axis, or a
-    ``Reshape`` whose second size is provably T (the first is then B), else None."""
-    node = producer(graph, column)
-    if node is None or node.type not in ("Unsqueeze", "Reshape"):
-        return None
-    mask = node.input[0]
-    shape = graph.get_shape(mask)
-    if graph.get_dtype(mask) not in (TensorProto.BOOL, None) or (shape is not None and len(shape) != 2):
-        return None
-    if node.type == "Unsqueeze":  # rank 2 when the shape is unknown: the Transpose after it has three axes
-        axes = const_value(graph, node.input[1]) if len(node.input) > 1 else node.get_attr_value("axes")
-        return mask if axes in ([2], [-1], 2, -1) and graph.get_dtype(mask) == TensorProto.BOOL else None
-    if shape is None:
-        return None
-    steps = shape_element(graph, node.input[1], 1)
-    return mask if steps is not None and (steps in time_axis.dims or steps == (mask, 1)) else None
 
 
 def reads_a_mask(graph, loop) -> bool:
