@@ -236,8 +236,11 @@ def _recorded_shapes(model) -> Optional[list]:
     from keras.src.export import export_utils  # pylint: disable=import-outside-toplevel
     try:
         specs = tf.nest.flatten(export_utils.get_input_signature(model))
-    except ValueError:
-        return None
+    except ValueError:  # never called; loaded from a file, it is built from the shapes it was saved with
+        built = export_utils._infer_input_signature_from_model(model) if model.built else None  # pylint: disable=protected-access
+        if not built:
+            return None
+        specs = tf.nest.flatten(built)
     if len(specs) > 1:  # one input is guessed right: ids read by an Embedding first, else float32
         logger.warning("Keras 3 records the shapes a subclassed model was called with, not their dtypes: model '%s' "
                        "is traced with float32 inputs; give input_signature= if an input is not float32 (ids, "

@@ -46,8 +46,8 @@ def functional_with_states():
 class Tagger(keras.Model):
     """A subclassed model: Embedding -> Bidirectional(LSTM)."""
 
-    def __init__(self):
-        super().__init__()
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
         self.embed = keras.layers.Embedding(50, 5, mask_zero=True)
         self.rnn = keras.layers.Bidirectional(keras.layers.LSTM(UNITS, return_sequences=True))
 
@@ -103,6 +103,18 @@ def test_keras_files_convert_and_keep_every_output(form, tmp_path):
     onnx_model, report = mlr.convert(path, mask_mode="any")
     assert report.rewritten and report.rewritten[0].mask_mode == "any"
     assert_exact(model, onnx_model, PRE)
+
+
+@pytest.mark.skipif(FLAVOUR == "tf_keras", reason="Keras 3's build config")
+def test_a_subclassed_model_file_converts_with_the_shapes_it_was_built_with(tmp_path):
+    """Loaded from a .keras file, a subclassed model is built (from the shapes it was saved with) but
+    was never called: its signature is read from those shapes, ids read by an Embedding as int32."""
+    model = MODELS["subclassed"][0]()
+    model.save(tmp_path / "tagger.keras")
+    onnx_model, report = mlr.convert(tmp_path / "tagger.keras", custom_objects={"Tagger": Tagger})
+    assert len(report.rewritten) == 2 and not report.left_as_loop
+    assert onnx_model.graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.INT32
+    assert_exact(model, onnx_model, POST)
 
 
 def test_saved_model_directory(tmp_path):
