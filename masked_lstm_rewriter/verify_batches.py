@@ -12,8 +12,12 @@ model's layers, an ONNX reference's own graph) or else from the ONNX model's gra
   smallest one in the model when none reads it directly), else the row count of the table an ONNX
   ``Gather`` takes the ids into (a SavedModel's only source), else :data:`DEFAULT_VOCABULARY`; an
   id outside ``[0, vocabulary)`` makes TensorFlow fail. Token ids always get padded batches: a mask
-  may also be computed from them (``tokens > 0``).
-* a mask (boolean ``[batch, time]``): the batch's valid steps themselves.
+  may also be computed from them (``tokens > 0``). Where the ONNX model compares the ids with one
+  other constant than 0 and never with 0 (``ids != 1``: a padding id of 1), padded steps hold that
+  id instead, and valid steps never do.
+* a mask (boolean ``[batch, time]``): the batch's valid steps themselves; so is a float
+  ``[batch, time]`` input with a dynamic time axis beside other sequences (an ``attention_mask``
+  of 0s and 1s): 1 at valid steps, 0 at padded ones.
 * features (rank 3 or more): random normal; at padded steps the ``mask_value`` of the ``Masking``
   layer that reads them, if one does (an ONNX reference: the constant an ``Equal`` compares them
   with, else 0, Masking's default), else random too (an explicit mask ignores them).
@@ -39,6 +43,8 @@ import dataclasses
 from typing import Optional
 
 import numpy as np
+
+from .verify_hints import InputHints, KerasHints, onnx_mask_value, onnx_padding_id, onnx_vocabulary
 
 TOKENS, MASK, FEATURES, OTHER = "token ids", "mask", "features", "other"
 SINGLE, RANDOM, POST, PRE, HOLES = "single", "random", "post-padded", "pre-padded", "holes"
@@ -205,6 +211,8 @@ def input_array(role: InputRole, rows: int, steps: int, mask: Optional[np.ndarra
         values = mask if mask is not None else np.ones(shape, bool)
     elif role.kind == TOKENS or (np.issubdtype(role.dtype, np.integer) and role.vocabulary):
         values = rng.integers(1, max(role.vocabulary or DEFAULT_VOCABULARY, 2), size=shape)
+        if role.kind == TOKENS and role.mask_value is not None:  # a padding id other than 0: never a valid step's
+            values[values == role.mask_value] = 1 if role.mask_value != 1 else 2
         if mask is not None and role.kind in (TOKENS, FEATURES):
             values[~mask] = 0 if role.mask_value is None else role.mask_value
     elif np.issubdtype(role.dtype, np.integer):
@@ -270,33 +278,6 @@ class InterfaceError(ValueError):
     """The ONNX model's inputs cannot be paired with the reference model's."""
 
 
-class InputHints:
-    """What a reference knows of the layers reading each of its inputs. This one knows nothing (a
-    SavedModel): the ONNX model's graph is read instead."""
-
-    def vocabulary(self, index: int, direct: bool = False) -> Optional[int]:  # pylint: disable=unused-argument
-        """Token ids of input ``index`` are valid below this; None: unknown. ``direct``: only from a
-        layer that reads the input itself (else also the model's smallest vocabulary)."""
-        return None
-
-    def mask_value(self, index: int, sole_features: bool) -> Optional[float]:  # pylint: disable=unused-argument
-        """What features input ``index`` holds at padded steps; None: random there too."""
-        return None
-
-
-class KerasHints(InputHints):
-    """A Keras model's ``Embedding`` and ``Masking`` layers."""
-
-    def __init__(self, model):
-        self.model = model
-
-    def vocabulary(self, index: int, direct: bool = False) -> Optional[int]:
-        return keras_vocabulary(self.model, index, direct)
-
-    def mask_value(self, index: int, sole_features: bool) -> Optional[float]:
-        return keras_mask_value(self.model, index, sole_features)
-
-
 def input_roles(specs: list, onnx_model, hints=None) -> list:
     """An :class:`InputRole` per input of the reference (``specs``: :class:`InputSpec`\\ s or
     ``tf.TensorSpec``\\ s, in its order), paired with the ONNX model's inputs by name, else by
@@ -318,11 +299,22 @@ def input_roles(specs: list, onnx_model, hints=None) -> list:
             # integer ids, or float [batch, time] ids (tf_keras's default Input dtype) if an Embedding reads them
             vocabulary = hints.vocabulary(index, kind != TOKENS) or onnx_vocabulary(onnx_model, onnx_name)
             kind = TOKENS if kind == OTHER and len(shape) == 2 and vocabulary else kind
+        if kind == TOKENS:
+            mask_value = onnx_padding_id(onnx_model, onnx_name)
         if kind == FEATURES:
             mask_value = hints.mask_value(index, features == 1)
             mask_value = onnx_mask_value(onnx_model, onnx_name) if mask_value is None else mask_value
         roles.append(InputRole(spec.name, onnx_name, spec.dtype, onnx_dtype, shape, kind, vocabulary, mask_value))
-    return roles
+    return _float_masks(roles)
+
+
+def _float_masks(roles: list) -> list:
+    """``roles`` with a float [batch, time] input (dynamic time) fed as a mask where another input is a
+    sequence: its time axis is theirs, and a model that reads it as a mask gets padded batches."""
+    if not any(role.kind in (TOKENS, MASK, FEATURES) for role in roles):
+        return roles
+    return [dataclasses.replace(role, kind=MASK) if role.kind == OTHER and len(role.shape) == 2 and
+            role.shape[1] is None and np.issubdtype(role.dtype, np.floating) else role for role in roles]
 
 
 def merged_shape(name: str, onnx_dims: Optional[list], spec_dims: Optional[tuple]) -> tuple:
@@ -387,106 +379,3 @@ def match_inputs(names: list, onnx_names: list) -> list:
     if all(name.split(":")[0] in plain for name in names):
         return [plain[name.split(":")[0]] for name in names]
     return list(onnx_names)
-
-
-def keras_vocabulary(model, index: int, direct_only: bool = False) -> Optional[int]:
-    """The smallest ``input_dim`` of the Embeddings that read input ``index``, or (unless
-    ``direct_only``) of all the model's Embeddings when none reads it directly (ids below it are
-    valid for each)."""
-    direct, every = _layers_of(model, index, "Embedding")
-    sizes = [layer.input_dim for layer in (direct if direct or direct_only else every)]
-    return min(sizes) if sizes else None
-
-
-def keras_mask_value(model, index: int, sole_features: bool) -> Optional[float]:
-    """The ``mask_value`` of the Masking layer that reads input ``index`` (or, for a model with
-    one features input, of its first Masking layer), or None."""
-    direct, every = _layers_of(model, index, "Masking")
-    chosen = direct or (every if sole_features else [])
-    return float(chosen[0].mask_value) if chosen else None
-
-
-def _layers_of(model, index: int, class_name: str) -> tuple:
-    """(the layers of ``class_name`` reading input ``index`` directly, all of them in ``model``)."""
-    if model is None:
-        return [], []
-    every = [layer for layer in _flat_layers(model)
-             if any(cls.__name__ == class_name for cls in type(layer).__mro__)]
-    inputs = list(getattr(model, "inputs", None) or [])
-    source = inputs[index] if index < len(inputs) else None
-    return [layer for layer in every if source is not None and _reads(layer, source)], every
-
-
-def _flat_layers(model):
-    """Every layer of ``model`` and of the models nested in it."""
-    for layer in getattr(model, "layers", None) or []:
-        yield layer
-        if hasattr(layer, "layers"):
-            yield from _flat_layers(layer)
-
-
-def _reads(layer, tensor) -> bool:
-    """Is ``tensor`` (a symbolic model input) an input of ``layer``?"""
-    try:
-        inputs = layer.input
-    except (AttributeError, ValueError, RuntimeError):  # never called, or called more than once
-        return False
-    return any(x is tensor for x in (inputs if isinstance(inputs, (list, tuple)) else [inputs]))
-
-
-def onnx_vocabulary(onnx_model, input_name: str) -> Optional[int]:
-    """The smallest row count of a constant [rows, dim] table a ``Gather`` looks up with indices
-    computed from ``input_name`` (an embedding), or None. A float input must be cast to integers
-    first (Keras's Embedding casts float ids): a float state is not looked up."""
-    graph = onnx_model.graph
-    tables = {name: tensor.dims for name, tensor in _constants(graph).items() if len(tensor.dims) == 2}
-    computed = set()
-    for start in _integer_ids(graph, input_name):
-        computed |= _computed_from(graph, start)
-    sizes = [tables[node.input[0]][0] for node in graph.node
-             if node.op_type == "Gather" and node.input[0] in tables and node.input[1] in computed]
-    return min(sizes) if sizes else None
-
-
-def onnx_mask_value(onnx_model, input_name: str) -> Optional[float]:
-    """The scalar constant ``input_name`` is compared with by an ``Equal`` (a Masking layer), or None."""
-    from onnx import numpy_helper  # pylint: disable=import-outside-toplevel
-    graph = onnx_model.graph
-    values = _constants(graph)
-    for node in graph.node:
-        if node.op_type == "Equal" and input_name in node.input:
-            other = node.input[1] if node.input[0] == input_name else node.input[0]
-            if other in values and np.prod(values[other].dims, dtype=np.int64) == 1:
-                return float(numpy_helper.to_array(values[other]).reshape(()))
-    return None
-
-
-def _constants(graph) -> dict:
-    """Tensor name -> TensorProto, for the initializers and Constant nodes of ``graph``."""
-    values = {init.name: init for init in graph.initializer}
-    values.update({node.output[0]: attr.t for node in graph.node if node.op_type == "Constant"
-                   for attr in node.attribute if attr.name == "value"})
-    return values
-
-
-def _integer_ids(graph, source: str) -> list:
-    """``source`` if it is not a float input of ``graph``, else the outputs of its ``Cast``\\ s to integers."""
-    from onnx import TensorProto  # pylint: disable=import-outside-toplevel
-    floats = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.BFLOAT16}
-    if not any(value.name == source and value.type.tensor_type.elem_type in floats for value in graph.input):
-        return [source]
-    return [node.output[0] for node in graph.node if node.op_type == "Cast" and node.input[0] == source
-            and any(attr.name == "to" and attr.i not in floats | {TensorProto.BOOL} for attr in node.attribute)]
-
-
-def _computed_from(graph, source: str, depth: int = 8) -> set:
-    """The tensors of ``graph`` computed from ``source`` within ``depth`` nodes (and ``source``)."""
-    consumers = {}
-    for node in graph.node:
-        for name in node.input:
-            consumers.setdefault(name, []).append(node)
-    reached, frontier = {source}, {source}
-    for _ in range(depth):
-        frontier = {out for name in frontier for node in consumers.get(name, []) for out in node.output} - reached
-        reached |= frontier
-    return reached

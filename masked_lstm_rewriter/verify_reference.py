@@ -3,7 +3,7 @@
 
 A :class:`Reference` is a small interface: a ``label`` for the report, its inputs (``specs``,
 :class:`.verify_batches.InputSpec`), ``run(inputs)`` giving its outputs in the ONNX model's
-order, and what it knows of the layers reading its inputs (:class:`.verify_batches.InputHints`).
+order, and what it knows of the layers reading its inputs (:class:`.verify_hints.InputHints`).
 :func:`load_reference` picks one for what the user gave:
 
 * :class:`KerasReference`: a Keras model, or a ``.keras`` / ``.h5`` file; Keras runs it eagerly
@@ -32,8 +32,8 @@ import numpy as np
 from .corpus.check import first_line
 from .corpus.ops import walk_nodes
 from .sessions import onnxruntime_session, runtime_available
-from .verify_batches import InputHints, InputSpec, keras_mask_value, keras_vocabulary, model_inputs
-from .verify_batches import onnx_mask_value, onnx_vocabulary, state_inputs, state_output, zero_states
+from .verify_batches import InputSpec, model_inputs, state_inputs, state_output, zero_states
+from .verify_hints import InputHints, keras_mask_value, keras_vocabulary, onnx_mask_value, onnx_vocabulary
 
 ONNX_FILES = (".onnx",)
 

@@ -81,6 +81,46 @@ def test_other_float_inputs_stay_random_and_integers_are_never_negative():
     assert all(set(np.unique(codes)) <= {0, 1} for codes in fed_ids(roles, 2))
 
 
+def test_a_float_time_input_beside_sequences_is_fed_as_a_mask_of_their_steps():
+    """An ``attention_mask`` of 0s and 1s ([B, T] float, dynamic T) takes the steps of the ids, 1 where
+    they are valid: the batches a model that reads it as a mask runs."""
+    extra = (("attention", TensorProto.FLOAT, ["B", "T"]),)
+    specs = [InputSpec("ids", np.dtype(np.int32), (None, None)), InputSpec("attention", np.dtype(np.float32), (None, None))]
+    roles = verify_batches.input_roles(specs, embedding_model(TensorProto.INT32, extra_inputs=extra))
+    assert [role.kind for role in roles] == [TOKENS, verify_batches.MASK]
+    for batch in verify_batches.make_batches(roles, rows=5, steps=12):
+        ids, attention = batch.inputs
+        assert attention.dtype == np.float32 and attention.shape == ids.shape
+        np.testing.assert_array_equal(attention, (ids != 0).astype(np.float32))
+
+
+def with_comparison(model, value: int):
+    """``model`` whose ids are also compared with ``value`` (a mask computed as ``ids != value``)."""
+    model.graph.initializer.append(numpy_helper.from_array(np.array(value, np.int32), f"id_{value}"))
+    model.graph.node.append(helper.make_node("Equal", ["ids", f"id_{value}"], [f"is_{value}"]))
+    return model
+
+
+def test_a_padding_id_other_than_0_pads_and_is_never_valid():
+    """``mask = ids != 1`` (a padding id of 1): padded steps hold 1, valid ones never do."""
+    spec = [InputSpec("ids", np.dtype(np.int32), (None, None))]
+    (role,) = verify_batches.input_roles(spec, with_comparison(embedding_model(TensorProto.INT32), 1))
+    assert role.mask_value == 1
+    for batch in verify_batches.make_batches([role], rows=5, steps=12):
+        (ids,) = batch.inputs
+        valid = batch.masks[12]
+        assert (ids[~valid] == 1).all() and (ids[valid] != 1).all()
+
+
+def test_ids_compared_with_0_too_keep_0_as_padding():
+    spec = [InputSpec("ids", np.dtype(np.int32), (None, None))]
+    model = with_comparison(with_comparison(embedding_model(TensorProto.INT32), 1), 0)
+    (role,) = verify_batches.input_roles(spec, model)
+    assert role.mask_value is None
+    assert all((ids[~batch.masks[12]] == 0).all()
+               for batch in verify_batches.make_batches([role], rows=5, steps=12) for ids in batch.inputs)
+
+
 def test_unknown_vocabulary_gives_small_positive_ids():
     model = embedding_model(TensorProto.INT32)
     del model.graph.node[:]  # no Gather: nothing says the vocabulary
