@@ -186,7 +186,7 @@ def input_signature(model) -> list:
         raise SourceError(f"cannot tell the inputs of model '{getattr(model, 'name', model)}': call it once on a "
                           "batch, or give input_signature=")
     logger.info("input signature of '%s' (%s): %s", getattr(model, "name", "model"),
-                "as declared" if declared is not None else "as called, batch and time dynamic",
+                "as declared" if declared is not None else "as called, None where dynamic",
                 ", ".join(f"{s.name} {s.dtype.name}{list(s.shape)}" for s in specs))
     return specs
 
@@ -201,11 +201,13 @@ def _declared_inputs(model) -> Optional[list]:
 
 
 def _called_inputs(model) -> Optional[list]:
-    """The inputs a model was built or called with, dynamic in batch and time.
+    """The inputs a model was built or called with, dynamic in batch and time; a stateful model keeps
+    its batch (its states have that many rows).
 
     The time axis is axis 1 of a rank-3 input (or higher), of integer ids and boolean masks, and
     of a rank-2 input as long as a rank-3 input's steps were (a mask whose dtype went unrecorded)."""
-    shapes = _recorded_shapes(model)
+    keep_batch = bool(stateful_layers(model))
+    shapes = _recorded_shapes(model, keep_batch)
     if not shapes:
         return None
     first = model.layers[0] if getattr(model, "layers", None) else None
@@ -213,7 +215,7 @@ def _called_inputs(model) -> Optional[list]:
     steps = {list(shape)[1] for shape, _, _ in shapes if len(shape) >= 3}
     specs = []
     for i, (shape, dtype, name) in enumerate(shapes):
-        shape = [None] + list(shape)[1:]
+        shape = ([shape[0]] if keep_batch else [None]) + list(shape)[1:]
         integer = dtype.is_integer or (reads_ids and len(shapes) == 1)
         if len(shape) >= 3 or (len(shape) == 2 and (integer or dtype == tf.bool or shape[1] in steps)):
             shape[1] = None  # a sequence: [batch, time, ...]
@@ -222,10 +224,10 @@ def _called_inputs(model) -> Optional[list]:
     return specs
 
 
-def _recorded_shapes(model) -> Optional[list]:
+def _recorded_shapes(model, keep_batch: bool = False) -> Optional[list]:
     """[(shape, dtype, name)] of the inputs a model saw, or None (never called nor built)."""
     if hasattr(model, "save_spec"):  # tf_keras
-        spec = model.save_spec(dynamic_batch=True)
+        spec = model.save_spec(dynamic_batch=not keep_batch)
         if spec is None:
             return None
         flat = [s for s in tf.nest.flatten(spec[0]) if isinstance(s, tf.TensorSpec)]

@@ -297,6 +297,21 @@ def test_stateful_model_takes_its_state_as_inputs():
             start = end
 
 
+def test_a_stateful_sequential_keeps_its_fixed_batch_and_verifies(tmp_path):
+    """A keras.io-style stateful Sequential (a fixed batch, Masking, LSTM(stateful=True)), converted with
+    the signature read off the model: its sequence input keeps the batch Keras fixed, which verify feeds."""
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input(batch_shape=(BATCH, None, 3)), keras.layers.Masking(),
+                              keras.layers.LSTM(UNITS, return_sequences=True, stateful=True)])
+    model(np.zeros((BATCH, STEPS, 3), np.float32))
+    onnx_model, report = mlr.convert(model, tmp_path / "stateful.onnx")
+    assert report.rewritten and report.rewritten[0].mask_mode == "post"
+    dims = onnx_model.graph.input[0].type.tensor_type.shape.dim
+    assert dims[0].dim_value == BATCH and dims[1].dim_param, dims
+    result = mlr.verify(model, tmp_path / "stateful.onnx")
+    assert result.ok, result
+
+
 def keras_twin(factory):
     """The model and its stateful=True twin (same weights, a fixed batch)."""
     one, _, make_input, _ = built(factory)
