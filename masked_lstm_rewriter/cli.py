@@ -38,7 +38,7 @@ from typing import Optional
 from . import cli_input, dependencies
 from .cli_args import QUIET, model_position, split_command
 from .cli_input import UsageError, bad_input, environment_choice, keras_on_tensorflow, model_file_problem, pop_choice
-from .cli_logging import command_logging, progress, quiet_run, rename, verbosity
+from .cli_logging import command_logging, progress, quiet_run, rename, silence_exit, verbosity
 from .cli_quantize import MODES, pop_quantize
 from .cli_signals import STOPPED, Interrupted, output_written, stopped_by_signals
 from .cli_streaming import pop_streaming
@@ -128,10 +128,24 @@ class Failed(Exception):
         self.code = code
 
 
+def program() -> int:
+    """The program (``python -m masked_lstm_rewriter``, ``masked-lstm-rewriter``): :func:`main`, and
+    under ``--quiet`` nothing more on the terminal as the process exits (TensorFlow prints tracebacks
+    of functions it fails to free then)."""
+    status = main()
+    if _quiet(sys.argv[1:]) and "--debug" not in sys.argv[1:]:
+        silence_exit()
+    return status
+
+
+def _quiet(args: list) -> bool:
+    return any(arg in QUIET for arg in args) and not any(arg in ("-h", "--help", "--version") for arg in args)
+
+
 def main(argv: Optional[list] = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
-    quiet = any(arg in QUIET for arg in args) and not any(arg in ("-h", "--help", "--version") for arg in args)
+    quiet = _quiet(args)
     kept: list = []  # what the run said on stderr under --quiet that is still shown: its errors
     try:
         with stopped_by_signals(), quiet_run(quiet, kept, keep_all=debug):

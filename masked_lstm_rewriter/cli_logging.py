@@ -148,6 +148,11 @@ def quiet_run(enabled: bool, kept: list, keep_all: bool = False):
         kept += [line for line in captured.getvalue().splitlines() if keep_all or line.startswith(f"{PROG}: error:")]
 
 
+def silence_exit() -> None:
+    """Nothing more reaches the terminal from this process (what its exit prints is dropped)."""
+    _silence_descriptors()
+
+
 def _silence_descriptors() -> list:
     """Points file descriptors 1 and 2 at /dev/null; returns (descriptor, saved copy) pairs."""
     saved = []

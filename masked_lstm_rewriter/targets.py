@@ -70,7 +70,7 @@ OPENVINO = Runtime(
     activation_error="Unsupported activation function",
     guard_note=("OpenVINO enforces the \"post\" guard except in synchronous inference with one thread "
                 "(INFERENCE_NUM_THREADS=1, and OpenVINO's default on a machine or container with one CPU), "
-                "which drops every runtime error and returns empty or stale outputs: "
+                "which drops every runtime error and returns empty or stale outputs, or crashes: "
                 "there, use mask_mode='any' (exact for any mask) or start_async() + wait()"),
     schedule_note=("OpenVINO 2026.4 computes some layers inside the schedule's If wrongly, with no error, "
                    "on a run whose shapes outgrow the ones before (a Bidirectional layer's forward half), and "

@@ -1,8 +1,12 @@
 # SPDX-License-Identifier: Apache-2.0
 """The command line's logging (cli_logging.command_logging): the plugin's records in its format,
-and a warning already shown in the run not shown again."""
+and a warning already shown in the run not shown again; under --quiet, nothing shown as the program exits."""
 
 import logging
+import subprocess
+import sys
+
+import pytest
 
 from masked_lstm_rewriter.cli_logging import command_logging
 
@@ -22,3 +26,26 @@ def test_a_warning_is_shown_once_per_run_and_other_records_as_they_come(capsys):
     with command_logging(verbose=0, quiet=False, renames={}):  # a new run shows it again
         logger.warning("another")
     assert capsys.readouterr().err.splitlines() == ["masked_lstm_rewriter: WARNING: another"]
+
+
+_EXIT_NOISE = """
+import sys
+from masked_lstm_rewriter import cli
+class Noisy:
+    def __del__(self):
+        raise RuntimeError("freed at exit")
+KEEP = Noisy()  # freed as the process exits, as TensorFlow's functions are
+cli.main = lambda: 0
+sys.argv = ["masked-lstm-rewriter"] + sys.argv[1:]
+sys.exit(cli.program())
+"""
+
+
+@pytest.mark.parametrize("flags, shown", [(["-q"], False), ([], True), (["-q", "--debug"], True)])
+def test_quiet_program_shows_nothing_as_it_exits(flags, shown):
+    """Under --quiet the program prints nothing more once its work is done: not the tracebacks
+    TensorFlow prints of functions it fails to free at exit (--debug shows them)."""
+    done = subprocess.run([sys.executable, "-c", _EXIT_NOISE, *flags], capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert done.returncode == 0
+    assert ("freed at exit" in done.stderr) == shown, done.stderr
