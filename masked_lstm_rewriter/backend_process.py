@@ -32,11 +32,36 @@ logger = logging.getLogger("masked_lstm_rewriter")
 TENSORFLOW = "tensorflow"
 REPORT = "report.json"
 LOG = "log.jsonl"
+ERROR = "error.json"
 ONNX = "model.onnx"
 
 
 class BackendError(RuntimeError):
     """The child conversion failed: one line saying why (its last error line)."""
+
+
+def _raised_again(path: str, fallback: BackendError) -> Exception:
+    """The error the child raised (:func:`_write_error`), of its own class where that is the plugin's or
+    Python's (``KnownWrong``, ``ValueError`` ...: what the same call raises in a TensorFlow process),
+    else ``fallback``."""
+    if not os.path.exists(path):
+        return fallback
+    with open(path, encoding="utf-8") as file:
+        module, name, message = json.load(file)
+    if module != "builtins" and not module.startswith("masked_lstm_rewriter"):
+        return fallback
+    try:
+        cls = getattr(sys.modules.get(module) or __import__(module, fromlist=[name]), name)
+        error = cls(message)
+    except Exception:  # pylint: disable=broad-except  (a class this process cannot make: the child's line)
+        return fallback
+    return error if isinstance(error, Exception) else fallback
+
+
+def _write_error(folder: str, error: Exception) -> None:
+    """The child's error, for the parent to raise again (:func:`_raised_again`)."""
+    with open(os.path.join(folder, ERROR), "w", encoding="utf-8") as file:
+        json.dump([type(error).__module__, type(error).__qualname__, str(error)], file)
 
 
 def process_backend() -> Optional[str]:
@@ -110,6 +135,8 @@ def convert_in_tensorflow_process(model, *, mask_mode=None, runtime=None, schedu
             json.dump(request, file)
         try:
             _run_child(os.path.join(folder, "request.json"))
+        except BackendError as failure:
+            raise _raised_again(os.path.join(folder, ERROR), failure) from None
         finally:
             _log_again(os.path.join(folder, LOG))
         return onnx.load(os.path.join(folder, ONNX)), _read_report(os.path.join(folder, REPORT))
@@ -207,15 +234,24 @@ def _child(request_path: str) -> None:
         request = json.load(file)
     for module in request["modules"]:
         importlib.import_module(module)
-    import onnx  # pylint: disable=import-outside-toplevel
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    from .conversion import convert  # pylint: disable=import-outside-toplevel
-    from .pipeline import origin  # pylint: disable=import-outside-toplevel
     signature = None if request["input_signature"] is None else [
         tf.TensorSpec(spec["shape"], spec["dtype"], name=spec["name"]) for spec in request["input_signature"]]
     folder = request["folder"]
     logger.addHandler(_RecordWriter(os.path.join(folder, LOG)))
     logger.setLevel(logging.DEBUG)  # the parent's logger filters
+    try:
+        _convert_as_asked(request, folder, signature)
+    except Exception as error:
+        _write_error(folder, error)
+        raise
+
+
+def _convert_as_asked(request: dict, folder: str, signature) -> None:
+    """The child's conversion, written beside the request."""
+    import onnx  # pylint: disable=import-outside-toplevel
+    from .conversion import convert  # pylint: disable=import-outside-toplevel
+    from .pipeline import origin  # pylint: disable=import-outside-toplevel
     with origin.model_from(request["origin"]):
         onnx_model, report = convert(request["model"], mask_mode=request["mask_mode"], runtime=request["runtime"],
                                      schedule=request["schedule"], opset=request["opset"],

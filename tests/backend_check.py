@@ -100,7 +100,7 @@ def names(onnx_model) -> list:
 
 
 # the front doors each model goes through (each conversion is a TensorFlow process: a few seconds)
-DOORS = {"lstm": ("convert", "cli", "export", "verify"), "bidirectional_gru": ("export",),
+DOORS = {"lstm": ("convert", "cli", "export", "verify"), "bidirectional_gru": ("export", "convert_streaming"),
          "backward_rnn_last": ("convert",), "initial_state_lstm": ("convert_any",),
          "backward_initial_state_lstm": ("convert_any",), "softsign_lstm": ("export_openvino",)}
 
@@ -120,7 +120,8 @@ def through(door: str, model, folder: str) -> tuple:
     """(the ONNX model ``door`` gives for ``model``, the report's counts of layers rewritten and left
     as Loops, or None where the door gives no report (the command line))."""
     if door.startswith("convert"):
-        onnx_model, report = mlr.convert(model, mask_mode="any" if door == "convert_any" else None)
+        onnx_model, report = mlr.convert(model, mask_mode="any" if door == "convert_any" else None,
+                                         streaming=True if door == "convert_streaming" else None)
         return onnx_model, (len(report.rewritten), len(report.left_as_loop))
     path = os.path.join(folder, f"{model.name}_{door}.onnx")
     if door.startswith("export"):

@@ -80,6 +80,12 @@ def test_a_loop_left_by_an_export_is_reported_and_warned_about(jax_results):
     assert any("left as a Loop" in message and "Softsign" in message for message in found["warnings"]), found
 
 
+def test_an_error_of_the_tensorflow_process_is_raised_as_its_own_class(jax_results):
+    """A Bidirectional layer cannot stream: mlr.KnownWrong, as in a TensorFlow process, not another class."""
+    found = jax_results["bidirectional_gru"]["convert_streaming"]
+    assert found.get("failed", "").startswith("KnownWrong: "), found
+
+
 def test_verify_runs_the_reference_on_jax(jax_results):
     found = jax_results["lstm"]["verify"]
     assert found["status"] == 0 and found["last"][0].startswith("verified:"), found

@@ -61,3 +61,20 @@ def test_the_child_report_is_the_last_report_known_wrong_included(tmp_path):
     report = backend_process._read_report(str(path))  # pylint: disable=protected-access
     assert report is mlr.last_report()
     assert [entry.layer for entry in report.left_as_loop] == ["lstm"] and report.known_wrong == ("TextVectorization",)
+
+
+@pytest.mark.parametrize("module, name, expected", [
+    ("masked_lstm_rewriter.failure", "KnownWrong", mlr.KnownWrong), ("builtins", "ValueError", ValueError),
+    ("masked_lstm_rewriter.user_modules", "ModuleError", ValueError),
+    ("tensorflow.python.framework.errors_impl", "InvalidArgumentError", backend_process.BackendError),
+])
+def test_the_child_error_is_raised_again_as_its_own_class_where_it_is_ours_or_pythons(tmp_path, module, name,
+                                                                                      expected):
+    """What the same call raises in a TensorFlow process (``except mlr.KnownWrong`` catches it on JAX
+    too); another library's error stays the child's one line."""
+    path = tmp_path / backend_process.ERROR
+    path.write_text(json.dumps([module, name, "what went wrong"]))
+    fallback = backend_process.BackendError(f"{name}: what went wrong")
+    error = backend_process._raised_again(str(path), fallback)  # pylint: disable=protected-access
+    assert isinstance(error, expected) and "what went wrong" in str(error)
+    assert (error is fallback) == (expected is backend_process.BackendError)
