@@ -100,8 +100,8 @@ plugin options:
 tf2onnx options: every option of python -m tf2onnx.convert passes through unchanged, with its
 meaning there (see python -m tf2onnx.convert --help), among them --saved-model DIR, --keras FILE,
 --graphdef FILE (with --inputs, --outputs), --opset N, --inputs NAME[SHAPE], --outputs,
---signature_def, --tag, --target {{rs4,rs5,rs6,caffe2,tensorrt,nhwc}}, --large_model,
---inputs-as-nchw, --rename-inputs, --rename-outputs, --continue_on_error.
+--signature_def, --tag, --target {{rs4,rs5,rs6,caffe2,tensorrt,nhwc}}, --inputs-as-nchw,
+--rename-inputs, --rename-outputs, --continue_on_error (but not --large_model: see docs/limits.md).
 
 examples:
   python -m {PROG} model.keras -o model.onnx
@@ -250,7 +250,12 @@ def _expand_model(args: list) -> list:
 
 
 def _check_target(args: list) -> None:
-    """``--target`` is tf2onnx's (workarounds for rs4 ... tensorrt): point a runtime name at ``--runtime``."""
+    """``--target`` is tf2onnx's (workarounds for rs4 ... tensorrt): point a runtime name at ``--runtime``;
+    tf2onnx's ``--large_model`` is refused (:func:`.dependencies.check_large_model`)."""
+    try:
+        dependencies.check_large_model("--large_model" in args, flags=True)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
     value = _option(args, "--target")
     if value in RUNTIMES:
         raise UsageError(f"--target is tf2onnx's option (rs4, rs5, rs6, caffe2, tensorrt, nhwc); "

@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """The command line's ``--quantize int8``, as :func:`.conversion.convert`'s ``quantize``.
 
-The option is checked with the others before TensorFlow loads (a bad value, ``--runtime openvino``,
-``--schedule`` or ``--large_model`` beside it: a one-line usage error), and the model is quantized
+The option is checked with the others before TensorFlow loads (a bad value, ``--runtime openvino``
+or ``--schedule`` beside it: a one-line usage error), and the model is quantized
 (:mod:`.quantize`) in the hidden file tf2onnx wrote, before that file is renamed to ``--output``.
 """
 
@@ -21,13 +21,13 @@ FLAG = "--quantize"
 
 
 def pop_quantize(args: list, runtime, schedule: bool) -> tuple:
-    """(the mode ``--quantize`` gives, or None; the other arguments), checked against ``runtime``,
-    ``schedule`` and tf2onnx's ``--large_model`` among the arguments."""
+    """(the mode ``--quantize`` gives, or None; the other arguments), checked against ``runtime`` and
+    ``schedule``."""
     if not any(arg == FLAG or arg.startswith(FLAG + "=") for arg in args):
         return None, args
     mode, rest = pop_choice(args, FLAG, "", MODES)  # no environment variable: "" is never set
     try:
-        check_quantize(mode, runtime, schedule, "--large_model" in rest, flags=True)
+        check_quantize(mode, runtime, schedule, flags=True)
     except ValueError as error:
         raise UsageError(str(error)) from None
     if importlib.util.find_spec("onnxruntime") is None:  # before TensorFlow loads, not after the conversion

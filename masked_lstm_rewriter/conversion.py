@@ -23,6 +23,7 @@ import tf2onnx
 from tf2onnx import tf_loader, utils
 
 from . import backend_process, io_names, keras_source, output_file
+from .dependencies import check_large_model
 from .plugin import enable
 from .quantize import check_quantize, quantize_converted
 from .report import ConversionReport, last_report, start_conversion
@@ -76,7 +77,8 @@ def convert(model, output_path=None, *, mask_mode: Optional[str] = None, runtime
     if tf2onnx_options.get("target") in TARGETS:
         raise ValueError(f"target= is tf2onnx's option (rs4, rs5, rs6, caffe2, tensorrt, nhwc); for the runtime "
                          f"the model is for, use runtime={tf2onnx_options['target']!r}")
-    check_quantize(quantize, runtime, schedule, bool(tf2onnx_options.get("large_model")))
+    check_large_model(bool(tf2onnx_options.get("large_model")))
+    check_quantize(quantize, runtime, schedule)
     if output_path is not None:
         output_file.check_writable(output_path)  # before the work, not after it
     if backend_process.needs_tensorflow_process(model):  # a Keras 3 model on JAX or torch

@@ -73,3 +73,16 @@ def needed():
 def how_to_install(module: str) -> str:
     """The command that installs ``module`` (one of :data:`PACKAGES`), with the extra that brings it."""
     return PACKAGES[module][1]
+
+
+# tf2onnx's large model format (models over 2 GB): refused before any work
+LARGE_MODEL_REFUSAL = ("{} is not supported: tf2onnx 1.17 writes that format with numpy.product, which numpy 2 "
+                       "removed, and freezes recurrent layers for it in a form the plugin does not read; a model "
+                       "under 2 GB needs no {}")
+
+
+def check_large_model(large_model: bool, flags: bool = False) -> None:
+    """A ``ValueError`` for tf2onnx's ``large_model`` (``flags``: the command line's spelling)."""
+    if large_model:
+        name = "--large_model" if flags else "large_model=True"
+        raise ValueError(LARGE_MODEL_REFUSAL.format(name, name.split("=")[0]))

@@ -59,10 +59,10 @@ PADDING_DRIVE = 1e4
 
 
 def check_quantize(quantize: Optional[str], runtime: Optional[str] = None, schedule: bool = False,
-                   large_model: bool = False, flags: bool = False) -> None:
+                   flags: bool = False) -> None:
     """A ``ValueError`` unless ``quantize`` is None or one of :data:`MODES`, for a model that onnxruntime
     runs (``runtime`` None or "onnxruntime"), without the schedule (the quantizer does not reach into
-    its ``If``) or tf2onnx's ``large_model``. ``flags``: name the command line's flags, not the keywords."""
+    its ``If``). ``flags``: name the command line's flags, not the keywords."""
     if quantize is None:
         return
     check_runtime(runtime)
@@ -74,10 +74,9 @@ def check_quantize(quantize: Optional[str], runtime: Optional[str] = None, sched
     if runtime not in (None, RUNTIME):
         raise ValueError(f"{given} makes a model for onnxruntime (OpenVINO 2026.4 runs it no faster than float32, "
                          f"with int8's error), not for {_spelled('runtime', runtime, flags)}: convert without {name}")
-    for option, given_too, why in (("schedule", schedule, "the quantizer does not reach the LSTMs inside its If"),
-                                   ("large_model", large_model, "tf2onnx keeps the tensors apart from the model")):
-        if given_too:
-            raise ValueError(f"{given} does not go with {_spelled(option, True, flags)} ({why}): give one of them")
+    if schedule:
+        raise ValueError(f"{given} does not go with {_spelled('schedule', True, flags)} (the quantizer does not "
+                         "reach the LSTMs inside its If): give one of them")
 
 
 def _spelled(option: str, value, flags: bool) -> str:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Optional
 
+import numpy as np
+
 from .dependencies import how_to_install, needed
 
 RUNTIMES = ("onnxruntime", "openvino")
@@ -76,10 +78,12 @@ def openvino_compiled(model, shapes: Optional[dict] = None, threads: Optional[in
     return core.compile_model(source, "CPU", config)
 
 
-def openvino_runner(onnx_path: str, static: bool = True, from_memory: bool = False):
-    """``run(output_names, feeds) -> [arrays]`` on OpenVINO's CPU plugin: the model compiled once
+def openvino_runner(onnx_path, static: bool = True, from_memory: bool = False):
+    """``run(output_names, feeds) -> [arrays]`` on OpenVINO's CPU plugin: the model (a path, or a
+    ModelProto) compiled once
     with its declared shapes, or (``static``) once for each set of input shapes, made static first;
-    read from the file, or (``from_memory``) from its bytes."""
+    read from the file, or (``from_memory``) from its bytes. Requests run asynchronously, so that
+    their errors are raised with one inference thread too (see ``OPENVINO_CONFIG``)."""
     compiled = {}
 
     def run(output_names, feeds):
@@ -88,7 +92,9 @@ def openvino_runner(onnx_path: str, static: bool = True, from_memory: bool = Fal
             shapes = {name: value.shape for name, value in feeds.items()} if static else None
             compiled[key] = openvino_compiled(onnx_path, shapes, from_memory=from_memory)
         model = compiled[key]
-        results = model(feeds)
-        return [results[model.output(name)] for name in output_names]
+        request = model.create_infer_request()
+        request.start_async(feeds)
+        request.wait()
+        return [np.array(request.get_tensor(model.output(name)).data) for name in output_names]
 
     return run

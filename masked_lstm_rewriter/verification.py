@@ -42,11 +42,11 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from . import verify_batches
+from . import sessions, verify_batches
 from .corpus.check import first_line
 from .dependencies import how_to_install, needed
 from .keywords import NOT_GIVEN, renamed
-from .sessions import RUNTIMES, onnxruntime_session, openvino_compiled, runtime_available
+from .sessions import RUNTIMES, onnxruntime_session, runtime_available
 from .verify_batches import OutputDifference, output_difference
 from .verify_reference import Reference, has_guard, load_onnx, load_reference
 from .verify_tolerance import DEFAULT_TOLERANCE, Tolerance, as_tolerance, choose
@@ -338,20 +338,13 @@ def make_runner(runtime: str, proto, output_names: Optional[list] = None) -> Cal
 
 
 def openvino_runner(proto, output_names: Optional[list] = None) -> Callable:
-    """OpenVINO's CPU plugin with the shapes the model declares, in exact float32 (a CPU with
-    bf16 would use it otherwise, and miss 1e-5). Read from memory: OpenVINO refuses some of
-    tf2onnx's Loop models read from a path. Run with ``start_async()`` + ``wait()``: with some
-    configurations (one inference thread) OpenVINO 2026.4's synchronous inference drops runtime
-    errors, the guard's included, and returns stale outputs."""
-    compiled = openvino_compiled(proto)
-    ports = [compiled.output(name) for name in output_names or [output.name for output in proto.graph.output]]
-
-    def run(feeds):
-        request = compiled.create_infer_request()
-        request.start_async(feeds)
-        request.wait()
-        return [np.array(request.get_tensor(port).data) for port in ports]
-    return run
+    """``run(feeds)`` on OpenVINO's CPU plugin (:func:`..sessions.openvino_runner`: exact float32,
+    asynchronous requests, whose errors are raised with one inference thread too), with the shapes
+    the model declares, read from memory (OpenVINO refuses some of tf2onnx's Loop models read from
+    a path)."""
+    names = output_names or [output.name for output in proto.graph.output]
+    run = sessions.openvino_runner(proto, static=False)
+    return lambda feeds: run(names, feeds)
 
 
 # ---------------------------------------------------------------- the command line's part

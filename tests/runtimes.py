@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import os
 
-import numpy as np
-
 try:
     import openvino as ov
 except ImportError:  # pragma: no cover - openvino is in .[test]
@@ -20,6 +18,7 @@ except ImportError:  # pragma: no cover - openvino is in .[test]
 
 # pylint: disable-next=unused-import
 from masked_lstm_rewriter.sessions import OPENVINO_CONFIG, onnxruntime_session, openvino_compiled  # noqa: F401
+from masked_lstm_rewriter.sessions import openvino_runner
 
 
 def run_onnxruntime(onnx_model, feeds: dict) -> list:
@@ -28,14 +27,10 @@ def run_onnxruntime(onnx_model, feeds: dict) -> list:
 
 def run_openvino(onnx_model, feeds: dict, static: bool = False) -> list:
     """OpenVINO's ONNX front end on the CPU, compiled with the model's own (possibly dynamic)
-    shapes, or (``static``) with those of ``feeds``. Run asynchronously: on a machine with one CPU
-    (or pinned to one) OpenVINO runs one inference thread, whose synchronous inference drops runtime
-    errors (test_openvino.py pins that); the tests check the model's, so they must see them."""
-    compiled = openvino_compiled(onnx_model, {name: value.shape for name, value in feeds.items()} if static else None)
-    request = compiled.create_infer_request()
-    request.start_async(feeds)
-    request.wait()
-    return [np.array(request.get_tensor(compiled.output(o.name)).data) for o in onnx_model.graph.output]
+    shapes, or (``static``) with those of ``feeds``; asynchronous requests (the library's runner), whose
+    errors are raised with one inference thread too (a machine with one CPU)."""
+    run = openvino_runner(onnx_model, static=static)
+    return run([o.name for o in onnx_model.graph.output], feeds)
 
 
 RUNNERS = {"onnxruntime": run_onnxruntime, "openvino": run_openvino}

@@ -106,3 +106,13 @@ def test_the_extras_named_exist_and_the_python_versions_are_stated():
     assert setup["options"]["python_requires"].strip() == ">=3.10"
     with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as handle:
         assert "Python 3.10 or newer" in handle.read()
+
+
+def test_large_model_is_refused_in_one_line_naming_the_option():
+    """tf2onnx 1.17's large model format fails with numpy 2, and its frozen layers are not read: refused
+    before any work, as the keyword or the flag the user gave."""
+    dependencies.check_large_model(False)
+    with pytest.raises(ValueError, match=r"^large_model=True is not supported: .* needs no large_model$"):
+        dependencies.check_large_model(True)
+    with pytest.raises(ValueError, match=r"^--large_model is not supported: .* needs no --large_model$"):
+        dependencies.check_large_model(True, flags=True)
