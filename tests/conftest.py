@@ -10,6 +10,10 @@ import os
 import signal
 import sys
 
+# imported before any test runs: hypothesis's pytest plugin imports it at the end of the session
+# otherwise, and after tf_keras tests Python 3.11.7's parser fails there ("AST constructor recursion
+# depth mismatch"), which fails a session of a few selected tests that all passed
+import hypothesis  # noqa: F401  pylint: disable=unused-import
 import pytest
 
 import grid
