@@ -343,7 +343,7 @@ def _convert(args: list, mask_mode: Optional[str], runtime: Optional[str], flags
             plugin = functools.partial(enable, mask_mode, runtime, flags["--schedule"],
                                        keep_wrong=flags["--keep-wrong"])
             with plugin(streaming=bool(flags["--streaming"])), \
-                    tf2onnx_main_named("--large_model" in args), conversion_progress(output, partial), \
+                    tf2onnx_main_named(), conversion_progress(output, partial), \
                     streaming_decided(flags["--streaming"], lambda: plugin(streaming=True)):
                 sys.argv = [PROG] + _replace_option(args, "--output", partial)
                 convert.main()

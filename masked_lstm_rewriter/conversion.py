@@ -140,7 +140,7 @@ def _from_keras(model, spec, opset, options: dict):
     command line also uses for a Keras file (:func:`.io_names.keras_graph`); ``spec`` None: the
     model's own inputs (:func:`.keras_source.input_signature`)."""
     spec = spec if spec is not None else keras_source.input_signature(model)
-    traced = io_names.keras_graph(model, spec, options.get("large_model", False))
+    traced = io_names.keras_graph(model, spec)
     with tf.device("/cpu:0"):
         return tf2onnx.convert._convert_common(  # pylint: disable=protected-access
             traced.graph_def, name=model.name, opset=opset, input_names=traced.inputs, output_names=traced.outputs,
@@ -151,10 +151,9 @@ def _from_keras(model, spec, opset, options: dict):
 def _from_saved_model(path: str, opset, options: dict):
     """tf2onnx's own SavedModel conversion (what ``python -m tf2onnx.convert --saved-model`` does)."""
     loader = {name: options.pop(name) for name in SAVED_MODEL_OPTIONS if name in options}
-    large_model = options.get("large_model", False)
     graph_def, inputs, outputs, tables, renames = tf_loader.from_saved_model(
         path, None, None, loader.get("tag"), loader.get("signature_def"), loader.get("concrete_function"),
-        large_model, return_initialized_tables=True, return_tensors_to_rename=True,
+        False, return_initialized_tables=True, return_tensors_to_rename=True,
         use_graph_names=loader.get("use_graph_names", False))
     with tf.device("/cpu:0"):
         return tf2onnx.convert._convert_common(  # pylint: disable=protected-access

@@ -49,7 +49,7 @@ class KerasGraph(NamedTuple):
     tables: dict
 
 
-def keras_graph(model, input_signature, large_model: bool = False) -> KerasGraph:
+def keras_graph(model, input_signature) -> KerasGraph:
     """``model`` traced with ``input_signature`` as tf2onnx's ``from_keras`` traces it (its trace,
     while :func:`..plugin.enable` is on, the plugin's fixes of it), with its input and output names."""
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
@@ -62,7 +62,7 @@ def keras_graph(model, input_signature, large_model: bool = False) -> KerasGraph
         if duplicates is not None:
             convert._set_output_names(model, duplicates)  # pylint: disable=protected-access
     with tf.device("/cpu:0"):
-        graph_def, tables = tf_loader.from_trackable(model, function, inputs, outputs, large_model)
+        graph_def, tables = tf_loader.from_trackable(model, function, inputs, outputs, False)  # no large_model
     return KerasGraph(graph_def, inputs, outputs, renames, tables)
 
 
@@ -88,18 +88,18 @@ def _keras_names(model, function) -> tuple:
 
 
 @contextlib.contextmanager
-def tf2onnx_main_named(large_model: bool = False):
+def tf2onnx_main_named():
     """Within the block, tf2onnx's ``main`` (the command line's conversion) loads and traces a Keras
     file as :func:`..conversion.convert` does (:func:`keras_graph`, names included), and names the
     dimensions of a Keras file's or a SavedModel's model (:func:`name_dimensions`; a GraphDef's,
     a TFLite model's stay tf2onnx's). To be entered within :func:`..plugin.enable`, which
-    replaces the same loader: the plugin's is back on exit. ``large_model``: ``--large_model``."""
+    replaces the same loader: the plugin's is back on exit."""
     from tf2onnx import convert, tf_loader  # pylint: disable=import-outside-toplevel
     loaded: list = []  # the Keras file's trace (None: a SavedModel), for the conversion that follows
     originals = tf_loader.from_keras, tf_loader.from_saved_model, convert._convert_common  # pylint: disable=protected-access
 
     def from_keras(model_path, input_names, output_names):  # pylint: disable=unused-argument
-        loaded.append(_trace_keras_file(model_path, large_model))  # every input and output, as the plugin's loader
+        loaded.append(_trace_keras_file(model_path))  # every input and output, as the plugin's loader
         return loaded[-1].graph_def, loaded[-1].inputs, loaded[-1].outputs
 
     def from_saved_model(*args, **kwargs):
@@ -115,7 +115,7 @@ def tf2onnx_main_named(large_model: bool = False):
         if loaded:
             name_dimensions(onnx_model)
         if output_path:
-            _save(onnx_model, storage, output_path, kwargs.get("large_model", False))
+            _save(onnx_model, output_path)
         return onnx_model, storage
 
     tf_loader.from_keras, tf_loader.from_saved_model, convert._convert_common = \
@@ -126,22 +126,20 @@ def tf2onnx_main_named(large_model: bool = False):
         tf_loader.from_keras, tf_loader.from_saved_model, convert._convert_common = originals  # pylint: disable=protected-access
 
 
-def _trace_keras_file(path: str, large_model: bool) -> KerasGraph:
+def _trace_keras_file(path: str) -> KerasGraph:
     """The Keras model in ``path``, loaded and traced as :func:`..conversion.convert` does."""
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     from . import keras_source  # pylint: disable=import-outside-toplevel
     with tf.device("/cpu:0"):
         model = keras_source.load(path)
-        return keras_graph(model, keras_source.input_signature(model), large_model)
+        return keras_graph(model, keras_source.input_signature(model))
 
 
-def _save(onnx_model, storage, path: str, large_model: bool) -> None:
-    """Write the model as tf2onnx's conversion does (through its functions, which the command line watches)."""
+def _save(onnx_model, path: str) -> None:
+    """Write the model as tf2onnx's conversion does (through its function, which the command line watches;
+    its large model format is refused before: :func:`.dependencies.check_large_model`)."""
     from tf2onnx import utils  # pylint: disable=import-outside-toplevel
-    if large_model:
-        utils.save_onnx_zip(path, onnx_model, storage)
-    else:
-        utils.save_protobuf(path, onnx_model)
+    utils.save_protobuf(path, onnx_model)
 
 
 def name_dimensions(onnx_model) -> None:

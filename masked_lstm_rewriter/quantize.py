@@ -83,7 +83,7 @@ def _spelled(option: str, value, flags: bool) -> str:
     """``runtime='openvino'``, ``schedule=True``; with ``flags``, ``--runtime openvino``, ``--schedule``."""
     if not flags:
         return f"{option}={value!r}"
-    return {"runtime": f"--runtime {value}", "schedule": "--schedule", "large_model": "--large_model"}[option]
+    return {"runtime": f"--runtime {value}", "schedule": "--schedule"}[option]
 
 
 def quantize_model(model: onnx.ModelProto, mode: str = "int8") -> onnx.ModelProto:
