@@ -194,6 +194,7 @@ def _convert_command(args: list) -> int:
     flags["--quantize"], args = pop_quantize(args, runtime, flags["--schedule"])
     args = [arg for arg in args if arg not in flags]
     args = _expand_model(_short_output(args))
+    _refuse_large_model(args)
     _check_target(args)
     _check_paths(args)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's start-up chatter, before it loads
@@ -249,13 +250,16 @@ def _expand_model(args: list) -> list:
                      "--graphdef FILE --inputs ... --outputs ...)")
 
 
-def _check_target(args: list) -> None:
-    """``--target`` is tf2onnx's (workarounds for rs4 ... tensorrt): point a runtime name at ``--runtime``;
-    tf2onnx's ``--large_model`` is refused (:func:`.dependencies.check_large_model`)."""
+def _refuse_large_model(args: list) -> None:
+    """tf2onnx's ``--large_model`` is refused (:func:`.dependencies.check_large_model`)."""
     try:
         dependencies.check_large_model("--large_model" in args, flags=True)
     except ValueError as error:
         raise UsageError(str(error)) from None
+
+
+def _check_target(args: list) -> None:
+    """``--target`` is tf2onnx's (workarounds for rs4 ... tensorrt): point a runtime name at ``--runtime``."""
     value = _option(args, "--target")
     if value in RUNTIMES:
         raise UsageError(f"--target is tf2onnx's option (rs4, rs5, rs6, caffe2, tensorrt, nhwc); "

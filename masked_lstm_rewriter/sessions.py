@@ -78,23 +78,22 @@ def openvino_compiled(model, shapes: Optional[dict] = None, threads: Optional[in
     return core.compile_model(source, "CPU", config)
 
 
-def openvino_runner(onnx_path, static: bool = True, from_memory: bool = False):
-    """``run(output_names, feeds) -> [arrays]`` on OpenVINO's CPU plugin: the model (a path, or a
-    ModelProto) compiled once
-    with its declared shapes, or (``static``) once for each set of input shapes, made static first;
-    read from the file, or (``from_memory``) from its bytes. Requests run asynchronously, so that
-    their errors are raised with one inference thread too (see ``OPENVINO_CONFIG``)."""
+def openvino_runner(model, static: bool = True, from_memory: bool = False):
+    """``run(output_names, feeds) -> [arrays]`` on OpenVINO's CPU plugin: ``model`` (a ModelProto, or
+    the path of an ``.onnx`` file, read from the file or, with ``from_memory``, from its bytes)
+    compiled once with its declared shapes, or (``static``) once for each set of input shapes, made
+    static first. Requests run asynchronously, so that their errors are raised with one inference
+    thread too (see ``OPENVINO_CONFIG``)."""
     compiled = {}
 
     def run(output_names, feeds):
         key = tuple(sorted((name, value.shape) for name, value in feeds.items())) if static else ()
         if key not in compiled:
             shapes = {name: value.shape for name, value in feeds.items()} if static else None
-            compiled[key] = openvino_compiled(onnx_path, shapes, from_memory=from_memory)
-        model = compiled[key]
-        request = model.create_infer_request()
+            compiled[key] = openvino_compiled(model, shapes, from_memory=from_memory)
+        request = compiled[key].create_infer_request()
         request.start_async(feeds)
         request.wait()
-        return [np.array(request.get_tensor(model.output(name)).data) for name in output_names]
+        return [np.array(request.get_tensor(compiled[key].output(name)).data) for name in output_names]
 
     return run
