@@ -154,6 +154,18 @@ def transpose_perm(graph, node) -> Optional[list]:
     return list(perm) if perm is not None else None
 
 
+def gathered_rows(graph, tensor: str) -> Optional[tuple]:
+    """(rows [N, W], index [T, B]) where ``tensor`` [T, B, W] is ``Gather(rows, index)`` along axis 0 (the
+    scheduled node's outputs, "any" mode's input), else None: a gather from it can gather from
+    ``rows`` at composed indices instead, with one copy."""
+    node = producer(graph, tensor)
+    if node is None or node.type != "Gather" or node.get_attr_value("axis", 0) != 0:
+        return None
+    if rank_of(graph, node.input[0]) != 2 or rank_of(graph, node.input[1]) != 2:
+        return None
+    return node.input[0], node.input[1]
+
+
 def rank_of(graph, tensor: str) -> Optional[int]:
     shape = graph.get_shape(tensor)
     return None if shape is None else len(shape)

@@ -38,7 +38,9 @@ LONG_TAILED = [40, 3, 0, 5, 2, 9, 1, 4, 0, 6, 2, 3, 14, 1, 2, 7]
 # rows longest first, the reverse of the order the schedule sorts them into, and ties
 REVERSED = [40, 0, 1, 1, 1, 2, 2, 3, 3, 3, 4, 5, 6, 40, 1, 0][::-1]
 TIES = [30] * 8 + [2] * 8 + [40]
-BATCHES = {"long-tailed": LONG_TAILED, "reversed": REVERSED, "ties": TIES}
+# every row padded past the longest one: the segments end before the last step
+SHORT_OF_T = [28, 3, 0, 5, 2, 9, 1, 4, 0, 6, 2, 3, 14, 1, 2, 7]
+BATCHES = {"long-tailed": LONG_TAILED, "reversed": REVERSED, "ties": TIES, "short of T": SHORT_OF_T}
 
 
 def tokens(lengths, seed=0):
@@ -197,10 +199,12 @@ def test_segments_cover_long_tailed_batches():
     (lambda: keras.layers.LSTM(UNITS, return_sequences=True), 0),
     (lambda: keras.layers.LSTM(UNITS, return_sequences=True, go_backwards=True), 1)], ids=["plain", "go_backwards"])
 def test_the_layers_if_gives_zeros_past_the_lengths(layer, wheres):
-    """Both branches of a layer's If give zeros past each row's length: the segments' gather reads the
-    zeros row there, the single node's branch is the bare node (onnxruntime writes zeros there). So
-    the fix-ups after the If are the ones without a schedule: a plain layer's sequence is one Gather
-    of the If's output, with no zero step appended and no Where; a reversed layer keeps its Where."""
+    """Both branches of a layer's If give zeros past each row's length: the segments' rows end with a
+    zeros row, which the gather indices read there; the single node's branch is the bare node
+    (onnxruntime writes zeros there), its Y returned as the node gives it. So the fix-ups after the
+    If are the ones without a schedule: a plain layer's sequence is one Gather of the If's rows, at
+    the If's indices composed with the batch-major ones (one copy), with no zero step appended and
+    no Where; a reversed layer keeps its Where."""
     model, spec, _ = embedding_model(layer())
     onnx_model = check_scheduled(model, spec, [[tokens(LONG_TAILED)]], {"LSTM": 1})
     check_scheduled(model, spec, [[tokens([5, 0, 3])]], {"LSTM": 1}, taken=False)  # the single node's branch
@@ -209,13 +213,16 @@ def test_the_layers_if_gives_zeros_past_the_lengths(layer, wheres):
                     and "_plan" not in n.name)
     assert sum(n.op_type == "Where" for n in main) == wheres
     single = next(a.g for a in layer_if.attribute if a.name == "else_branch")
-    assert [n.op_type for n in single.node] == ["LSTM"]
-    if wheres == 0:  # the graph's output: Gather(Reshape(Squeeze(the If's Y)))
+    lstm = [n for n in single.node if n.op_type == "LSTM"]
+    assert len(lstm) == 1 and single.output[0].name == lstm[0].output[0]
+    if wheres == 0:  # the graph's output: Gather(Reshape(the If's rows), Gather(Reshape(the If's indices), ...))
         made_by = {output: n for n in main for output in n.output}
-        chain = [made_by[onnx_model.graph.output[0].name]]
-        while len(chain) < 4:
-            chain.append(made_by[chain[-1].input[0]])
-        assert [n.op_type for n in chain] == ["Gather", "Reshape", "Squeeze", "If"] and chain[-1] is layer_if
+        gather = made_by[onnx_model.graph.output[0].name]
+        rows, index = (made_by[name] for name in gather.input)
+        assert (gather.op_type, rows.op_type, index.op_type) == ("Gather", "Reshape", "Gather")
+        assert made_by[rows.input[0]] is layer_if and rows.input[0] == layer_if.output[0]
+        assert made_by[index.input[0]].op_type == "Reshape"
+        assert made_by[index.input[0]].input[0] == layer_if.output[1]
 
 
 def nested_ifs(node) -> list:

@@ -53,7 +53,7 @@ from typing import Optional
 import numpy as np
 from onnx import TensorProto
 
-from ..graph import const, int64_const, make_op, producer, transpose_perm
+from ..graph import const, gathered_rows, int64_const, make_op, producer, transpose_perm
 from ..layer import MaskedRecurrentLayer, RecurrentCell
 from ..plan.masks import BatchMajorRows, MaskTensors, first_steps
 from .node import cell_node, emit_node
@@ -139,7 +139,13 @@ def all_steps(g, y: str, masks: MaskTensors) -> str:
 
 
 def _gather_steps(g, tensor: str, flat_index: str, width: int) -> str:
-    """``tensor`` [T, B, width] re-ordered: position (t, b) takes row ``flat_index[t, b]`` of it."""
+    """``tensor`` [T, B, width] re-ordered: position (t, b) takes row ``flat_index[t, b]`` of it. Where
+    ``tensor`` is itself gathered from rows (:func:`..graph.gathered_rows`), the indices are composed: one copy."""
+    gathered = gathered_rows(g, tensor)
+    if gathered is not None:
+        rows, index = gathered
+        flat = make_op(g, "Reshape", index, int64_const(g, "flat", [-1]))
+        return make_op(g, "Gather", rows, make_op(g, "Gather", flat, flat_index, axis=0), axis=0)
     rows = make_op(g, "Reshape", tensor, int64_const(g, "rows_shape", [-1, width]))
     return make_op(g, "Gather", rows, flat_index, axis=0)
 
@@ -161,8 +167,14 @@ def with_padding_column(g, x: str, valid_steps: str, width: int) -> str:
 def last_valid_step(g, y: str, masks: MaskTensors, hidden: int) -> str:
     """[1, B, H]: ``y`` [T, B, H] at each row's last valid step, zeros for a row with none (its index,
     -1, reads the last step, which the Where then replaces)."""
-    index = make_op(g, "Expand", masks.last_step, int64_const(g, "hidden_shape", [1, 1, hidden]))
-    gathered = make_op(g, "GatherElements", y, index, axis=0)
+    composed = gathered_rows(g, y)
+    if composed is not None:
+        rows, index = composed
+        at_last = make_op(g, "Reshape", masks.last_step, int64_const(g, "one_row", [1, -1]))   # [1, B]
+        gathered = make_op(g, "Gather", rows, make_op(g, "GatherElements", index, at_last, axis=0), axis=0)
+    else:
+        index = make_op(g, "Expand", masks.last_step, int64_const(g, "hidden_shape", [1, 1, hidden]))
+        gathered = make_op(g, "GatherElements", y, index, axis=0)
     return make_op(g, "Where", masks.has_steps, gathered, zero(g))
 
 

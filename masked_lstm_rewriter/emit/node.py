@@ -24,7 +24,7 @@ from ..layer import RecurrentCell
 from ..plan.pairs import names_activations
 from ..plan.schedule import SegmentPlan, schedule_if
 from .read_alone import read_alone
-from .segments import segments
+from .segments import segment_source, segments
 
 MIN_OPSET = 13  # Split and Squeeze take their sizes and axes as inputs, as the emitted nodes give them
 
@@ -51,18 +51,47 @@ class RecurrentNode:
 
 def emit_node(graph, node: RecurrentNode, plan: Optional[SegmentPlan]) -> tuple:
     """(y [T, B, H], final c [B, H] or None) in the node layout: the single node, or, with a plan, an
-    If between the segments and it. Each branch returns its results unsqueezed, as the node does (the
-    Squeezes after the If alias them; inside a branch, they would copy). Past each row's length the
-    segments give zeros, onnxruntime's single node too; the fix-ups read no step there elsewhere."""
+    If between the segments and it (:func:`_scheduled`). Past each row's length the segments give
+    zeros, onnxruntime's single node too; the fix-ups read no step there elsewhere."""
     if plan is None:
-        outputs = _single(graph, node)
-    else:
-        outputs = schedule_if(graph, plan.use, node.name.replace("/", "_"), lambda g: segments(g, node, plan),
-                              lambda g: _single(g, node))
-        for output, shape in zip(outputs, ([-1, 1, -1, node.hidden], [1, -1, node.hidden])):
-            graph.set_shape(output, shape)  # what the converters of the consumers read (a Concat's axis)
-    (y, c_last), = _per_direction(graph, node, outputs)
+        (y, c_last), = _per_direction(graph, node, _single(graph, node))
+        return y, c_last
+    return _scheduled(graph, node, plan)
+
+
+def _scheduled(graph, node: RecurrentNode, plan: SegmentPlan) -> tuple:
+    """An If between the segments and the single node, each branch giving rows of outputs and, for
+    each (t, b) of the node layout, the row that holds it (the single node: its own Y, in order).
+    ``y`` is one Gather of those rows after the If, which the fix-ups that gather from ``y`` compose
+    with their own indices (:func:`..graph.gathered_rows`): one copy of the outputs, not two. Each
+    branch returns its results as the nodes give them (the Reshape and Squeeze after the If alias
+    them; inside a branch, they would copy)."""
+    source = segment_source(graph, node.x)
+
+    def single(g):
+        inner = node
+        if source.batch_major:  # the Transpose the segments skip
+            inner = dataclasses.replace(node, x=make_op(g, "Transpose", source.tensor, perm=[1, 0, 2]))
+        y, *c = _single(g, inner)
+        return [y, _own_rows(g, y), *c]
+
+    outputs = schedule_if(graph, plan.use, node.name.replace("/", "_"), lambda g: segments(g, node, plan, source),
+                          single)
+    for output, shape in zip(outputs, ([-1, 1, -1, node.hidden], [-1, -1], [1, -1, node.hidden])):
+        graph.set_shape(output, shape)  # what the converters of the consumers read (a Concat's axis)
+    rows = make_op(graph, "Reshape", outputs[0], int64_const(graph, "rows", [-1, node.hidden]))
+    graph.set_shape(rows, [-1, node.hidden])
+    y = make_op(graph, "Gather", rows, outputs[1], axis=0)
+    graph.set_shape(y, [-1, -1, node.hidden])
+    c_last = make_op(graph, "Squeeze", outputs[2], int64_const(graph, "axes", [0])) if node.wants_c else None
     return y, c_last
+
+
+def _own_rows(g, y: str) -> str:
+    """[T, B] int64: the row of ``y`` [T, 1, B, H] seen as [T * B, H] that holds each (t, b)."""
+    steps_and_rows = make_op(g, "Gather", make_op(g, "Shape", y), int64_const(g, "time_and_batch", [0, 2]), axis=0)
+    count = make_op(g, "ReduceProd", steps_and_rows, keepdims=0)
+    return make_op(g, "Reshape", make_op(g, "Range", int64_scalar(g, 0), count, int64_scalar(g, 1)), steps_and_rows)
 
 
 def emit_directions(graph, node: RecurrentNode) -> list:

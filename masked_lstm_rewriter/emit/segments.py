@@ -1,51 +1,111 @@
 # SPDX-License-Identifier: Apache-2.0
 """The length-aware schedule's emission: a layer's node as one node per time segment over the rows
-still valid in it, gathered back into the node layout (the plan is :mod:`..plan.schedule`'s)."""
+still valid in it, their outputs stacked for a gather into the node layout (the plan is
+:mod:`..plan.schedule`'s)."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 from tf2onnx import utils
 
-from ..graph import int64_const, int64_scalar, make_op
+from ..graph import const, gathered_rows, int64_const, int64_scalar, make_op, producer, transpose_perm
 from ..plan.schedule import SEGMENTS, SegmentPlan
 
 
-def segments(g, node, plan: SegmentPlan) -> list:
-    """The layer as one node per segment over the ordered rows, gathered back into the node layout."""
-    starts, ends, active = _bounds(g, plan)
+def segments(g, node, plan: SegmentPlan, source: SegmentSource) -> list:
+    """The layer as one node per segment over the ordered rows: [their outputs stacked, a zeros row
+    last, as [N, 1, 1, H] (Y's rank); the plan's ``gather_y``; the final cell state in the node
+    layout, if wanted]. Their inputs are read from ``source`` (:func:`segment_source`)."""
+    shapes, sizes, active = _bounds(g, plan)
+    inputs_x = _segment_inputs(g, source, plan, sizes)
     order = make_op(g, "Gather", plan.rows, int64_scalar(g, 0), axis=0)
-    ordered = make_op(g, "Gather", node.x, order, axis=1)
     states = [make_op(g, "Gather", state, order, axis=0) for (state,) in node.initial]  # one direction
     if states:
         states = [make_op(g, "Unsqueeze", _slice_rows(g, state, active[0], 0), int64_const(g, "axes", [0]))
                   for state in states]
     flat_y, flat_c = [], []
     for index in range(SEGMENTS):
-        x = make_op(g, "Slice", ordered, starts[index], ends[index], int64_const(g, "axes", [0, 1]))
+        x = make_op(g, "Reshape", inputs_x[index], shapes[index])
         if index and states:
             states = [_slice_rows(g, state, active[index], 1) for state in states]
         inputs = [x, *node.weights, ""] + (states or [""] * node.kind.states) + list(node.extra)
         out = g.make_node(node.kind.op, inputs, output_count=node.kind.outputs, attr=node.attr,
                           name=utils.make_name(f"{node.name}_segment{index}"))
-        rows = int64_const(g, "rows", [-1, node.hidden])
-        flat_y.append(make_op(g, "Reshape", out.output[0], rows))
+        flat_y.append(make_op(g, "Reshape", out.output[0], int64_const(g, "rows", [-1, 1, 1, node.hidden])))
         states = list(out.output[1:])
         if node.wants_c:
-            flat_c.append(make_op(g, "Reshape", out.output[2], rows))
-    zeros = g.make_const(utils.make_name("zero_state"), np.zeros((1, node.hidden), np.float32)).output[0]
-    outputs = [make_op(g, "Gather", make_op(g, "Concat", *flat_y, zeros, axis=0), plan.gather_y, axis=0)]
+            flat_c.append(make_op(g, "Reshape", out.output[2], int64_const(g, "rows", [-1, node.hidden])))
+    zero_y = const(g, "zero_output", np.zeros((1, 1, 1, node.hidden), np.float32))
+    outputs = [make_op(g, "Concat", *flat_y, zero_y, axis=0), plan.gather_y]
     if node.wants_c:
+        zero_c = const(g, "zero_state", np.zeros((1, node.hidden), np.float32))
         gather_c = make_op(g, "Gather", plan.rows, int64_const(g, "second", [1]), axis=0)      # [1, B]
-        outputs.append(make_op(g, "Gather", make_op(g, "Concat", *flat_c, zeros, axis=0), gather_c, axis=0))
+        outputs.append(make_op(g, "Gather", make_op(g, "Concat", *flat_c, zero_c, axis=0), gather_c, axis=0))
     return outputs
 
 
+@dataclasses.dataclass(frozen=True)
+class SegmentSource:
+    """Where the segments read a layer's input ``x`` [T, B, I] from: the batch-major tensor ``tensor``
+    [B, T, I] (``batch_major``), or ``tensor`` time-major, [T, B, I], or, where ``index`` [T, B] is
+    given, the rows [N, I] that ``x`` is gathered from at it."""
+
+    tensor: str
+    batch_major: bool = False
+    index: str = ""
+
+
+def segment_source(graph, x: str) -> SegmentSource:
+    """Where the segments read ``x`` from, in ``graph`` (the If's): the rows it is gathered from
+    (:func:`..graph.gathered_rows`: composed indices), the batch-major tensor Keras transposes into it
+    (:func:`batch_major_source`), or ``x`` itself."""
+    gathered = gathered_rows(graph, x)
+    if gathered is not None:
+        return SegmentSource(gathered[0], index=gathered[1])
+    batch_major = batch_major_source(graph, x)
+    return SegmentSource(batch_major, batch_major=True) if batch_major else SegmentSource(x)
+
+
+def _segment_inputs(g, source: SegmentSource, plan: SegmentPlan, sizes: str) -> list:
+    """The segments' inputs, each [steps * rows, I], gathered in one Gather and split."""
+    if source.batch_major:
+        rows, index = make_op(g, "Flatten", source.tensor, axis=2), plan.gather_x
+    elif source.index:
+        rows = source.tensor
+        flat = make_op(g, "Reshape", source.index, int64_const(g, "flat", [-1]))
+        index = make_op(g, "Gather", flat, _time_major(g, plan.gather_x, source.index), axis=0)
+    else:
+        rows, index = make_op(g, "Flatten", source.tensor, axis=2), _time_major(g, plan.gather_x, source.tensor)
+    return g.make_node("Split", [make_op(g, "Gather", rows, index, axis=0), sizes], output_count=SEGMENTS,
+                       attr={"axis": 0}).output
+
+
+def _time_major(g, batch_major: str, like: str) -> str:
+    """The rows ``batch_major`` of a [B * T, ...] tensor as rows of its [T * B, ...] transpose, T and B
+    read off ``like`` ([T, B, ...])."""
+    shape = make_op(g, "Shape", like)
+    steps, batch = (make_op(g, "Gather", shape, int64_const(g, "axis", [axis]), axis=0) for axis in (0, 1))
+    step = make_op(g, "Mod", batch_major, steps)
+    return make_op(g, "Add", make_op(g, "Mul", step, batch), make_op(g, "Div", batch_major, steps))
+
+
+def batch_major_source(graph, x: str) -> str:
+    """The [B, T, I] tensor that ``x`` [T, B, I] transposes ("" if none): the segments read it, and only
+    the single node's branch transposes it, so that the Transpose runs only when that branch does."""
+    node = producer(graph, x)
+    if node is not None and node.type == "Transpose" and transpose_perm(graph, node) == [1, 0, 2]:
+        return node.input[0]
+    return ""
+
+
 def _bounds(g, plan: SegmentPlan) -> tuple:
-    """The plan's bounds cut, in one Split, into per segment [2] starts, [2] ends and [1] rows."""
-    pieces = g.make_node("Split", [plan.bounds, int64_const(g, "sizes", [2] * (2 * SEGMENTS) + [1] * SEGMENTS)],
-                         output_count=3 * SEGMENTS, attr={"axis": 0}).output
-    return pieces[:SEGMENTS], pieces[SEGMENTS:2 * SEGMENTS], pieces[2 * SEGMENTS:]
+    """The plan's bounds cut, in one Split, into per segment its input's [3] shape, the [S] row-steps
+    of all, and per segment its [1] rows."""
+    pieces = g.make_node("Split", [plan.bounds, int64_const(g, "sizes", [3] * SEGMENTS + [SEGMENTS] + [1] * SEGMENTS)],
+                         output_count=2 * SEGMENTS + 1, attr={"axis": 0}).output
+    return pieces[:SEGMENTS], pieces[SEGMENTS], pieces[SEGMENTS + 1:]
 
 
 def _slice_rows(g, tensor: str, rows: str, axis: int) -> str:

@@ -16,11 +16,12 @@ schedule makes the cost follow the valid steps (packed sequences):
   any runtime whatever it does with padded steps (no ``sequence_lens`` is passed): rows that end
   inside a segment are read at their last valid step only, by index, and an LSTM's cell state
   over the padding steps of such a row is held by the padding column (:mod:`.emit`). The
-  segments' outputs are stacked, with a zeros row, and gathered back, in one ``Gather``, into
-  the [T, B, H] node layout in the caller's row order: what the single node gives at every valid
-  step, and zeros past each row's length, as onnxruntime's single node writes them. So the fix-ups
-  after the ``If`` are the ones without a schedule, and read no step past a row's length on other
-  runtimes either;
+  segments' outputs are stacked, with a zeros row, and the plan's ``gather_y`` gives the row of
+  each position of the [T, B, H] node layout in the caller's row order: what the single node gives
+  at every valid step, and zeros past each row's length, as onnxruntime's single node writes them.
+  The ``If`` returns those rows and indices (the single node: its own outputs, in order), and the
+  fix-ups after it gather from them as without a schedule, composing their indices with these; they
+  read no step past a row's length on other runtimes either;
 * whether it pays is decided at run time: an ``If`` per mask computes the plan only for batches of
   at least ``MIN_BATCH`` rows (else a few constants); in it, a cheap bound (the sum of the
   lengths) first rules out batches where no segments could pay (full or nearly equal rows), then
@@ -89,9 +90,12 @@ class SegmentPlan:
     so that a small batch pays little for the If's placeholders)."""
 
     use: str             # [1] bool: run the layers in segments
-    bounds: str          # [5 * S] int64: per segment (first step, 0), then (end step, rows), then the rows
+    bounds: str          # [5 * S] int64: per segment the shape of its input (steps, rows, -1); then the
+                         # row-steps of each segment; then the rows of each
     rows: str            # [2, B] int64: the rows longest first; each row's final cell state in the stacked ones
-    gather_y: str        # [T, 1, B] int64: each (t, b) of the node layout's row in the stacked outputs
+    gather_y: str        # [T, B] int64: each (t, b) of the node layout's row in the stacked outputs
+    gather_x: str        # [N] int64: the segments' inputs one after the other, as rows of the layer's
+                         # input seen as [B * T, I] (batch-major)
 
 
 def schedulable(graph, mask: str) -> bool:
@@ -124,31 +128,79 @@ def plan_segments(graph, counts: str, guarded: str, time_major: str) -> SegmentP
 
     def segments(g, lengths):
         use, order, first, end, active = _compute_segments(g, lengths, batch)
-        starts = _interleaved(g, first, int64_const(g, "zeros", [0] * SEGMENTS))
-        bounds = make_op(g, "Concat", starts, _interleaved(g, end, active), active, axis=0)
-        indices = schedule_if(g, use, "indices", lambda inner: _indices(inner, lengths, steps, order, first, end, active),
-                      _no_indices)
+        length = make_op(g, "Sub", end, first)
+        covered = make_op(g, "Mul", active, length)                                  # [S] row-steps
+        shapes = _interleaved(g, length, active, int64_const(g, "any_width", [-1] * SEGMENTS))
+        bounds = make_op(g, "Concat", shapes, covered, active, axis=0)
+        indices = schedule_if(g, use, "indices", lambda inner: _indices(inner, lengths, steps, order, first, active,
+                                                                        covered), _no_indices)
         return [use, bounds, *indices]
 
     def placeholders(g):
         false = g.make_const(utils.make_name("no_schedule"), np.array([False])).output[0]
         return [false, int64_const(g, "placeholder", [0] * (5 * SEGMENTS)), *_no_indices(g)]
 
-    use, bounds, rows, gather_y = schedule_if(graph, big, "plan", plan, placeholders)
-    return SegmentPlan(use=use, bounds=bounds, rows=rows, gather_y=gather_y)
+    use, bounds, rows, gather_y, gather_x = schedule_if(graph, big, "plan", plan, placeholders)
+    return SegmentPlan(use=use, bounds=bounds, rows=rows, gather_y=gather_y, gather_x=gather_x)
 
 
-def _indices(g, lengths: str, steps: str, order: str, first: str, end: str, active: str) -> list:
-    """The plan's ``rows`` and ``gather_y`` (see :class:`SegmentPlan`), from the number of ``steps`` and
-    the segments' [S] first steps, end steps and rows."""
-    gather_y, gather_c = _gather_indices(g, lengths, steps, order, first, end, active)
-    rows = make_op(g, "Concat", *(make_op(g, "Unsqueeze", t, int64_const(g, "axes", [0])) for t in (order, gather_c)), axis=0)
-    return [rows, gather_y]
+@dataclasses.dataclass(frozen=True)
+class _Steps:
+    """What the gather indices need per step of the batch (all of them, [T]) and per row ([B])."""
+
+    time: str            # [T] 0, 1, ...
+    step: str            # [T, 1] the same, as a column
+    segment: str         # [T] the segment each step is in
+    rows: str            # [T] the rows that segment runs
+    rank: str            # [B] 0, 1, ...
+
+
+def _indices(g, lengths: str, steps: str, order: str, first: str, active: str, covered: str) -> list:
+    """The plan's ``rows``, ``gather_y`` and ``gather_x`` (see :class:`SegmentPlan`), from the number of
+    ``steps`` and the segments' [S] first steps, rows and row-steps."""
+    time = make_op(g, "Range", int64_scalar(g, 0), steps, int64_scalar(g, 1))
+    segment = _segment_of(g, time, make_op(g, "Slice", first, int64_const(g, "one", [1]),
+                                           int64_const(g, "many", [SEGMENTS]), int64_const(g, "axis", [0])))
+    count = make_op(g, "Squeeze", make_op(g, "Shape", order), int64_const(g, "axes", [0]))
+    tables = _Steps(time=time, step=make_op(g, "Unsqueeze", time, int64_const(g, "axes", [1])), segment=segment,
+                    rows=make_op(g, "Gather", active, segment, axis=0),
+                    rank=make_op(g, "Range", int64_scalar(g, 0), count, int64_scalar(g, 1)))
+    total = make_op(g, "ReduceSum", covered, int64_const(g, "axes", [0]), keepdims=1)   # [1] row-steps run
+    gather_y, gather_c = _gather_indices(g, lengths, order, first, active, covered, total, tables)
+    rows = make_op(g, "Concat", *(_row(g, t) for t in (order, gather_c)), axis=0)
+    return [rows, gather_y, _source_indices(g, steps, order, total, tables)]
 
 
 def _no_indices(g) -> list:
-    """Placeholders for ``rows`` and ``gather_y`` where the segments do not run."""
-    return [int64_const(g, "placeholder", [[0], [0]]), int64_const(g, "placeholder", [[[0]]])]
+    """Placeholders for ``rows``, ``gather_y`` and ``gather_x`` where the segments do not run."""
+    return [int64_const(g, "placeholder", [[0], [0]]), int64_const(g, "placeholder", [[0]]),
+            int64_const(g, "placeholder", [0])]
+
+
+def _row(g, tensor: str) -> str:
+    """[1, N]: the [N] ``tensor`` as one row."""
+    return make_op(g, "Unsqueeze", tensor, int64_const(g, "axes", [0]))
+
+
+def _source_indices(g, steps: str, order: str, total: str, tables: _Steps) -> str:
+    """[N] (``gather_x``): for each of the ``total`` row-steps of the segments' inputs, one after the
+    other, its row in the layer's input seen as [B * T, I]. Segment k runs its steps over the first
+    ``active[k]`` rows of ``order``, time-major, and the segments follow each other in time: so these
+    are the (step, row) of the [T, B] grid, row-major, whose rank is below the rows of the step's
+    segment, up to the longest row (the steps after it count as the last segment's: cut off)."""
+    source = make_op(g, "Add", make_op(g, "Mul", _row(g, order), steps), tables.step)          # [T, B]
+    run = make_op(g, "Less", _row(g, tables.rank), make_op(g, "Unsqueeze", tables.rows, int64_const(g, "axes", [1])))
+    flat = int64_const(g, "flat", [-1])
+    kept = make_op(g, "Compress", make_op(g, "Reshape", source, flat), make_op(g, "Reshape", run, flat), axis=0)
+    return make_op(g, "Slice", kept, int64_const(g, "zero", [0]), total, int64_const(g, "axis", [0]))
+
+
+def _segment_of(g, t: str, later: str) -> str:
+    """Which segment each of ``t`` ([N], steps or row-steps) falls in: the count of the later segments'
+    starts (``later``, [S - 1]) at or before it."""
+    at_or_after = make_op(g, "GreaterOrEqual", make_op(g, "Unsqueeze", t, int64_const(g, "axes", [1])), later)
+    return make_op(g, "ReduceSum", make_op(g, "Cast", at_or_after, to=TensorProto.INT64), int64_const(g, "axes", [1]),
+                   keepdims=0)
 
 
 def _compute_segments(g, lengths: str, batch: str) -> tuple:
@@ -210,52 +262,38 @@ def _cheaper(g, cost: str, single: str, longest: str) -> str:
     return make_op(g, "And", cheaper, long_enough)
 
 
-def _interleaved(g, left: str, right: str) -> str:
-    """[2 * S]: (left[0], right[0], left[1], right[1], ...) of two [S] tensors."""
-    stacked = make_op(g, "Concat", make_op(g, "Unsqueeze", left, int64_const(g, "axes", [1])),
-                      make_op(g, "Unsqueeze", right, int64_const(g, "axes", [1])), axis=1)
+def _interleaved(g, *parts: str) -> str:
+    """[n * S]: (parts[0][0], parts[1][0], ..., parts[0][1], ...) of n [S] tensors."""
+    stacked = make_op(g, "Concat", *(make_op(g, "Unsqueeze", part, int64_const(g, "axes", [1])) for part in parts),
+                      axis=1)
     return make_op(g, "Reshape", stacked, int64_const(g, "flat", [-1]))
 
 
-def _gather_indices(g, lengths: str, steps: str, order: str, first: str, end: str, active: str) -> tuple:
-    """([T, 1, B], [B]) rows of the stacked segment outputs (and final cell states) for each position of
-    the node layout, in the caller's row order. Step t of row b is read where it is valid (t' = t),
+def _gather_indices(g, lengths: str, order: str, first: str, active: str, covered: str, zeros_row: str,
+                    tables: _Steps) -> tuple:
+    """([T, B], [B]) rows of the stacked segment outputs (and final cell states) for each position of
+    the node layout, in the caller's row order (``zeros_row``: the row after them). Step t of row b is read where it is valid (t' = t),
     and past the row's length the zeros row after the stacked outputs (t' = -1, the last entry of
     the per-step tables): zeros past each row's length, as onnxruntime's single node writes them.
     A row's cell state comes from the segment of its last valid step, zeros for an empty row.
 
     What depends on the step only (its segment, the rows the segment runs, where its first row
     sits in the stacked outputs) is computed once per step, [T], and gathered at t'."""
-    count = make_op(g, "Squeeze", make_op(g, "Shape", order), int64_const(g, "axes", [0]))
-    rank = make_op(g, "ScatterElements", order, order, make_op(g, "Range", int64_scalar(g, 0), count, int64_scalar(g, 1)),
-               axis=0)                                                         # [B] each row's place in ``order``
-    time = make_op(g, "Range", int64_scalar(g, 0), steps, int64_scalar(g, 1))              # [T]
-    later = make_op(g, "Slice", first, int64_const(g, "one", [1]), int64_const(g, "many", [SEGMENTS]), int64_const(g, "axis", [0]))
-
-    def segment_of(t):
-        """Which segment each step of ``t`` ([N]) falls in: the count of later segments' first steps at
-        or before it."""
-        at_or_after = make_op(g, "GreaterOrEqual", make_op(g, "Unsqueeze", t, int64_const(g, "axes", [1])), later)
-        return make_op(g, "ReduceSum", make_op(g, "Cast", at_or_after, to=TensorProto.INT64), int64_const(g, "axes", [1]),
-                   keepdims=0)
-
-    segment = segment_of(time)                                                # [T]
-    rows = make_op(g, "Gather", active, segment, axis=0)                          # [T] rows run at each step
-    covered = make_op(g, "Mul", active, make_op(g, "Sub", end, first))                # [S] stacked rows per segment
-    offsets = make_op(g, "CumSum", covered, int64_const(g, "axis", [0]), exclusive=1)
-    zeros_row = make_op(g, "ReduceSum", covered, int64_const(g, "axes", [0]), keepdims=1)   # [1] after the stacked outputs
-    within = make_op(g, "Mul", make_op(g, "Sub", time, make_op(g, "Gather", first, segment, axis=0)), rows)
-    step_base = make_op(g, "Concat", make_op(g, "Add", make_op(g, "Gather", offsets, segment, axis=0), within), zeros_row,
-                    axis=0)                                                   # [T + 1]: step t's first row
-    step_rows = make_op(g, "Concat", rows, int64_const(g, "one", [1]), axis=0)        # [T + 1]
+    rank = make_op(g, "ScatterElements", order, order, tables.rank, axis=0)      # [B] each row's place in ``order``
+    offsets = make_op(g, "CumSum", covered, int64_const(g, "axis", [0]), exclusive=1)  # [S] where each one starts
+    within = make_op(g, "Mul", make_op(g, "Sub", tables.time, make_op(g, "Gather", first, tables.segment, axis=0)),
+                     tables.rows)
+    step_base = make_op(g, "Concat", make_op(g, "Add", make_op(g, "Gather", offsets, tables.segment, axis=0), within),
+                        zeros_row, axis=0)                                    # [T + 1]: step t's first row
+    step_rows = make_op(g, "Concat", tables.rows, int64_const(g, "one", [1]), axis=0)  # [T + 1]
     last = make_op(g, "Sub", lengths, int64_const(g, "one", [1]))                     # [B], -1 for an empty row
-    step = make_op(g, "Unsqueeze", time, int64_const(g, "axes", [1]))                   # [T, 1]
-    read = make_op(g, "Where", make_op(g, "Less", step, lengths), step, int64_const(g, "past", [-1]))  # [T, B] t'
+    read = make_op(g, "Where", make_op(g, "Less", tables.step, lengths), tables.step, int64_const(g, "past", [-1]))
     column = make_op(g, "Min", rank, make_op(g, "Sub", make_op(g, "Gather", step_rows, read, axis=0), int64_const(g, "one", [1])))
-    gather_y = make_op(g, "Add", make_op(g, "Gather", step_base, read, axis=0), column)
-    gather_y = make_op(g, "Unsqueeze", gather_y, int64_const(g, "axes", [1]))       # [T, 1, B]: Y's layout
+    gather_y = make_op(g, "Add", make_op(g, "Gather", step_base, read, axis=0), column)  # [T, B]
     state_offsets = make_op(g, "CumSum", active, int64_const(g, "axis", [0]), exclusive=1)
-    stacked = make_op(g, "Add", make_op(g, "Gather", state_offsets, segment_of(last), axis=0), rank)
+    # an empty row's last step, -1, reads the last step's segment: the Where replaces it
+    last_segment = make_op(g, "Gather", tables.segment, last, axis=0)
+    stacked = make_op(g, "Add", make_op(g, "Gather", state_offsets, last_segment, axis=0), rank)
     total = make_op(g, "ReduceSum", active, int64_const(g, "axes", [0]), keepdims=1)   # the zeros row
     gather_c = make_op(g, "Where", make_op(g, "Greater", lengths, int64_const(g, "zero", [0])), stacked, total)
     return gather_y, gather_c
