@@ -281,7 +281,7 @@ def assert_native(onnx_model, lstm=1, op="LSTM"):
 def layer_directions(onnx_model, op="LSTM"):
     """Sorted directions of the Keras layers behind the native ``op`` nodes: every node runs
     forward (ONNX ``direction="forward"``), a backward layer over its rows reversed within their
-    length (its input comes from a ReverseSequence), but a Bidirectional layer's one
+    length (its input comes from a ReverseSequence, or is gathered at indices that do), but a Bidirectional layer's one
     ``direction="bidirectional"`` node, which holds a forward and a reverse layer. A scheduled layer
     counts once (its single node)."""
     producers = {out: n for n in walk_nodes(onnx_model.graph, segments=True) for out in n.output}
@@ -297,6 +297,8 @@ def layer_directions(onnx_model, op="LSTM"):
         source = producers.get(node.input[0])
         while source is not None and source.op_type in ("Where", "Pad"):  # the padding column
             source = producers.get(source.input[1] if source.op_type == "Where" else source.input[0])
+        if source is not None and source.op_type == "Gather":  # gathered rows: reversed by their indices
+            source = producers.get(source.input[1])
         directions.append("reverse" if source is not None and source.op_type == "ReverseSequence" else "forward")
     return sorted(directions)
 

@@ -53,10 +53,11 @@ from typing import Optional
 import numpy as np
 from onnx import TensorProto
 
-from ..graph import const, gathered_rows, int64_const, make_op, producer, transpose_perm
+from ..graph import const, gathered_rows, int64_const, int64_scalar, make_op
 from ..layer import MaskedRecurrentLayer, RecurrentCell
 from ..plan.masks import BatchMajorRows, MaskTensors, first_steps
 from .node import cell_node, emit_node
+from .segments import batch_major_source
 from .rewire import KerasOutputs, rewire
 
 
@@ -93,6 +94,8 @@ def layer_input(g, layer: MaskedRecurrentLayer, masks: MaskTensors) -> str:
     else:
         x = steps_run(g, layer.x, masks)
     if layer.direction == "reverse":
+        if masks.segments is not None:  # the segments read the reversed steps from where x comes from
+            x = _as_gathered_rows(g, x)
         x = _reverse_valid_steps(g, x, masks)
     return x
 
@@ -121,9 +124,9 @@ def steps_run(g, x_tm: str, masks: MaskTensors) -> str:
     OpenVINO folds the Transpose in front of a recurrent node into it."""
     if not masks.longest:
         return x_tm
-    node = producer(g, x_tm)
-    if node is not None and node.type == "Transpose" and transpose_perm(g, node) == [1, 0, 2]:
-        return make_op(g, "Transpose", first_steps(g, node.input[0], masks.longest, 1), perm=[1, 0, 2])
+    x_bm = batch_major_source(g, x_tm)
+    if x_bm:
+        return make_op(g, "Transpose", first_steps(g, x_bm, masks.longest, 1), perm=[1, 0, 2])
     return first_steps(g, x_tm, masks.longest, 0)
 
 
@@ -136,6 +139,32 @@ def all_steps(g, y: str, masks: MaskTensors) -> str:
     missing = make_op(g, "Sub", steps, make_op(g, "Cast", masks.longest, to=TensorProto.INT64))
     pads = make_op(g, "Concat", int64_const(g, "before", [0, 0, 0]), missing, int64_const(g, "after", [0, 0]), axis=0)
     return make_op(g, "Pad", y, pads)
+
+
+def _as_gathered_rows(g, x_tm: str) -> str:
+    """``x_tm`` [T, B, I] as a Gather of rows, where Keras transposes it from a batch-major tensor:
+    a reordering of its steps then composes into the Gather (one copy, where the Transpose and the
+    reordering were two), and the length-aware schedule's segments read the batch-major rows."""
+    x_bm = batch_major_source(g, x_tm)
+    if not x_bm:
+        return x_tm
+    shape = make_op(g, "Shape", x_bm)
+    batch, steps = (make_op(g, "Gather", shape, int64_scalar(g, axis), axis=0) for axis in (0, 1))
+    step = make_op(g, "Unsqueeze", make_op(g, "Range", int64_scalar(g, 0), steps, int64_scalar(g, 1)),
+                   int64_const(g, "axes", [1]))                                               # [T, 1]
+    row = make_op(g, "Range", int64_scalar(g, 0), batch, int64_scalar(g, 1))                  # [B]
+    index = make_op(g, "Add", make_op(g, "Mul", row, steps), step)                           # [T, B]: b * T + t
+    return _gather_rows(g, make_op(g, "Flatten", x_bm, axis=2), index, g.get_shape(x_tm)[-1])
+
+
+def _gather_rows(g, rows: str, index: str, width: int) -> str:
+    """``Gather(rows, index)`` along axis 0: [T, B, width] from rows [N, width] at [T, B] ``index``,
+    shaped so that :func:`..graph.gathered_rows` sees it."""
+    g.set_shape(rows, [-1, width])
+    g.set_shape(index, [-1, -1])
+    gathered = make_op(g, "Gather", rows, index, axis=0)
+    g.set_shape(gathered, [-1, -1, width])
+    return gathered
 
 
 def _gather_steps(g, tensor: str, flat_index: str, width: int) -> str:
@@ -151,7 +180,14 @@ def _gather_steps(g, tensor: str, flat_index: str, width: int) -> str:
 
 
 def _reverse_valid_steps(g, tensor: str, masks: MaskTensors) -> str:
-    """[T, B, ...] with each row's valid steps (the first ``length``) in reverse order, the rest in place."""
+    """[T, B, ...] with each row's valid steps (the first ``length``) in reverse order, the rest in place;
+    of a tensor gathered from rows (:func:`..graph.gathered_rows`), the same rows at its reversed
+    indices."""
+    gathered = gathered_rows(g, tensor)
+    if gathered is not None:
+        rows, index = gathered
+        reversed_index = make_op(g, "ReverseSequence", index, masks.lengths_i64, batch_axis=1, time_axis=0)
+        return _gather_rows(g, rows, reversed_index, g.get_shape(rows)[-1])
     return make_op(g, "ReverseSequence", tensor, masks.lengths_i64, batch_axis=1, time_axis=0)
 
 

@@ -70,8 +70,8 @@ def _scheduled(graph, node: RecurrentNode, plan: SegmentPlan) -> tuple:
 
     def single(g):
         inner = node
-        if source.batch_major:  # the Transpose the segments skip
-            inner = dataclasses.replace(node, x=make_op(g, "Transpose", source.tensor, perm=[1, 0, 2]))
+        if source.batch_major or source.index:  # the Transpose or Gather the segments skip
+            inner = dataclasses.replace(node, x=source.single_input(g))
         y, *c = _single(g, inner)
         return [y, _own_rows(g, y), *c]
 

@@ -56,6 +56,12 @@ class SegmentSource:
     batch_major: bool = False
     index: str = ""
 
+    def single_input(self, g) -> str:
+        """``x`` made anew in ``g`` (the single node's branch), so that the segments' branch skips it."""
+        if self.batch_major:
+            return make_op(g, "Transpose", self.tensor, perm=[1, 0, 2])
+        return make_op(g, "Gather", self.tensor, self.index, axis=0) if self.index else self.tensor
+
 
 def segment_source(graph, x: str) -> SegmentSource:
     """Where the segments read ``x`` from, in ``graph`` (the If's): the rows it is gathered from
