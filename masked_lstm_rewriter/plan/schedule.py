@@ -25,8 +25,7 @@ schedule makes the cost follow the valid steps (packed sequences):
 * whether it pays is decided at run time: an ``If`` per mask computes the plan only for batches of
   at least ``MIN_BATCH`` rows (else a few constants); in it, a cheap bound (the sum of the
   lengths) first rules out batches where no segments could pay (full or nearly equal rows), then
-  an ``If`` nested in it sorts and cuts, and one nested in that computes the gather indices when
-  the segments pay. An ``If`` per layer runs the
+  an ``If`` nested in it sorts, cuts and computes the gather indices. An ``If`` per layer runs the
   segments when the estimated cost (the rows times steps the segments cover, plus a fixed cost
   per segment and per plan) is below ``GAIN`` of the single node's (batch times longest row),
   and the single node otherwise, exactly as without a schedule. With a static batch below
@@ -110,8 +109,10 @@ def plan_segments(graph, counts: str, guarded: str, time_major: str) -> SegmentP
     of ``time_major``), in one If: for batches of at least ``MIN_BATCH`` rows (the batch size read
     off ``guarded``, the lengths through the "post" guard, so that the guard runs first on every
     path), whether segments could pay at all (:func:`_may_pay`), and where they could, in an If
-    nested in it, the segments, whether they pay, and, in an If nested in that, the gather indices
-    where they do; else placeholders. One If at the top, so that a small batch pays for one.
+    nested in it, the segments, whether they pay and their gather indices; else placeholders. One
+    If at the top, so that a small batch pays for one. (The indices are computed whether or not the
+    segments pay: where they could but do not, an If more would save their ~40 small nodes, and
+    cost every batch they pay for an If, about as much.)
 
     (The layers' nodes are not in it: a node in an If nested in another ran slower, measured in
     onnxruntime 1.31, +7% to +11% for the plugin's models at batch 32.)"""
@@ -132,9 +133,7 @@ def plan_segments(graph, counts: str, guarded: str, time_major: str) -> SegmentP
         covered = make_op(g, "Mul", active, length)                                  # [S] row-steps
         shapes = _interleaved(g, length, active, int64_const(g, "any_width", [-1] * SEGMENTS))
         bounds = make_op(g, "Concat", shapes, covered, active, axis=0)
-        indices = schedule_if(g, use, "indices", lambda inner: _indices(inner, lengths, steps, order, first, active,
-                                                                        covered), _no_indices)
-        return [use, bounds, *indices]
+        return [use, bounds, *_indices(g, lengths, steps, order, first, active, covered)]
 
     def placeholders(g):
         false = g.make_const(utils.make_name("no_schedule"), np.array([False])).output[0]
