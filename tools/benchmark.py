@@ -135,6 +135,7 @@ HEADLINE_VARIANTS = VARIANTS + ("no-guard", FOR_ONNXRUNTIME, FLOOR, QUANTIZED) +
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FULL_ROWS_GOAL = {1: 1.03, 32: 1.02}  # onnxruntime, every row full: the plugin's time over the unmasked op's
 FLOOR_GOAL = 1.02  # every row full: the plugin's time over the floor's (noise apart, on it)
+SCHEDULE_GOAL = 2.5  # long-tailed batch of 32, the schedule: the unmasked op's time over the scheduled model's
 SETTLE_BELOW = 0.010  # seconds: a shorter run is timed after an untimed one of the same model (time_cell)
 
 # (name, numerator, denominator): the ratios reported for every cell
@@ -1003,9 +1004,9 @@ def evaluate_targets(ratio_rows: list, settings: dict, report: Report):
         tag = "" if model == "lstm" else f"[{MODEL_NAMES[model]}] "
         row = dist.get((32, "lognormal"))
         if row:
-            line(row["unmasked_over_sched"] >= 2.0,
+            line(row["unmasked_over_sched"] >= SCHEDULE_GOAL,
                  f"{tag}long-tailed batch 32 (fill {row['fill_actual']:.2f}): plugin with the schedule "
-                 f"{row['unmasked_over_sched']:.2f}x faster than the unmasked native op (target >= 2x)")
+                 f"{row['unmasked_over_sched']:.2f}x faster than the unmasked native op (target >= {SCHEDULE_GOAL:g}x)")
             line(row["loop_over_sched"] >= 2.5,
                  f"{tag}long-tailed batch 32: plugin with the schedule {row['loop_over_sched']:.2f}x faster than "
                  f"the Loop (target >= 2.5x)")
