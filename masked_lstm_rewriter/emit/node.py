@@ -69,10 +69,7 @@ def _scheduled(graph, node: RecurrentNode, plan: SegmentPlan) -> tuple:
     source = segment_source(graph, node.x)
 
     def single(g):
-        inner = node
-        if source.batch_major or source.index:  # the Transpose or Gather the segments skip
-            inner = dataclasses.replace(node, x=source.single_input(g))
-        y, *c = _single(g, inner)
+        y, *c = _single(g, dataclasses.replace(node, x=source.single_input(g)))
         return [y, _own_rows(g, y), *c]
 
     outputs = schedule_if(graph, plan.use, node.name.replace("/", "_"), lambda g: segments(g, node, plan, source),

@@ -57,7 +57,8 @@ class SegmentSource:
     index: str = ""
 
     def single_input(self, g) -> str:
-        """``x`` made anew in ``g`` (the single node's branch), so that the segments' branch skips it."""
+        """``x`` for the single node's branch ``g``: the Transpose or Gather that makes it is made there,
+        so that the segments' branch skips it."""
         if self.batch_major:
             return make_op(g, "Transpose", self.tensor, perm=[1, 0, 2])
         return make_op(g, "Gather", self.tensor, self.index, axis=0) if self.index else self.tensor
