@@ -111,6 +111,37 @@ def test_stacked_cells_in_one_loop(mode):
     check_scheduled(model, spec, batches, {"LSTM": 1, "GRU": 1}, rewriter=scheduled(mode))
 
 
+@pytest.mark.parametrize("opset", [13, 18])
+def test_lowest_and_highest_opsets(opset):
+    """The plan's and the segments' nodes at the opsets where Squeeze and the Reduce ops change their
+    inputs: a Bidirectional layer (a forward and a reversed half) with its states."""
+    layer = keras.layers.Bidirectional(keras.layers.LSTM(UNITS, return_sequences=True, return_state=True))
+    model, spec, _ = embedding_model(layer)
+    onnx_model = check_batches(model, spec, [[tokens(LONG_TAILED)], [tokens(SHORT_OF_T, 1)]], rewriter=SCHEDULED,
+                               ops={"LSTM": 2}, opset=opset)
+    assert onnx_model.opset_import[0].version == opset and scheduled_layers(onnx_model) == 2
+    feeds = {spec[0].name: tokens(LONG_TAILED)}
+    assert all(schedule_taken(onnx_model, feeds))
+
+
+@pytest.mark.usefixtures("plugin_off")
+@pytest.mark.parametrize("mode", ["post", "any"])
+def test_an_onnx_file_rewritten_with_the_schedule(mode):
+    """An ONNX file of stock tf2onnx's Loops, rewritten with the schedule: its layers scheduled, and the
+    outputs equal to Keras's and to the file's own at every position, on batches that run the segments."""
+    layer = keras.layers.Bidirectional(keras.layers.GRU(UNITS, return_sequences=True))
+    model, spec, _ = embedding_model(layer)
+    stock = convert(model, spec, rewriter=None)
+    rewritten, report = mlr.rewrite_onnx(stock, mask_mode=mode, runtime="onnxruntime", schedule=True)
+    assert not report.left_as_loop and scheduled_layers(rewritten) == 2, str(report)
+    for batch in ([tokens(LONG_TAILED)], [tokens(SHORT_OF_T, 1)]):
+        feeds = {spec[0].name: batch[0]}
+        assert all(schedule_taken(rewritten, feeds))
+        assert_matches_keras(model, rewritten, spec, batch)
+        for ours, theirs in zip(onnx_outputs(rewritten, spec, batch), onnx_outputs(stock, spec, batch)):
+            np.testing.assert_allclose(ours, theirs, atol=1e-5)
+
+
 @pytest.mark.parametrize("name", list(BATCHES))
 def test_row_orders_and_ties(name):
     model, spec, _ = embedding_model(keras.layers.LSTM(UNITS, return_sequences=True, return_state=True))

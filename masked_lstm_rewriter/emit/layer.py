@@ -154,7 +154,8 @@ def _as_gathered_rows(g, x_tm: str) -> str:
                    int64_const(g, "axes", [1]))                                               # [T, 1]
     row = make_op(g, "Range", int64_scalar(g, 0), batch, int64_scalar(g, 1))                  # [B]
     index = make_op(g, "Add", make_op(g, "Mul", row, steps), step)                           # [T, B]: b * T + t
-    return _gather_rows(g, make_op(g, "Flatten", x_bm, axis=2), index, g.get_shape(x_tm)[-1])
+    width = (g.get_shape(x_tm) or [-1])[-1]
+    return _gather_rows(g, make_op(g, "Flatten", x_bm, axis=2), index, width)
 
 
 def _gather_rows(g, rows: str, index: str, width: int) -> str:
