@@ -271,26 +271,22 @@ def _interleaved(g, *parts: str) -> str:
 def _gather_indices(g, lengths: str, order: str, first: str, active: str, covered: str, zeros_row: str,
                     tables: _Steps) -> tuple:
     """([T, B], [B]) rows of the stacked segment outputs (and final cell states) for each position of
-    the node layout, in the caller's row order (``zeros_row``: the row after them). Step t of row b is read where it is valid (t' = t),
-    and past the row's length the zeros row after the stacked outputs (t' = -1, the last entry of
-    the per-step tables): zeros past each row's length, as onnxruntime's single node writes them.
-    A row's cell state comes from the segment of its last valid step, zeros for an empty row.
-
-    What depends on the step only (its segment, the rows the segment runs, where its first row
-    sits in the stacked outputs) is computed once per step, [T], and gathered at t'."""
+    the node layout, in the caller's row order (``zeros_row``: the row after them). Step t of row b
+    is row ``rank[b]`` of step t's block in its segment's output, where t is valid (a row valid at t
+    is valid at its segment's first step, so among the rows the segment runs), and the zeros row past
+    the row's length, as onnxruntime's single node writes them. A row's cell state comes from the
+    segment of its last valid step, zeros for an empty row."""
     rank = make_op(g, "ScatterElements", order, order, tables.rank, axis=0)      # [B] each row's place in ``order``
     offsets = make_op(g, "CumSum", covered, int64_const(g, "axis", [0]), exclusive=1)  # [S] where each one starts
     within = make_op(g, "Mul", make_op(g, "Sub", tables.time, make_op(g, "Gather", first, tables.segment, axis=0)),
                      tables.rows)
-    step_base = make_op(g, "Concat", make_op(g, "Add", make_op(g, "Gather", offsets, tables.segment, axis=0), within),
-                        zeros_row, axis=0)                                    # [T + 1]: step t's first row
-    step_rows = make_op(g, "Concat", tables.rows, int64_const(g, "one", [1]), axis=0)  # [T + 1]
-    last = make_op(g, "Sub", lengths, int64_const(g, "one", [1]))                     # [B], -1 for an empty row
-    read = make_op(g, "Where", make_op(g, "Less", tables.step, lengths), tables.step, int64_const(g, "past", [-1]))
-    column = make_op(g, "Min", rank, make_op(g, "Sub", make_op(g, "Gather", step_rows, read, axis=0), int64_const(g, "one", [1])))
-    gather_y = make_op(g, "Add", make_op(g, "Gather", step_base, read, axis=0), column)  # [T, B]
+    step_base = make_op(g, "Add", make_op(g, "Gather", offsets, tables.segment, axis=0), within)  # [T] step t's first row
+    valid = make_op(g, "Less", tables.step, lengths)                                       # [T, B]
+    read = make_op(g, "Add", make_op(g, "Unsqueeze", step_base, int64_const(g, "axes", [1])), rank)
+    gather_y = make_op(g, "Where", valid, read, zeros_row)
     state_offsets = make_op(g, "CumSum", active, int64_const(g, "axis", [0]), exclusive=1)
     # an empty row's last step, -1, reads the last step's segment: the Where replaces it
+    last = make_op(g, "Sub", lengths, int64_const(g, "one", [1]))                          # [B], -1 for an empty row
     last_segment = make_op(g, "Gather", tables.segment, last, axis=0)
     stacked = make_op(g, "Add", make_op(g, "Gather", state_offsets, last_segment, axis=0), rank)
     total = make_op(g, "ReduceSum", active, int64_const(g, "axes", [0]), keepdims=1)   # the zeros row
