@@ -76,7 +76,7 @@ def segment_source(graph, x: str) -> SegmentSource:
 
 
 def _segment_inputs(g, source: SegmentSource, plan: SegmentPlan, sizes: str) -> list:
-    """The segments' inputs, each [steps * rows, I], gathered in one Gather and split."""
+    """The segments' inputs, each [steps * rows, I], gathered at its part of the indices (one copy of the rows)."""
     if source.batch_major:
         rows, index = make_op(g, "Flatten", source.tensor, axis=2), plan.gather_x
     elif source.index:
@@ -85,8 +85,8 @@ def _segment_inputs(g, source: SegmentSource, plan: SegmentPlan, sizes: str) -> 
         index = make_op(g, "Gather", flat, _time_major(g, plan.gather_x, source.index), axis=0)
     else:
         rows, index = make_op(g, "Flatten", source.tensor, axis=2), _time_major(g, plan.gather_x, source.tensor)
-    return g.make_node("Split", [make_op(g, "Gather", rows, index, axis=0), sizes], output_count=SEGMENTS,
-                       attr={"axis": 0}).output
+    pieces = g.make_node("Split", [index, sizes], output_count=SEGMENTS, attr={"axis": 0}).output
+    return [make_op(g, "Gather", rows, piece, axis=0) for piece in pieces]
 
 
 def _time_major(g, batch_major: str, like: str) -> str:
