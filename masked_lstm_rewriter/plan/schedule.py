@@ -281,7 +281,8 @@ def _gather_indices(g, lengths: str, order: str, first: str, active: str, covere
     offsets = make_op(g, "CumSum", covered, int64_const(g, "axis", [0]), exclusive=1)  # [S] where each one starts
     within = make_op(g, "Mul", make_op(g, "Sub", tables.time, make_op(g, "Gather", first, tables.segment, axis=0)),
                      tables.rows)
-    step_base = make_op(g, "Add", make_op(g, "Gather", offsets, tables.segment, axis=0), within)  # [T] step t's first row
+    # [T]: where step t's rows start in the stacked outputs
+    step_base = make_op(g, "Add", make_op(g, "Gather", offsets, tables.segment, axis=0), within)
     valid = make_op(g, "Less", tables.step, lengths)                                       # [T, B]
     read = make_op(g, "Add", make_op(g, "Unsqueeze", step_base, int64_const(g, "axes", [1])), rank)
     gather_y = make_op(g, "Where", valid, read, zeros_row)
