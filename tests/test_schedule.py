@@ -40,7 +40,11 @@ REVERSED = [40, 0, 1, 1, 1, 2, 2, 3, 3, 3, 4, 5, 6, 40, 1, 0][::-1]
 TIES = [30] * 8 + [2] * 8 + [40]
 # every row padded past the longest one: the segments end before the last step
 SHORT_OF_T = [28, 3, 0, 5, 2, 9, 1, 4, 0, 6, 2, 3, 14, 1, 2, 7]
-BATCHES = {"long-tailed": LONG_TAILED, "reversed": REVERSED, "ties": TIES, "short of T": SHORT_OF_T}
+# 9 rows: the ranks of 1/8 and 1/16 fall on the same row and the last on the longest, so the last
+# segments are single steps at the end (their first steps made increasing, below the longest length)
+FEW_ROWS = [40, 2, 0, 1, 3, 1, 0, 2, 1]
+BATCHES = {"long-tailed": LONG_TAILED, "reversed": REVERSED, "ties": TIES, "short of T": SHORT_OF_T,
+           "few rows": FEW_ROWS}
 
 
 def tokens(lengths, seed=0):
