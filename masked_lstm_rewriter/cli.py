@@ -77,7 +77,7 @@ plugin options:
                         Loops the layers OpenVINO cannot run natively; a model for one runtime
                         may not run exactly on the other, as the log then says. Default:
                         ${RUNTIME_ENV}
-  --schedule            length-aware schedule for long-tailed batches (needs --runtime onnxruntime)
+  --schedule            length-aware schedule for long-tailed batches
   --streaming           each recurrent layer's states as inputs and outputs (<layer>/h_in ...
                         <layer>/h_out), to run the model chunk by chunk. Default: on for a Keras
                         file with stateful=True layers (said on standard error), else off
@@ -442,7 +442,7 @@ def _rewrite_parser() -> argparse.ArgumentParser:
                         help="the runtime the model is for (default: any runtime); the log says what another "
                              "runtime would need")
     parser.add_argument("--schedule", action="store_true",
-                        help="length-aware schedule for long-tailed batches (needs --runtime onnxruntime)")
+                        help="length-aware schedule for long-tailed batches")
     parser.add_argument("--streaming", action="store_true",
                         help="each layer's states as inputs and outputs (<layer>/h_in ... <layer>/h_out)")
     parser.add_argument("--keep-wrong", action="store_true",

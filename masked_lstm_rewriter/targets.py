@@ -8,7 +8,7 @@ listed here. The reader, the planner, the emitter and the plugin consult this mo
   run, or what no runtime runs portably);
 * :func:`not_for` lists, for a rewritten layer, the other runtimes that cannot run it exactly and
   how to convert for them (the report's ``not_for``); it sees the whole plan (the layer, and
-  whether it is scheduled);
+  whether it shares one bidirectional node with its other half);
 * :data:`DTYPE_REASONS` and :data:`REFUSED_ACTIVATION_REASONS` are what the reader refuses for
   every runtime; :func:`default_mask_mode` is a target's mask mode when none is asked for;
   :func:`shared_swaps_scrambled` tells the emitter to give each native node its own input;
@@ -18,8 +18,8 @@ listed here. The reader, the planner, the emitter and the plugin consult this mo
   :func:`zeros_past_lengths` that a node's ``Y`` can stand in for the zero step the emitter appends,
   :func:`explicit_zero_state` that a masked node is given its zero initial state.
 
-Measured with onnxruntime 1.31 and OpenVINO 2026.4 (tests/test_float64.py, tests/test_openvino.py
-and tests/test_schedule.py pin them).
+Measured with onnxruntime 1.31 and OpenVINO 2026.4 (tests/test_float64.py and tests/test_openvino.py
+pin them).
 """
 
 from __future__ import annotations
@@ -40,7 +40,6 @@ class Runtime:
     activation_error: str = ""              # what it says when a native op has another one
     default_mask_mode: str = "post"
     guard_note: Optional[str] = None        # where the "post" guard's error can be dropped
-    schedule_note: Optional[str] = None     # why a scheduled layer is not exact there (None: it is)
     scrambles_shared_swaps: bool = False    # folds a Transpose read by several nodes into one Reshape
     # the native ops whose direction="bidirectional" node ignores sequence_lens when a dimension is dynamic
     # (the others honour it in both directions, given an explicit activations attribute, as the emitter writes)
@@ -72,9 +71,6 @@ OPENVINO = Runtime(
                 "(INFERENCE_NUM_THREADS=1, and OpenVINO's default on a machine or container with one CPU), "
                 "which drops every runtime error and returns empty or stale outputs, or crashes: "
                 "there, use mask_mode='any' (exact for any mask) or start_async() + wait()"),
-    schedule_note=("OpenVINO 2026.4 computes some layers inside the schedule's If wrongly, with no error, "
-                   "on a run whose shapes outgrow the ones before (a Bidirectional layer's forward half), and "
-                   "refuses some layers in mask_mode='any'"),
     scrambles_shared_swaps=True, bidirectional_ignores_lengths=("RNN",),
     # a bidirectional node: 8-18% slower than two forward nodes at batch 32 and 128 in a whole model (GRU, RNN;
     # LSTM: over features), the same at batch 1 and 8; an LSTM or GRU node naming its activations 2-10x slower
@@ -83,9 +79,6 @@ RUNTIMES = (ONNXRUNTIME, OPENVINO)
 TARGETS = tuple(runtime.name for runtime in RUNTIMES)
 _BY_NAME = {runtime.name: runtime for runtime in RUNTIMES}
 
-# the one target a scheduled model is made for: every other runtime has a schedule_note
-SCHEDULE_TARGET = "onnxruntime"
-NOT_FOR = {runtime.name: runtime.schedule_note for runtime in RUNTIMES if runtime.schedule_note}
 OPENVINO_GUARD_NOTE = OPENVINO.guard_note
 
 # the dtypes a layer may compute in besides float32, and why such a layer stays a Loop on every runtime
@@ -228,10 +221,10 @@ class Veto:
     what: str = ""  # what of the plan it is about, for the log ("" for the layer's native ops)
 
 
-def not_for(layer, target: Optional[str], scheduled: bool, bidirectional: bool = False) -> list:
+def not_for(layer, target: Optional[str], bidirectional: bool = False) -> list:
     """The :class:`Veto` of each thing that keeps another runtime from running the rewritten ``layer``
-    exactly, seeing the whole plan: its native ops (convert for that runtime), the one bidirectional
-    node it shares with its other half (``bidirectional``, masked), then the schedule (convert without it)."""
+    exactly, seeing the whole plan: its native ops (convert for that runtime), then the one bidirectional
+    node it shares with its other half (``bidirectional``, masked)."""
     found = [Veto(other, reason, f"convert with runtime={other!r}") for other in TARGETS
              if other != target and (reason := target_refusal(layer, other))]
     if bidirectional and layer.mask is not None:
@@ -243,7 +236,4 @@ def not_for(layer, target: Optional[str], scheduled: bool, bidirectional: bool =
                        " reads the native node's zeros past each row's length")
                   for other in TARGETS if other != target and other not in {veto.runtime for veto in found}
                   and not runtime(other).writes_zeros_past_lengths]
-    if scheduled:
-        found += [Veto(other, note, "convert without schedule=True",
-                       " has the length-aware schedule, exact on onnxruntime only") for other, note in NOT_FOR.items()]
     return found

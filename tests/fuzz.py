@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """Differential fuzzing on demand: N random masked Keras models, each on several random batches,
 converted in both mask modes and compared with Keras at every position, on onnxruntime and on
-OpenVINO (converted for it: ``runtime="openvino"``, no schedule; see fuzzgen.py, beside this script).
+OpenVINO (the same conversion where it runs there, else converted for it: ``runtime="openvino"``;
+see fuzzgen.py, beside this script).
 
 Each Keras flavour runs in its own process (TensorFlow picks its Keras once, at import). Prints,
 per flavour: cases, model/batch comparisons, passed, mismatches, how often the "post" guard

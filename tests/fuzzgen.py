@@ -104,9 +104,8 @@ MAX_ROWS, MAX_STEPS = 16, 20
 # a long-tailed batch runs the segments only where they pay against SEGMENTS nodes' fixed cost:
 # about 40% of these batches do, at up to 40 steps
 LONG_TAILED_MAX_STEPS = 40
-# The length-aware schedule (make_rewriter(runtime="onnxruntime", schedule=True): the fuzzer runs
-# onnxruntime), which the "long-tailed" batches run: for half the cases by a stable hash
-# (scheduled()); MLR_FUZZ_SCHEDULE=1 for every case, 0 for none
+# The length-aware schedule (make_rewriter(schedule=True)), which the "long-tailed" batches run: for
+# half the cases by a stable hash (scheduled()); MLR_FUZZ_SCHEDULE=1 for every case, 0 for none
 SCHEDULE = os.environ.get("MLR_FUZZ_SCHEDULE", "half")
 
 
@@ -294,17 +293,16 @@ def scheduled(case: ModelCase) -> bool:
 
 
 def for_onnxruntime(case: ModelCase) -> bool:
-    """Is ``case``, unscheduled, converted for onnxruntime (``runtime="onnxruntime"``: a masked
-    Bidirectional layer one node)? Half the unscheduled cases, by another stable hash."""
-    return not scheduled(case) and _hashed_choice(repr(case) + "/onnxruntime", (True, False))
+    """Is ``case`` converted for onnxruntime (``runtime="onnxruntime"``: a masked Bidirectional layer
+    one node, unscheduled; the schedule's single node reading onnxruntime's zeros)? Half the cases,
+    by another stable hash."""
+    return _hashed_choice(repr(case) + "/onnxruntime", (True, False))
 
 
 def rewriter_for(case: ModelCase, mode: str):
-    """The rewriter ``case`` is converted with in ``mode``: the schedule (:func:`scheduled`), for
-    onnxruntime (:func:`for_onnxruntime`), or for any runtime."""
-    if scheduled(case):
-        return mlr.make_rewriter(mode, runtime="onnxruntime", schedule=True)
-    return mlr.make_rewriter(mode, runtime="onnxruntime" if for_onnxruntime(case) else None)
+    """The rewriter ``case`` is converted with in ``mode``: with the schedule or not (:func:`scheduled`),
+    for onnxruntime (:func:`for_onnxruntime`) or for any runtime."""
+    return mlr.make_rewriter(mode, runtime="onnxruntime" if for_onnxruntime(case) else None, schedule=scheduled(case))
 
 
 @st.composite
@@ -641,8 +639,8 @@ def convert_and_report(model, spec, mode, case: ModelCase, result: CaseResult):
 
 
 def openvino_conversion(model, spec, mode, onnx_model, for_openvino, case: ModelCase):
-    """(model, kept a Loop): the conversion a user deploying on OpenVINO makes (``runtime="openvino"``,
-    no schedule; ``onnx_model`` where that is the same), and whether it kept a layer as stock
+    """(model, kept a Loop): the conversion a user deploying on OpenVINO makes (``onnx_model`` where no
+    layer names OpenVINO in ``not_for``, its schedule included; else ``runtime="openvino"``), and whether it kept a layer as stock
     tf2onnx's Loop for the target. (None, False) when the suite leaves OpenVINO out, or when an
     unmasked model keeps stock tf2onnx's own native op with an activation OpenVINO does not compile
     (tf_keras's hard_sigmoid LSTM: no conversion makes that model for OpenVINO)."""

@@ -5,9 +5,10 @@ CI runs a fixed sample (hypothesis seeded, FUZZ_SEED, no example database): FUZZ
 of FUZZ_BATCHES batches each, so at least 200 model/batch cases per Keras flavour; each case
 draws the signature its model is converted with (half dynamic, half a static form) and its
 wiring (a stack, a lower sequence read elsewhere too, parallel layers), and half the cases, by
-another stable hash, are converted with the length-aware schedule, and half the others for
+another stable hash, are converted with the length-aware schedule, and, by a third, half of each for
 onnxruntime (``runtime="onnxruntime"``: a masked Bidirectional layer one node). Every case also runs on
-OpenVINO, converted as for it (``runtime="openvino"``, no schedule). One sampled model in
+OpenVINO: the same conversion where no layer names OpenVINO in ``not_for``, else one for it
+(``runtime="openvino"``). One sampled model in
 fuzzgen.UNMASKED_SHARE has no mask (by a stable hash, in place of a masked one: the sample keeps its
 size), and UNMASKED_CASES, a few fixed unmasked models, make sure every option of the unmasked path
 is run (the sample's share draws many layers the rewriter refuses). Set MLR_FUZZ_EXAMPLES=N for N
@@ -231,9 +232,10 @@ def test_the_ci_sample_has_unmasked_models_and_the_fixed_ones_every_option():
 
 
 def test_the_ci_sample_has_every_conversion_route():
-    """Scheduled, for onnxruntime (a masked Bidirectional layer one node), for any runtime: each in the sample."""
+    """Scheduled or not, for onnxruntime (a masked Bidirectional layer one node) or for any runtime: each
+    pair in the sample."""
     routes = collections.Counter((fuzzgen.scheduled(case), fuzzgen.for_onnxruntime(case)) for case in ci_sample())
-    assert set(routes) == {(True, False), (False, True), (False, False)}, routes
+    assert set(routes) == {(True, True), (True, False), (False, True), (False, False)}, routes
 
 
 def test_the_ci_sample_has_every_wiring():

@@ -14,6 +14,7 @@ import pytest
 
 from kerasutil import assert_matches_keras, convert, keras, op_counts, structure
 from models import UNITS, embedding_model
+import runtimes
 
 import masked_lstm_rewriter as mlr
 import masked_lstm_rewriter.plugin as plugin
@@ -213,14 +214,12 @@ def test_a_failed_first_layer_leaves_the_schedule_to_the_next(caplog, monkeypatc
     """The mask's tensors, the schedule's plan among them, are made with the first layer rewritten
     over the mask. When that layer's rewrite fails, they go with it and the next layer makes them
     again: one plan, which the runs below take and skip."""
-    import runtimes
     from test_schedule import LONG_TAILED, schedule_taken, tokens
 
-    monkeypatch.setattr(runtimes, "runtimes", lambda: ("onnxruntime",))  # the schedule is for onnxruntime
     model, spec, _ = two_layer_model()
     INJECTIONS["after the first rewiring"](monkeypatch)
     with caplog.at_level(logging.WARNING, logger="masked_lstm_rewriter"):
-        onnx_model = convert(model, spec, rewriter=mlr.make_rewriter("post", runtime="onnxruntime", schedule=True))
+        onnx_model = convert(model, spec, rewriter=mlr.make_rewriter("post", schedule=True))
     counts = op_counts(onnx_model)
     assert (counts["Loop"], counts["LSTM"], counts["TopK"]) == (1, 2, 0), counts  # TopK: in a branch
     assert sum(n.op_type == "If" and "_plan" in n.name for n in onnx_model.graph.node) == 1
@@ -228,4 +227,5 @@ def test_a_failed_first_layer_leaves_the_schedule_to_the_next(caplog, monkeypatc
     assert INJECTED in failed.detail
     for batch, taken in ((tokens(LONG_TAILED), True), (tokens([5, 0, 3]), False)):
         assert schedule_taken(onnx_model, {"tokens": batch}) == [taken]
-        assert_matches_keras(model, onnx_model, spec, [batch])
+        for runtime in runtimes.runtimes():
+            assert_matches_keras(model, onnx_model, spec, [batch], runtime)

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from onnx import helper
 
 from kerasutil import (assert_matches_keras, check_batches, convert, keras, layer_directions, onnx_outputs,
-                       post_padded_tokens, scheduled_layers, walk_nodes)
+                       oracle_outputs, post_padded_tokens, scheduled_layers, walk_nodes)
 from models import FEATURES, UNITS, embedding_model, explicit_mask_model, initial_state_model
 from test_stacked_cells import stacked_embedding_model
 
@@ -24,13 +24,6 @@ from masked_lstm_rewriter.sessions import onnxruntime_session
 
 pytestmark = pytest.mark.grid  # a sample of each parametrized grid (tests/grid.py)
 
-
-@pytest.fixture(autouse=True)
-def onnxruntime_only(monkeypatch):
-    """The exactness tests run on onnxruntime: OpenVINO 2026.4 computes some layers inside the
-    schedule's If wrongly (pinned below), which is why the schedule is off by default, made only
-    with runtime="onnxruntime", and OpenVINO named in each scheduled layer's report."""
-    monkeypatch.setattr(runtimes, "runtimes", lambda: ("onnxruntime",))
 
 STEPS = 40
 # long-tailed: one full row, most short ones, a few empty, rows in no particular order
@@ -62,8 +55,9 @@ def schedule_taken(onnx_model, feeds) -> list:
     return [bool(np.asarray(r).all()) for r in results[len(results) - len(plans):]]
 
 
-def scheduled(mode="post"):
-    return mlr.make_rewriter(mode, runtime="onnxruntime", schedule=True)
+def scheduled(mode="post", runtime=None):
+    """The schedule in a model for any runtime (checked on each), or for ``runtime``."""
+    return mlr.make_rewriter(mode, runtime=runtime, schedule=True)
 
 
 SCHEDULED = scheduled()
@@ -136,7 +130,7 @@ def test_an_onnx_file_rewritten_with_the_schedule(mode):
     layer = keras.layers.Bidirectional(keras.layers.GRU(UNITS, return_sequences=True))
     model, spec, _ = embedding_model(layer)
     stock = convert(model, spec, rewriter=None)
-    rewritten, report = mlr.rewrite_onnx(stock, mask_mode=mode, runtime="onnxruntime", schedule=True)
+    rewritten, report = mlr.rewrite_onnx(stock, mask_mode=mode, schedule=True)
     assert not report.left_as_loop and scheduled_layers(rewritten) == 2, str(report)
     for batch in ([tokens(LONG_TAILED)], [tokens(SHORT_OF_T, 1)]):
         feeds = {spec[0].name: batch[0]}
@@ -230,34 +224,40 @@ def test_segments_cover_long_tailed_batches():
     assert_matches_keras(model, onnx_model, spec, [tokens([STEPS] + [1] * 15)])
 
 
+@pytest.mark.parametrize("runtime", [None, "onnxruntime"])
 @pytest.mark.parametrize("layer, wheres", [
     (lambda: keras.layers.LSTM(UNITS, return_sequences=True), 0),
     (lambda: keras.layers.LSTM(UNITS, return_sequences=True, go_backwards=True), 1)], ids=["plain", "go_backwards"])
-def test_the_layers_if_gives_zeros_past_the_lengths(layer, wheres):
+def test_the_layers_if_gives_zeros_past_the_lengths(layer, wheres, runtime):
     """Both branches of a layer's If give zeros past each row's length: the segments' rows end with a
-    zeros row, which the gather indices read there; the single node's branch is the bare node
-    (onnxruntime writes zeros there), its Y returned as the node gives it. So the fix-ups after the
-    If are the ones without a schedule: a plain layer's sequence is one Gather of the If's rows, at
-    the If's indices composed with the batch-major ones (one copy), with no zero step appended and
-    no Where; a reversed layer keeps its Where."""
+    zeros row, which the gather indices read there; the single node's branch is the bare node where
+    its runtime writes zeros there (onnxruntime), its Y returned as the node gives it, and for any
+    runtime its Y with a zero row appended (one Concat), which its indices read there. So the fix-ups
+    after the If are the ones without a schedule: a plain layer's sequence is one Gather of the If's
+    rows, at the If's indices composed with the batch-major ones (one copy), with no zero step
+    appended and no Where; a reversed layer keeps its Where."""
     model, spec, _ = embedding_model(layer())
-    onnx_model = check_scheduled(model, spec, [[tokens(LONG_TAILED)]], {"LSTM": 1})
-    check_scheduled(model, spec, [[tokens([5, 0, 3])]], {"LSTM": 1}, taken=False)  # the single node's branch
+    rewriter = scheduled(runtime=runtime)
+    onnx_model = check_scheduled(model, spec, [[tokens(LONG_TAILED)]], {"LSTM": 1}, rewriter=rewriter)
+    check_scheduled(model, spec, [[tokens([5, 0, 3])]], {"LSTM": 1}, taken=False, rewriter=rewriter)  # single node
     main = onnx_model.graph.node
     layer_if = next(n for n in main if n.op_type == "If" and n.name.startswith(SCHEDULE_NAME)
                     and "_plan" not in n.name)
     assert sum(n.op_type == "Where" for n in main) == wheres
     single = next(a.g for a in layer_if.attribute if a.name == "else_branch")
     lstm = [n for n in single.node if n.op_type == "LSTM"]
-    assert len(lstm) == 1 and single.output[0].name == lstm[0].output[0]
+    made_in_branch = {output: n for n in single.node for output in n.output}
+    rows_made_by = made_in_branch[single.output[1].name]
+    assert len(lstm) == 1
+    assert (rows_made_by is lstm[0]) if runtime else (rows_made_by.op_type == "Concat")
     if wheres == 0:  # the graph's output: Gather(Reshape(the If's rows), Gather(Reshape(the If's indices), ...))
         made_by = {output: n for n in main for output in n.output}
         gather = made_by[onnx_model.graph.output[0].name]
         rows, index = (made_by[name] for name in gather.input)
         assert (gather.op_type, rows.op_type, index.op_type) == ("Gather", "Reshape", "Gather")
-        assert made_by[rows.input[0]] is layer_if and rows.input[0] == layer_if.output[0]
+        assert made_by[rows.input[0]] is layer_if and list(rows.input) == [layer_if.output[1], layer_if.output[0]]
         assert made_by[index.input[0]].op_type == "Reshape"
-        assert made_by[index.input[0]].input[0] == layer_if.output[1]
+        assert made_by[index.input[0]].input[0] == layer_if.output[2]
 
 
 def nested_ifs(node) -> list:
@@ -338,46 +338,32 @@ def test_off_by_default():
     assert not any(n.op_type == "If" for n in onnx_model.graph.node)
 
 
-def test_a_scheduled_layer_is_reported_not_for_openvino(caplog):
-    """A scheduled model gives wrong numbers on OpenVINO without an error: the report and the log
-    say so, and how to convert for it. A static batch too small for a schedule has no such note."""
-    import tensorflow as tf
+def test_a_scheduled_layer_runs_on_every_runtime():
+    """A scheduled model is exact on OpenVINO too (every test here runs on both runtimes): its report
+    names no runtime in ``not_for``, and any target takes ``schedule=True``."""
     model, spec, _ = embedding_model(keras.layers.LSTM(UNITS, return_sequences=True))
-    with caplog.at_level("INFO", logger="masked_lstm_rewriter"):
-        convert(model, spec, rewriter=SCHEDULED)
-    layer = mlr.last_report().layers[0]
-    assert layer.not_for == ("openvino",) and "for openvino, convert without schedule=True" in layer.detail
-    assert any("exact on onnxruntime only" in r.getMessage() and "OpenVINO 2026.4" in r.getMessage()
-               for r in caplog.records)
-    convert(model, (tf.TensorSpec((1, None), tf.int32, name="tokens"),), rewriter=SCHEDULED)
-    assert "schedule" not in mlr.last_report().layers[0].detail
+    for runtime in (None, "onnxruntime", "openvino"):
+        convert(model, spec, rewriter=scheduled(runtime=runtime))
+        layer = mlr.last_report().layers[0]
+        assert layer.not_for == (() if runtime != "onnxruntime" else ("openvino",)), (runtime, layer.not_for)
 
 
-@pytest.mark.parametrize("runtime", [None, "openvino"])
-def test_the_schedule_needs_runtime_onnxruntime(runtime):
-    """A model any runtime may be given (no runtime), or one for OpenVINO, gets no schedule: it would
-    be wrong there with no error."""
-    with pytest.raises(ValueError, match=f"schedule=True needs runtime='onnxruntime' \\(not {runtime!r}\\): the "
-                                         "schedule is exact on onnxruntime only \\(OpenVINO 2026.4"):
-        mlr.make_rewriter("post", runtime=runtime, schedule=True)
-
-
-def _openvino_error(model, spec, inputs):
-    """Largest difference from Keras on OpenVINO (dynamic shapes)."""
-    ov = pytest.importorskip("openvino")
+def test_openvino_reuses_a_compiled_model_over_batches_that_grow():
+    """One compiled OpenVINO model run on batches whose shapes grow and shrink, the segments' and the
+    single node's in turn: OpenVINO 2026.4 hands the memory of an If's outputs to tensors computed
+    after them when a run's shapes outgrow the runs before (its outputs then read as other values,
+    with no error), unless a point of shape inference comes first (emit.node's Reshape)."""
+    pytest.importorskip("openvino")
+    model, spec, _ = embedding_model(keras.layers.Bidirectional(keras.layers.LSTM(UNITS, return_sequences=True)),
+                                     keras.layers.LSTM(UNITS, return_sequences=True, return_state=True))
     onnx_model = convert(model, spec, rewriter=SCHEDULED)
-    core = ov.Core()
-    source = core.read_model(onnx_model.SerializeToString(), b"")
-    compiled = core.compile_model(source, "CPU", runtimes.OPENVINO_CONFIG)
-    got = compiled.create_infer_request().infer({spec[0].name: inputs[0]})
-    expected = keras.ops.convert_to_numpy(model(inputs[0])) if hasattr(keras, "ops") else np.asarray(model(inputs[0]))
-    return float(np.max(np.abs(np.asarray(got[compiled.output(0)]) - expected)))
-
-
-@pytest.mark.xfail(strict=True, reason="OpenVINO 2026.4 bug: a Bidirectional's forward half inside an If "
-                                        "(its output's only consumer a Where) comes out wrong")
-def test_openvino_bidirectional_is_wrong():
-    """Pinned: why the schedule is off by default. Moving that Where into the If's branches made
-    this model exact (measured), but other patterns are not checked yet."""
-    model, spec, _ = embedding_model(keras.layers.Bidirectional(keras.layers.LSTM(UNITS, return_sequences=True)))
-    assert _openvino_error(model, spec, [tokens([5, 0, 3])]) <= 1e-5
+    compiled = runtimes.openvino_compiled(onnx_model)
+    request = compiled.create_infer_request()
+    for index, lengths in enumerate([[5, 0, 3], LONG_TAILED, [STEPS] * 9, LONG_TAILED + FEW_ROWS, [2, 1], TIES]):
+        batch = tokens(lengths, index)
+        taken = all(schedule_taken(onnx_model, {spec[0].name: batch}))
+        assert taken == (len(lengths) >= MIN_BATCH and lengths != [STEPS] * 9), lengths
+        got = request.infer({spec[0].name: batch})
+        for output, expected in zip(onnx_model.graph.output, oracle_outputs(model, [batch])):
+            error = np.max(np.abs(np.asarray(got[compiled.output(output.name)]) - expected))
+            assert error <= 1e-5, (lengths, output.name, error)

@@ -14,8 +14,9 @@ lengths, ``lognormal``). Prints, per cell, each side's median and the ratio curr
 the p10-p90 of the per-round ratios.
 
 ``--schedule SIDE...`` converts that side (or both) with the length-aware schedule,
-``make_rewriter("post", runtime="onnxruntime", schedule=True)``: ``--schedule current`` against
-the same revision gives the schedule's cost over the plugin without it.
+``make_rewriter("post", runtime=TARGET, schedule=True)`` (a revision whose schedule was for
+onnxruntime only: ``runtime="onnxruntime"``): ``--schedule current`` against the same revision
+gives the schedule's cost over the plugin without it.
 
     .venv/bin/python tools/compare_revisions.py BASE [--models lstm bilstm gru] [--budget SECONDS]
                                                      [--schedule {base,current} ...]
@@ -50,7 +51,7 @@ def parse_args(argv=None):
     parser.add_argument("--models", nargs="+", choices=benchmark.MODELS, default=list(benchmark.MODELS))
     parser.add_argument("--budget", type=float, default=8.0, metavar="SECONDS", help="timing per cell (default 8)")
     parser.add_argument("--schedule", nargs="+", choices=("base", "current"), default=[],
-                        help="convert these sides with schedule=True (runtime onnxruntime)")
+                        help="convert these sides with schedule=True")
     parser.add_argument("--mode", choices=("post", "any"), default="post", help="the mask mode of both sides")
     parser.add_argument("--runtime", choices=("onnxruntime", "openvino"), default="onnxruntime",
                         help="the runtime the two sides are timed on (default onnxruntime)")
@@ -65,7 +66,7 @@ def parse_args(argv=None):
 def convert_into(folder: str, tree: str, models: list, scheduled: bool, mode: str = "post",
                  target: Optional[str] = None) -> None:
     """Child process: each model's conversion in ``mode`` by the masked_lstm_rewriter of ``tree``, with
-    the schedule if ``scheduled`` (for onnxruntime), else for ``target`` (None: any runtime)."""
+    for ``target`` (None: any runtime), with the schedule if ``scheduled``."""
     import importlib
 
     import tensorflow as tf
@@ -80,7 +81,11 @@ def convert_into(folder: str, tree: str, models: list, scheduled: bool, mode: st
 
     spec = (tf.TensorSpec((None, None), tf.int32, name="tokens"),)
     # positional: a revision before runtime= (which had target=) takes it as well as today's
-    rewriter = mlr.make_rewriter(mode, *(("onnxruntime", True) if scheduled else (target,)))
+    try:
+        rewriter = mlr.make_rewriter(mode, target, scheduled)
+    except ValueError:  # a revision whose schedule needed runtime="onnxruntime"
+        print(f"  {tree}: schedule=True for onnxruntime only in this revision", flush=True)
+        rewriter = mlr.make_rewriter(mode, "onnxruntime", True)
     for model in models:
         masked, _ = benchmark.build_pair(keras, model)
         with quiet_stderr(True):

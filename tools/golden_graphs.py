@@ -33,7 +33,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # (label, mask_mode, target, schedule, opset or None for the entry's)
 SETTINGS = (("own", "entry", None, False, None), ("post", "post", None, False, None),
             ("any", "any", None, False, None), ("openvino", None, "openvino", False, None),
-            ("schedule", "post", "onnxruntime", True, None), ("opset13", "entry", None, False, 13),
+            ("schedule", "post", None, True, None), ("opset13", "entry", None, False, 13),
             ("opset18", "entry", None, False, 18))
 _COUNTER = re.compile(r"\d+")  # counters and TensorFlow function ids: they vary between runs
 

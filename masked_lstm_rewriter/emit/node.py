@@ -14,7 +14,7 @@ import dataclasses
 from typing import Optional
 
 import numpy as np
-from onnx import numpy_helper
+from onnx import TensorProto, numpy_helper
 from tf2onnx import utils
 
 from .. import targets
@@ -64,31 +64,63 @@ def _scheduled(graph, node: RecurrentNode, plan: SegmentPlan) -> tuple:
     each (t, b) of the node layout, the row that holds it (the single node: its own Y, in order).
     ``y`` is one Gather of those rows after the If, which the fix-ups that gather from ``y`` compose
     with their own indices (:func:`..graph.gathered_rows`): one copy of the outputs, not two. Each
-    branch returns its results as the nodes give them (the Reshape and Squeeze after the If alias
-    them; inside a branch, they would copy)."""
+    branch returns its results as the nodes give them (the Reshapes after the If alias them; inside
+    a branch, they would copy), and the shape the Reshapes read them with (:func:`_rows_shape`)."""
     source = segment_source(graph, node.x)
 
     def single(g):
         y, *c = _single(g, dataclasses.replace(node, x=source.single_input(g)))
-        return [y, _own_rows(g, y), *c]
+        if plan.single_zeros:
+            return [_rows_shape(g, node.hidden), y, _own_rows(g, y), *c]
+        return [_rows_shape(g, node.hidden), *_rows_with_zeros(g, y, node), *c]
 
-    outputs = schedule_if(graph, plan.use, node.name.replace("/", "_"), lambda g: segments(g, node, plan, source),
-                          single)
-    for output, shape in zip(outputs, ([-1, 1, -1, node.hidden], [-1, -1], [1, -1, node.hidden])):
-        graph.set_shape(output, shape)  # what the converters of the consumers read (a Concat's axis)
-    rows = make_op(graph, "Reshape", outputs[0], int64_const(graph, "rows", [-1, node.hidden]))
-    graph.set_shape(rows, [-1, node.hidden])
+    def in_segments(g):
+        return [_rows_shape(g, node.hidden), *segments(g, node, plan, source)]
+
+    shape, *outputs = schedule_if(graph, plan.use, node.name.replace("/", "_"), in_segments, single)
+    for output, dims in zip(outputs, ([-1, 1, -1, node.hidden], [-1, -1], [1, -1, node.hidden])):
+        graph.set_shape(output, dims)  # what the converters of the consumers read (a Concat's axis)
+    rows, *c_last = (make_op(graph, "Reshape", output, shape) for output in outputs[:1] + outputs[2:])
+    for tensor in (rows, *c_last):
+        graph.set_shape(tensor, [-1, node.hidden])
     y = make_op(graph, "Gather", rows, outputs[1], axis=0)
     graph.set_shape(y, [-1, -1, node.hidden])
-    c_last = make_op(graph, "Squeeze", outputs[2], int64_const(graph, "axes", [0])) if node.wants_c else None
-    return y, c_last
+    return y, (c_last[0] if node.wants_c else None)
+
+
+def _rows_shape(g, hidden: int) -> str:
+    """[-1, hidden], returned by the If so that it is known only at run time: OpenVINO 2026.4 frees
+    the memory of an If's outputs for the tensors computed after them up to its next point of shape
+    inference, which a Reshape to a shape known only at run time is (with a constant shape the
+    outputs were read after being overwritten, on a run whose shapes outgrow the runs before it)."""
+    return int64_const(g, "rows_shape", [-1, hidden])
 
 
 def _own_rows(g, y: str) -> str:
     """[T, B] int64: the row of ``y`` [T, 1, B, H] seen as [T * B, H] that holds each (t, b)."""
+    return _numbered_rows(g, y)[2]
+
+
+def _rows_with_zeros(g, y: str, node: RecurrentNode) -> list:
+    """[rows, indices]: ``y`` [T, 1, B, H] as rows [T * B + 1, 1, 1, H] with a zero row last, and the row
+    of each (t, b): its own where t is below row b's length, else the zero row (for a runtime whose
+    node does not write zeros past the lengths)."""
+    steps_and_rows, count, own = _numbered_rows(g, y)
+    steps = make_op(g, "Range", int64_scalar(g, 0), make_op(g, "Gather", steps_and_rows, int64_scalar(g, 0), axis=0),
+                    int64_scalar(g, 1))
+    valid = make_op(g, "Less", make_op(g, "Unsqueeze", steps, int64_const(g, "axes", [1])),
+                    make_op(g, "Cast", node.lengths, to=TensorProto.INT64))                      # [T, B]
+    flat = make_op(g, "Reshape", y, int64_const(g, "rows", [-1, 1, 1, node.hidden]))
+    zero = const(g, "zero_output", np.zeros((1, 1, 1, node.hidden), np.float32))
+    return [make_op(g, "Concat", flat, zero, axis=0), make_op(g, "Where", valid, own, count)]
+
+
+def _numbered_rows(g, y: str) -> tuple:
+    """([2] T and B, [] T * B, [T, B] each position's row) of ``y`` [T, 1, B, H] seen as [T * B, H]."""
     steps_and_rows = make_op(g, "Gather", make_op(g, "Shape", y), int64_const(g, "time_and_batch", [0, 2]), axis=0)
     count = make_op(g, "ReduceProd", steps_and_rows, keepdims=0)
-    return make_op(g, "Reshape", make_op(g, "Range", int64_scalar(g, 0), count, int64_scalar(g, 1)), steps_and_rows)
+    own = make_op(g, "Reshape", make_op(g, "Range", int64_scalar(g, 0), count, int64_scalar(g, 1)), steps_and_rows)
+    return steps_and_rows, count, own
 
 
 def emit_directions(graph, node: RecurrentNode) -> list:

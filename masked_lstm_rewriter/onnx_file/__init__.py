@@ -21,7 +21,7 @@ from ..conversion import Converted
 from ..failure import known_wrong
 from ..pipeline import rewrite_graph
 from ..pipeline.streaming import cannot_stream, stream_native_nodes
-from ..plugin import resolve_options
+from ..plugin import resolve_mask_mode
 from ..quantize import check_quantize, quantize_converted
 from ..report import ConversionReport, finish_conversion, start_conversion
 from ..sources import ONNX_FILE_SOURCES
@@ -48,7 +48,7 @@ def rewrite_onnx(model, output_path=None, *, mask_mode: Optional[str] = None, ru
     """
     if output_path is not None:
         output_file.check_writable(output_path)
-    mask_mode = resolve_options(mask_mode, runtime, schedule)
+    mask_mode = resolve_mask_mode(mask_mode, runtime)
     check_quantize(quantize, runtime, schedule)
     original = load(model)
     start_conversion()

@@ -112,7 +112,7 @@ def _rewrite_pair(graph, pair: DirectionPair, planner: MaskPlanner, masks: Batch
                        backward.describe(), failed_rewrite(error, forward.while_node).reason)
         return False
     for layer, other in ((forward, backward), (backward, forward)):
-        _rewritten(layer, targets.not_for(layer, target, scheduled=False, bidirectional=True), mask_mode, masked,
+        _rewritten(layer, targets.not_for(layer, target, bidirectional=True), mask_mode, masked,
                    partner=other)
     return True
 
@@ -133,15 +133,15 @@ def vetted(graph, layer, target, streaming: bool = False):
 
 
 def _emit_masked(graph, layer, planner: MaskPlanner, masks: BatchMasks, target, connect) -> list:
-    """Plan the layer's mask and emit the layer; the vetoes of the other runtimes, seeing the plan."""
+    """Plan the layer's mask and emit the layer; the vetoes of the other runtimes."""
     tensors = planner.tensors_for(masks.mask_for(layer), layer.mask_post_padded, layer.x)
-    vetoes = targets.not_for(layer, target, scheduled=tensors.segments is not None)
+    vetoes = targets.not_for(layer, target)
     emit_layer(graph, layer, tensors, connect)
     return vetoes
 
 
 def _emit_unmasked(graph, layer, target, connect) -> list:
-    vetoes = targets.not_for(layer, target, scheduled=False)
+    vetoes = targets.not_for(layer, target)
     emit_unmasked_layer(graph, layer, connect)
     return vetoes
 

@@ -106,9 +106,9 @@ class MaskTensors:
     batch: str = ""              # [1] int64, B, read where no recurrent node's input is, for the nodes' zero
                                  # initial h (emit.node.zero_h; "": none, the op's default)
     longest: str = ""            # [1] int32, the steps the nodes run: the longest row's, at least 1 ("": every step)
-    zeros_past_lengths: bool = False  # the nodes' Y is zeros past each row's length (no cut, and the target's
-                                      # nodes write zeros there, as the schedule's segments do:
-                                      # targets.zeros_past_lengths)
+    zeros_past_lengths: bool = False  # the nodes' Y is zeros past each row's length: no cut, and the target's
+                                      # nodes write zeros there (targets.zeros_past_lengths), or the
+                                      # schedule's If, whose branches both give zeros there
 
 
 class MaskPlanner:
@@ -154,7 +154,9 @@ class MaskPlanner:
             valid_steps = reorder.valid_steps
         # the plan reads the lengths before the guard (as the fix-ups do) and its batch size after it,
         # so that every path still runs the guard first
-        segments = plan_segments(g, lengths, guarded, mask_tm) if self.schedule and schedulable(g, mask) else None
+        segments = None
+        if self.schedule and schedulable(g, mask):
+            segments = plan_segments(g, lengths, guarded, mask_tm, single_zeros=self.zeros)
         longest = _longest(g, lengths) if self.cut and segments is None else ""
         if longest:  # the node layout holds only the steps the nodes run
             valid_steps = first_steps(g, valid_steps, longest, 0)
@@ -167,7 +169,7 @@ class MaskPlanner:
                            mask_tm=mask_tm, valid_steps=valid_steps, reorder=reorder,
                            batch_major=batch_major_rows(g, mask, batch_steps, batch),
                            batch=batch if self.zero_state else "", longest=longest,
-                           zeros_past_lengths=self.zeros and not longest)
+                           zeros_past_lengths=(self.zeros and not longest) or segments is not None)
 
     def _guard_post_padded(self, counts: str, lengths: str) -> str:
         """``lengths`` routed through a Split that fails unless every row is post-padded.

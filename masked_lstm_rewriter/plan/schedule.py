@@ -32,12 +32,11 @@ schedule makes the cost follow the valid steps (packed sequences):
   ``MIN_BATCH`` neither ``If`` is emitted.
 
 Every index is computed in the graph from the lengths; nothing depends on how a runtime treats
-padded steps (OpenVINO ignores ``sequence_lens`` with dynamic shapes). Opt-in, and for
-onnxruntime only (``make_rewriter(runtime="onnxruntime", schedule=True)``): OpenVINO 2026.4
-computes some layers inside the layer's If wrongly, with no error (``NOT_FOR``;
-tests/test_schedule.py pins it). Its stale reads follow its memory reuse around If outputs whose
-shapes grow from one run to the next: a copy after the If moves the wrong half from one layer to
-another rather than removing it, so no graph form is known to avoid it. onnxruntime is exact.
+padded steps (OpenVINO ignores ``sequence_lens`` with dynamic shapes): where the target's single
+node writes no zeros past the lengths, its branch points those positions at a zero row of its own
+(``SegmentPlan.single_zeros``). Exact on onnxruntime and OpenVINO (tests/test_schedule.py runs on
+both; OpenVINO only with the layer If's outputs read through a Reshape to a shape known at run
+time: :mod:`..emit.node`). Opt-in: ``make_rewriter(schedule=True)``.
 """
 
 from __future__ import annotations
@@ -96,6 +95,8 @@ class SegmentPlan:
     gather_y: str        # [T, B] int64: each (t, b) of the node layout's row in the stacked outputs
     gather_x: str        # [N] int64: the segments' inputs one after the other, as rows of the layer's
                          # input seen as [B * T, I] (batch-major)
+    single_zeros: bool   # the single node writes zeros past each row's length (targets.zeros_past_lengths);
+                         # else its branch points those positions at a zero row of its own
 
 
 def schedulable(graph, mask: str) -> bool:
@@ -105,7 +106,7 @@ def schedulable(graph, mask: str) -> bool:
     return rows is None or rows < 0 or rows >= MIN_BATCH
 
 
-def plan_segments(graph, counts: str, guarded: str, time_major: str) -> SegmentPlan:
+def plan_segments(graph, counts: str, guarded: str, time_major: str, single_zeros: bool) -> SegmentPlan:
     """The plan over the lengths ``counts`` ([B] int32, node layout) and the number of steps (axis 0
     of ``time_major``), in one If: for batches of at least ``MIN_BATCH`` rows (the batch size read
     off ``guarded``, the lengths through the "post" guard, so that the guard runs first on every
@@ -141,7 +142,8 @@ def plan_segments(graph, counts: str, guarded: str, time_major: str) -> SegmentP
         return [false, int64_const(g, "placeholder", [0] * (5 * SEGMENTS)), *_no_indices(g)]
 
     use, bounds, rows, gather_y, gather_x = schedule_if(graph, big, "plan", plan, placeholders)
-    return SegmentPlan(use=use, bounds=bounds, rows=rows, gather_y=gather_y, gather_x=gather_x)
+    return SegmentPlan(use=use, bounds=bounds, rows=rows, gather_y=gather_y, gather_x=gather_x,
+                       single_zeros=single_zeros)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -60,15 +60,6 @@ def resolve_mask_mode(mask_mode: Optional[str], runtime: Optional[str], keyword:
     return mask_mode
 
 
-def resolve_options(mask_mode: Optional[str], runtime: Optional[str], schedule: bool, keyword: str = "runtime") -> str:
-    """The mask mode to use (:func:`resolve_mask_mode`), after checking that ``schedule`` goes with ``runtime``."""
-    mask_mode = resolve_mask_mode(mask_mode, runtime, keyword)
-    if schedule and runtime != targets.SCHEDULE_TARGET:
-        raise ValueError(f"schedule=True needs {keyword}={targets.SCHEDULE_TARGET!r} (not {runtime!r}): the schedule "
-                         f"is exact on onnxruntime only ({'; '.join(targets.NOT_FOR.values())})")
-    return mask_mode
-
-
 def make_rewriter(mask_mode: Optional[str] = None, runtime: Optional[str] = None, schedule: bool = False, *,
                   keep_wrong: bool = False, streaming: bool = False, target=NOT_GIVEN):
     """A tf2onnx custom rewriter ``(graph, ops) -> ops`` for masked Keras LSTM, GRU and SimpleRNN loops.
@@ -79,10 +70,7 @@ def make_rewriter(mask_mode: Optional[str] = None, runtime: Optional[str] = None
     also keep as Loops the layers OpenVINO's native recurrent ops cannot run (their activations);
     ``"onnxruntime"`` for a model meant for onnxruntime only. (``target=``: its deprecated name.)
     ``schedule``: emit the length-aware schedule (:mod:`..plan.schedule`), which runs long-tailed batches
-    of 8 rows or more in length-ordered segments, chosen at run time. Off by default, and only with
-    ``runtime="onnxruntime"``: OpenVINO 2026.4 computes some layers inside its ``If`` wrongly, with
-    no error (``targets.NOT_FOR``), so a scheduled model is made for onnxruntime on request only,
-    and each scheduled layer's report names OpenVINO in ``not_for``.
+    of 8 rows or more in length-ordered segments, chosen at run time; off by default.
     ``keep_wrong``: a graph known to compute other values than its source (a Keras 3
     ``TimeDistributed`` traced without the plugin) fails the conversion with :class:`.KnownWrong`,
     unless this is True: then it is converted as it is, with a WARNING and the report's ``known_wrong``.
@@ -98,7 +86,7 @@ def make_rewriter(mask_mode: Optional[str] = None, runtime: Optional[str] = None
 def _make_rewriter(mask_mode: Optional[str], runtime: Optional[str], schedule: bool, keyword: str = "runtime",
                    keep_wrong: bool = False, streaming: bool = False):
     """:func:`make_rewriter`, its runtime argument given as ``keyword`` (named by its errors)."""
-    mask_mode = resolve_options(mask_mode, runtime, schedule, keyword)
+    mask_mode = resolve_mask_mode(mask_mode, runtime, keyword)
 
     def rewrite_masked_lstm(graph, ops):
         for source in SOURCES:

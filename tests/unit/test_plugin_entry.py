@@ -85,7 +85,7 @@ def test_the_rewriter_is_never_applied_twice():
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"mask_mode": "pre"}, "mask_mode must be one of"),
-    ({"schedule": True}, "schedule=True needs runtime='onnxruntime'"),
+    ({"runtime": "tensorrt"}, "runtime must be one of"),
 ])
 def test_make_rewriter_rejects_bad_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message):

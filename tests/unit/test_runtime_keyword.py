@@ -56,11 +56,6 @@ def test_convert_points_a_runtime_given_as_tf2onnxs_target_at_runtime():
         mlr.convert(object(), target="openvino")
 
 
-def test_the_schedule_error_names_the_keyword_given():
-    with pytest.raises(ValueError, match="^schedule=True needs runtime='onnxruntime' \\(not 'openvino'\\)"):
-        mlr.make_rewriter(runtime="openvino", schedule=True)
-
-
 def test_target_still_works_deprecated():
     """The deprecation path of ``target=`` (make_rewriter and enable): a warning naming runtime=,
     pointing at the caller; the same rewriter; errors name target; both given is a TypeError."""
@@ -73,9 +68,6 @@ def test_target_still_works_deprecated():
             assert mlr.enabled_mode() == "any"
     with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="^target must be one of onnxruntime"):
         mlr.make_rewriter(target="tensorrt")
-    with pytest.warns(DeprecationWarning), \
-            pytest.raises(ValueError, match="^schedule=True needs target='onnxruntime' \\(not None\\)"):
-        mlr.make_rewriter(target=None, schedule=True)
     for call in (mlr.make_rewriter, mlr.enable):
         with pytest.raises(TypeError, match="got both runtime= and target="):
             call(runtime="openvino", target="openvino")

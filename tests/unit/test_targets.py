@@ -60,14 +60,12 @@ def test_a_carried_cell_state_needs_a_saturating_recurrent_activation_on_every_t
     assert targets.target_refusal(Layer((Cell(carries_cell_state=True),)), None) is None
 
 
-def test_not_for_sees_the_native_ops_and_the_schedule():
+def test_not_for_sees_the_native_ops():
     hard = Layer((Cell(activations=(HARD, TANH, TANH)),))
-    assert targets.not_for(Layer(), "onnxruntime", scheduled=False) == []
-    vetoes = targets.not_for(hard, "onnxruntime", scheduled=True)
-    assert [(v.runtime, v.remedy) for v in vetoes] == [("openvino", "convert with runtime='openvino'"),
-                                                       ("openvino", "convert without schedule=True")]
-    assert vetoes[1].reason == targets.runtime("openvino").schedule_note
-    assert targets.not_for(hard, "openvino", scheduled=False) == []
+    assert targets.not_for(Layer(), "onnxruntime") == []
+    vetoes = targets.not_for(hard, "onnxruntime")
+    assert [(v.runtime, v.remedy) for v in vetoes] == [("openvino", "convert with runtime='openvino'")]
+    assert targets.not_for(hard, "openvino") == []
 
 
 def test_a_new_runtime_constraint_is_one_field_of_its_entry(monkeypatch):
@@ -119,16 +117,13 @@ def test_a_zero_initial_state_is_explicit_only_where_a_runtime_folds_transposes_
 
 def test_a_sequence_read_from_the_zeros_past_the_lengths_is_not_for_openvino():
     sequence = Layer(writes_sequence=True)
-    vetoes = targets.not_for(sequence, "onnxruntime", scheduled=False)
+    vetoes = targets.not_for(sequence, "onnxruntime")
     assert [(v.runtime, v.remedy) for v in vetoes] == [("openvino", "convert with runtime='openvino'")]
     assert vetoes[0].reason == "OpenVINO writes other values than zeros there with dynamic shapes"
-    assert targets.not_for(sequence, None, scheduled=False) == []
-    assert targets.not_for(sequence, "openvino", scheduled=False) == []
-    assert targets.not_for(Layer(), "onnxruntime", scheduled=False) == []  # the last output reads no zeros
-    assert targets.not_for(Layer(mask=None, writes_sequence=True), "onnxruntime", scheduled=False) == []
-    # the schedule's segments write zeros there too, and its single node is onnxruntime's: both vetoes
-    assert [v.remedy for v in targets.not_for(sequence, "onnxruntime", scheduled=True)] == [
-        "convert with runtime='openvino'", "convert without schedule=True"]
+    assert targets.not_for(sequence, None) == []
+    assert targets.not_for(sequence, "openvino") == []
+    assert targets.not_for(Layer(), "onnxruntime") == []  # the last output reads no zeros
+    assert targets.not_for(Layer(mask=None, writes_sequence=True), "onnxruntime") == []
 
 
 def test_a_bidirectional_node_is_slow_where_any_runtime_of_the_target_runs_it_slower():
