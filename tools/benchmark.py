@@ -29,6 +29,8 @@ each converted (opset 15) four ways:
   ov-static  (headline rows only) the "post" model on OpenVINO compiled with static shapes, those of
              the cell's batch (model.reshape before compile_model, as users do for speed)
   ov-floor   (headline rows only) the floor on OpenVINO, dynamic shapes
+  ov-sched   the "sched" model on OpenVINO, dynamic shapes (headline and distribution rows; the
+             distribution rows also time ov-post and ov-unmasked)
   int8       (headline rows only) the "post" model quantized (mlr.quantize_model, as
              quantize="int8" does) on onnxruntime, for the models it quantizes something in (not
              the GRU model: onnxruntime has no int8 GRU), checked against Keras within verify's
@@ -121,12 +123,14 @@ VOCAB, EMBED, UNITS = 1000, 64, 128
 MODELS = ("lstm", "bilstm", "gru")
 MODEL_NAMES = {"lstm": "LSTM", "bilstm": "Bidirectional", "gru": "GRU"}
 NATIVE_OPS = {"lstm": "LSTM", "bilstm": "LSTM", "gru": "GRU"}  # the Keras layer, and the plugin's ONNX op
-# "sched": the plugin in "post" mode with the length-aware schedule (make_rewriter(runtime="onnxruntime", schedule=True))
+# "sched": the plugin in "post" mode with the length-aware schedule (make_rewriter("post", schedule=True)),
+# a model for any runtime
 VARIANTS = ("loop", "post", "any", "unmasked", "sched")
 # OpenVINO (headline rows): the plugin's "post" model and stock tf2onnx's Loop, compiled with the
 # models' own dynamic shapes, as a user loading the file does
 OPENVINO_VARIANTS = {"ov-post": "post", "ov-loop": "loop", "ov-unmasked": "unmasked", "ov-static": "post",
-                     "ov-floor": "floor"}
+                     "ov-floor": "floor", "ov-sched": "sched"}
+DIST_OPENVINO = ("ov-post", "ov-unmasked", "ov-sched")  # OpenVINO in the distribution rows
 OPENVINO_STATIC = ("ov-static",)  # compiled with the shapes of the batch they run
 QUANTIZED = "int8"  # the "post" model quantized (headline rows only)
 FLOOR = "floor"  # the unmasked model plus the fewest nodes exactness needs (headline rows only)
@@ -136,6 +140,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FULL_ROWS_GOAL = {1: 1.03, 32: 1.02}  # onnxruntime, every row full: the plugin's time over the unmasked op's
 FLOOR_GOAL = 1.02  # every row full: the plugin's time over the floor's (noise apart, on it)
 SCHEDULE_GOAL = 2.5  # long-tailed batch of 32, the schedule: the unmasked op's time over the scheduled model's
+OPENVINO_SCHEDULE_GOAL = 2.0  # the same on OpenVINO
 SETTLE_BELOW = 0.010  # seconds: a shorter run is timed after an untimed one of the same model (time_cell)
 
 # (name, numerator, denominator): the ratios reported for every cell
@@ -148,6 +153,7 @@ RATIOS = (("loop_over_post", "loop", "post"), ("post_over_unmasked", "post", "un
           ("ovpost_over_ovfloor", "ov-post", "ov-floor"), ("ovfloor_over_ovunmasked", "ov-floor", "ov-unmasked"),
           ("loop_over_sched", "loop", "sched"), ("unmasked_over_sched", "unmasked", "sched"),
           ("sched_over_post", "sched", "post"), ("post_over_int8", "post", QUANTIZED),
+          ("ovunmasked_over_ovsched", "ov-unmasked", "ov-sched"), ("ovsched_over_ovpost", "ov-sched", "ov-post"),
           # the routes a user could take instead (tools/benchmark_alternatives.py)
           ("tf_over_post", "tf", "post"), ("ovtf_over_post", "ov-tf", "post"),
           ("litert_over_post", "litert", "post"))
@@ -523,7 +529,7 @@ def convert_all(tf, tf2onnx, mlr, keras_models: dict, repeats: int, quiet: bool)
     """Converts each model each way `repeats` times, interleaved; returns (protos, seconds)."""
     spec = (tf.TensorSpec((None, None), tf.int32, name="tokens"),)
     ways = {"loop": (0, None), "post": (0, lambda: [mlr.make_rewriter("post")]),
-            "sched": (0, lambda: [mlr.make_rewriter("post", runtime="onnxruntime", schedule=True)]),
+            "sched": (0, lambda: [mlr.make_rewriter("post", schedule=True)]),
             FOR_ONNXRUNTIME: (0, lambda: [mlr.make_rewriter("post", runtime="onnxruntime")]),
             "any": (0, lambda: [mlr.make_rewriter("any")]),
             # with the plugin: the native op wherever the plugin makes one (Keras 3's GRU, which stock
@@ -586,8 +592,8 @@ def check_openvino_numerics(np, keras_models: dict, protos: dict, shapes: list, 
             try:
                 net = None if variant in OPENVINO_STATIC else openvino_compiled(protos[(model, source)], threads=1)
             except Exception as error:  # noqa: BLE001  pylint: disable=broad-except
-                if source == "post":
-                    fail(f"OpenVINO cannot compile the plugin's {model} model: {error}")
+                if source in ("post", "sched"):
+                    fail(f"OpenVINO cannot compile the plugin's {model} model ({source}): {error}")
                 report(f"  {MODEL_NAMES[model]:<13} {variant}: OpenVINO cannot compile it "
                        f"({str(error).strip().splitlines()[-1][:100]})")
                 continue
@@ -930,13 +936,24 @@ def report_distributions(ratio_rows: list, settings: dict, report: Report):
     for name, text in DISTRIBUTIONS.items():
         report(f"  {name}: {text}")
     report(f"  {'model':<13} {'batch':>5} {'lengths':<10} {'fill':>5} {'Loop':>7} {'post':>7} {'sched':>7} "
-           f"{'any':>7} {'unmasked':>8} {'Loop/sched':>10} {'unm/sched':>9} {'sched/post':>10} {'rounds':>6}")
+           f"{'any':>7} {'unmasked':>8} {'Loop/sched':>10} {'unm/sched':>9} {'sched/post':>10} "
+           f"{'OV post':>8} {'OV sched':>8} {'OV unm.':>8} {'OV unm/sched':>12} {'rounds':>6}")
     for row in sorted((r for r in ratio_rows if r["set"] == "dist"),
                       key=lambda r: (MODELS.index(r["model"]), r["batch"], list(DISTRIBUTIONS).index(r["dist"]))):
         report(f"  {MODEL_NAMES[row['model']]:<13} {row['batch']:>5} {row['dist']:<10} {row['fill_actual']:>5.2f} "
                f"{row['loop_ms']:>7.3f} {row['post_ms']:>7.3f} {row['sched_ms']:>7.3f} {row['any_ms']:>7.3f} "
                f"{row['unmasked_ms']:>8.3f} {row['loop_over_sched']:>10.2f} {row['unmasked_over_sched']:>9.2f} "
-               f"{row['sched_over_post']:>10.3f} {row['rounds']:>6}")
+               f"{row['sched_over_post']:>10.3f} {_ms(row, 'ovpost_ms'):>8} {_ms(row, 'ovsched_ms'):>8} "
+               f"{_ms(row, 'ovunmasked_ms'):>8} {_ratio(row, 'ovunmasked_over_ovsched'):>12} {row['rounds']:>6}")
+
+
+def _ms(row: dict, key: str) -> str:
+    """A latency in a report's table, or "-" where the variant was not timed (no OpenVINO)."""
+    return "-" if row[key] == "" else f"{row[key]:.3f}"
+
+
+def _ratio(row: dict, key: str) -> str:
+    return "-" if row[key] == "" else f"{row[key]:.2f}x"
 
 
 def evaluate_targets(ratio_rows: list, settings: dict, report: Report):
@@ -1010,12 +1027,21 @@ def evaluate_targets(ratio_rows: list, settings: dict, report: Report):
             line(row["loop_over_sched"] >= 2.5,
                  f"{tag}long-tailed batch 32: plugin with the schedule {row['loop_over_sched']:.2f}x faster than "
                  f"the Loop (target >= 2.5x)")
+            if row["ovunmasked_over_ovsched"] != "":
+                line(row["ovunmasked_over_ovsched"] >= OPENVINO_SCHEDULE_GOAL,
+                     f"{tag}long-tailed batch 32, OpenVINO: plugin with the schedule "
+                     f"{row['ovunmasked_over_ovsched']:.2f}x faster than the unmasked native op "
+                     f"(target >= {OPENVINO_SCHEDULE_GOAL:g}x)")
         for batch in (1, 32):
             row = dist.get((batch, "full"))
             if row:
                 line(row["sched_over_post"] <= 1.02,
                      f"{tag}batch {batch}, full rows: the schedule's cost over the plugin without it "
                      f"{pct(row['sched_over_post'])} (target at most +2%)")
+                if row["ovsched_over_ovpost"] != "":
+                    line(row["ovsched_over_ovpost"] <= 1.02,
+                         f"{tag}batch {batch}, full rows, OpenVINO: the schedule's cost over the plugin without it "
+                         f"{pct(row['ovsched_over_ovpost'])} (target at most +2%)")
         row = dist.get((1, "full"))
         if row:
             for variant, key in (("post", "post_over_unmasked"), ("sched", None)):
@@ -1166,7 +1192,7 @@ def main(argv=None) -> int:
                          budget=settings["headline_budget"],
                          min_rounds=settings["headline_min_rounds"], max_rounds=settings["headline_max_rounds"],
                          warmup=max(settings["warmup"], 0.2))
-        dist_cell = dict(set="dist", variants=list(VARIANTS), budget=settings["dist_budget"],
+        dist_cell = dict(set="dist", variants=list(VARIANTS + DIST_OPENVINO), budget=settings["dist_budget"],
                          min_rounds=settings["dist_min_rounds"], max_rounds=settings["dist_max_rounds"],
                          warmup=max(settings["warmup"], 0.2))
         cells_by_threads = {}
