@@ -55,8 +55,8 @@ def convert(model, output_path=None, *, mask_mode: Optional[str] = None, runtime
     ``output_path``: where to write the ONNX file (written only if the conversion succeeds).
     ``mask_mode``: ``"post"``, ``"any"``, or None for the runtime's default (``"any"`` for
     OpenVINO, else ``"post"``). ``runtime``: None (any runtime), ``"onnxruntime"`` or
-    ``"openvino"`` (as in :func:`.make_rewriter`). ``schedule``: the length-aware schedule, with
-    ``runtime="onnxruntime"`` only.
+    ``"openvino"`` (as in :func:`.make_rewriter`). ``schedule``: the length-aware schedule, for
+    long-tailed batches (off by default).
     ``streaming``: each recurrent layer takes its initial states as inputs and returns its final
     states as outputs (``<layer>/h_in`` ... ``<layer>/h_out``; see docs/streaming.md), so the model
     runs chunk by chunk; None (the default): on for a Keras model with a ``stateful=True`` layer
