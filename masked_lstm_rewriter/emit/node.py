@@ -69,10 +69,10 @@ def _scheduled(graph, node: RecurrentNode, plan: SegmentPlan) -> tuple:
     source = segment_source(graph, node.x)
 
     def single(g):
-        y, *c = _single(g, dataclasses.replace(node, x=source.single_input(g)))
+        y, *c = _single(g, dataclasses.replace(node, x=source.single_input(g, plan.single_steps)))
         if plan.single_zeros:
             return [_rows_shape(g, node.hidden), y, _own_rows(g, y), *c]
-        return [_rows_shape(g, node.hidden), *_rows_with_zeros(g, y, node), *c]
+        return [_rows_shape(g, node.hidden), *_rows_with_zeros(g, y, node, source.steps(g)), *c]
 
     def in_segments(g):
         return [_rows_shape(g, node.hidden), *segments(g, node, plan, source)]
@@ -89,38 +89,42 @@ def _scheduled(graph, node: RecurrentNode, plan: SegmentPlan) -> tuple:
 
 
 def _rows_shape(g, hidden: int) -> str:
-    """[-1, hidden], returned by the If so that it is known only at run time: OpenVINO 2026.4 frees
-    the memory of an If's outputs for the tensors computed after them up to its next point of shape
-    inference, which a Reshape to a shape known only at run time is (with a constant shape the
-    outputs were read after being overwritten, on a run whose shapes outgrow the runs before it)."""
+    """[-1, hidden], returned by the If so that it is known only at run time, which makes the Reshape
+    after the If a point where OpenVINO 2026.4 infers shapes. It lets tensors computed after the
+    If's outputs are read share their memory, and resizes those at its next such point: with none
+    before the readers, a run whose shapes outgrow the runs before reallocated that memory before
+    the If's outputs were read (a Bidirectional layer's forward half wrong, with no error)."""
     return int64_const(g, "rows_shape", [-1, hidden])
 
 
 def _own_rows(g, y: str) -> str:
     """[T, B] int64: the row of ``y`` [T, 1, B, H] seen as [T * B, H] that holds each (t, b)."""
-    return _numbered_rows(g, y)[2]
+    return _row_numbers(g, make_op(g, "Gather", make_op(g, "Shape", y), int64_const(g, "time_and_batch", [0, 2]),
+                                   axis=0))
 
 
-def _rows_with_zeros(g, y: str, node: RecurrentNode) -> list:
-    """[rows, indices]: ``y`` [T, 1, B, H] as rows [T * B + 1, 1, 1, H] with a zero row last, and the row
-    of each (t, b): its own where t is below row b's length, else the zero row (for a runtime whose
-    node does not write zeros past the lengths)."""
-    steps_and_rows, count, own = _numbered_rows(g, y)
-    steps = make_op(g, "Range", int64_scalar(g, 0), make_op(g, "Gather", steps_and_rows, int64_scalar(g, 0), axis=0),
-                    int64_scalar(g, 1))
-    valid = make_op(g, "Less", make_op(g, "Unsqueeze", steps, int64_const(g, "axes", [1])),
+def _rows_with_zeros(g, y: str, node: RecurrentNode, steps: str) -> list:
+    """[rows, indices]: ``y`` [S, 1, B, H] (the first S of the layout's ``steps`` [1] T) as rows
+    [S * B + 1, 1, 1, H] with a zero row last, and for each (t, b) of [T, B] its row where t is below
+    row b's length (so below S), else the zero row (for a runtime whose node does not write zeros
+    past the lengths)."""
+    shape = make_op(g, "Shape", y)
+    zero_row = make_op(g, "ReduceProd", make_op(g, "Gather", shape, int64_const(g, "time_and_batch", [0, 2]), axis=0),
+                       keepdims=0)                                                                  # S * B
+    layout = make_op(g, "Concat", steps, make_op(g, "Gather", shape, int64_const(g, "batch", [2]), axis=0), axis=0)
+    step = make_op(g, "Range", int64_scalar(g, 0), make_op(g, "Squeeze", steps, int64_const(g, "axes", [0])),
+                   int64_scalar(g, 1))
+    valid = make_op(g, "Less", make_op(g, "Unsqueeze", step, int64_const(g, "axes", [1])),
                     make_op(g, "Cast", node.lengths, to=TensorProto.INT64))                      # [T, B]
     flat = make_op(g, "Reshape", y, int64_const(g, "rows", [-1, 1, 1, node.hidden]))
     zero = const(g, "zero_output", np.zeros((1, 1, 1, node.hidden), np.float32))
-    return [make_op(g, "Concat", flat, zero, axis=0), make_op(g, "Where", valid, own, count)]
+    return [make_op(g, "Concat", flat, zero, axis=0), make_op(g, "Where", valid, _row_numbers(g, layout), zero_row)]
 
 
-def _numbered_rows(g, y: str) -> tuple:
-    """([2] T and B, [] T * B, [T, B] each position's row) of ``y`` [T, 1, B, H] seen as [T * B, H]."""
-    steps_and_rows = make_op(g, "Gather", make_op(g, "Shape", y), int64_const(g, "time_and_batch", [0, 2]), axis=0)
-    count = make_op(g, "ReduceProd", steps_and_rows, keepdims=0)
-    own = make_op(g, "Reshape", make_op(g, "Range", int64_scalar(g, 0), count, int64_scalar(g, 1)), steps_and_rows)
-    return steps_and_rows, count, own
+def _row_numbers(g, dims: str) -> str:
+    """[T, B] int64: t * B + b at each (t, b), for ``dims`` [2] (T, B)."""
+    count = make_op(g, "ReduceProd", dims, keepdims=0)
+    return make_op(g, "Reshape", make_op(g, "Range", int64_scalar(g, 0), count, int64_scalar(g, 1)), dims)
 
 
 def emit_directions(graph, node: RecurrentNode) -> list:

@@ -11,6 +11,7 @@ import numpy as np
 from tf2onnx import utils
 
 from ..graph import const, gathered_rows, int64_const, int64_scalar, make_op, producer, transpose_perm
+from ..plan.masks import first_steps
 from ..plan.schedule import SEGMENTS, SegmentPlan
 
 
@@ -56,12 +57,20 @@ class SegmentSource:
     batch_major: bool = False
     index: str = ""
 
-    def single_input(self, g) -> str:
-        """``x`` for the single node's branch ``g``: the Transpose or Gather that makes it is made there,
-        so that the segments' branch skips it."""
+    def single_input(self, g, steps: str = "") -> str:
+        """``x`` for the single node's branch ``g``, its first ``steps`` ([1] int32) steps where given: the
+        Transpose or Gather that makes it is made there, so that the segments' branch skips it (the
+        steps cut before the Transpose, as without a schedule, for OpenVINO to fold it into the node)."""
         if self.batch_major:
-            return make_op(g, "Transpose", self.tensor, perm=[1, 0, 2])
-        return make_op(g, "Gather", self.tensor, self.index, axis=0) if self.index else self.tensor
+            tensor = first_steps(g, self.tensor, steps, 1) if steps else self.tensor
+            return make_op(g, "Transpose", tensor, perm=[1, 0, 2])
+        x = make_op(g, "Gather", self.tensor, self.index, axis=0) if self.index else self.tensor
+        return first_steps(g, x, steps, 0) if steps else x
+
+    def steps(self, g) -> str:
+        """[1] int64: T, the steps of ``x``."""
+        shape = make_op(g, "Shape", self.index or self.tensor)
+        return make_op(g, "Gather", shape, int64_const(g, "time_axis", [1 if self.batch_major else 0]), axis=0)
 
 
 def segment_source(graph, x: str) -> SegmentSource:

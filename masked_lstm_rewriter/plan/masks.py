@@ -156,7 +156,8 @@ class MaskPlanner:
         # so that every path still runs the guard first
         segments = None
         if self.schedule and schedulable(g, mask):
-            segments = plan_segments(g, lengths, guarded, mask_tm, single_zeros=self.zeros)
+            segments = plan_segments(g, lengths, guarded, mask_tm, single_zeros=self.zeros,
+                                     single_steps=_longest(g, lengths) if self.cut else "")
         longest = _longest(g, lengths) if self.cut and segments is None else ""
         if longest:  # the node layout holds only the steps the nodes run
             valid_steps = first_steps(g, valid_steps, longest, 0)

@@ -97,6 +97,8 @@ class SegmentPlan:
                          # input seen as [B * T, I] (batch-major)
     single_zeros: bool   # the single node writes zeros past each row's length (targets.zeros_past_lengths);
                          # else its branch points those positions at a zero row of its own
+    single_steps: str    # [1] int32: the steps the single node runs, the longest row's, for a runtime that
+                         # runs every step (targets.cut_to_longest); "": every step
 
 
 def schedulable(graph, mask: str) -> bool:
@@ -106,7 +108,8 @@ def schedulable(graph, mask: str) -> bool:
     return rows is None or rows < 0 or rows >= MIN_BATCH
 
 
-def plan_segments(graph, counts: str, guarded: str, time_major: str, single_zeros: bool) -> SegmentPlan:
+def plan_segments(graph, counts: str, guarded: str, time_major: str, single_zeros: bool,
+                  single_steps: str) -> SegmentPlan:
     """The plan over the lengths ``counts`` ([B] int32, node layout) and the number of steps (axis 0
     of ``time_major``), in one If: for batches of at least ``MIN_BATCH`` rows (the batch size read
     off ``guarded``, the lengths through the "post" guard, so that the guard runs first on every
@@ -143,7 +146,7 @@ def plan_segments(graph, counts: str, guarded: str, time_major: str, single_zero
 
     use, bounds, rows, gather_y, gather_x = schedule_if(graph, big, "plan", plan, placeholders)
     return SegmentPlan(use=use, bounds=bounds, rows=rows, gather_y=gather_y, gather_x=gather_x,
-                       single_zeros=single_zeros)
+                       single_zeros=single_zeros, single_steps=single_steps)
 
 
 @dataclasses.dataclass(frozen=True)
