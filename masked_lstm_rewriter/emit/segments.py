@@ -60,12 +60,14 @@ class SegmentSource:
     def single_input(self, g, steps: str = "") -> str:
         """``x`` for the single node's branch ``g``, its first ``steps`` ([1] int32) steps where given: the
         Transpose or Gather that makes it is made there, so that the segments' branch skips it (the
-        steps cut before the Transpose, as without a schedule, for OpenVINO to fold it into the node)."""
+        steps cut before it: OpenVINO folds a Transpose into the node, and a Gather copies fewer rows)."""
         if self.batch_major:
             tensor = first_steps(g, self.tensor, steps, 1) if steps else self.tensor
             return make_op(g, "Transpose", tensor, perm=[1, 0, 2])
-        x = make_op(g, "Gather", self.tensor, self.index, axis=0) if self.index else self.tensor
-        return first_steps(g, x, steps, 0) if steps else x
+        if self.index:
+            return make_op(g, "Gather", self.tensor, first_steps(g, self.index, steps, 0) if steps else self.index,
+                           axis=0)
+        return first_steps(g, self.tensor, steps, 0) if steps else self.tensor
 
     def steps(self, g) -> str:
         """[1] int64: T, the steps of ``x``."""
