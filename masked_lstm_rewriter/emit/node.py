@@ -99,8 +99,7 @@ def _rows_shape(g, hidden: int) -> str:
 
 def _own_rows(g, y: str) -> str:
     """[T, B] int64: the row of ``y`` [T, 1, B, H] seen as [T * B, H] that holds each (t, b)."""
-    return _row_numbers(g, make_op(g, "Gather", make_op(g, "Shape", y), int64_const(g, "time_and_batch", [0, 2]),
-                                   axis=0))
+    return _row_numbers(g, _dims(g, make_op(g, "Shape", y), [0, 2]))
 
 
 def _rows_with_zeros(g, y: str, node: RecurrentNode, steps: str) -> list:
@@ -109,9 +108,8 @@ def _rows_with_zeros(g, y: str, node: RecurrentNode, steps: str) -> list:
     row b's length (so below S), else the zero row (for a runtime whose node does not write zeros
     past the lengths)."""
     shape = make_op(g, "Shape", y)
-    zero_row = make_op(g, "ReduceProd", make_op(g, "Gather", shape, int64_const(g, "time_and_batch", [0, 2]), axis=0),
-                       keepdims=0)                                                                  # S * B
-    layout = make_op(g, "Concat", steps, make_op(g, "Gather", shape, int64_const(g, "batch", [2]), axis=0), axis=0)
+    zero_row = make_op(g, "ReduceProd", _dims(g, shape, [0, 2]), keepdims=0)                      # S * B
+    layout = make_op(g, "Concat", steps, _dims(g, shape, [2]), axis=0)                            # [2]: T, B
     step = make_op(g, "Range", int64_scalar(g, 0), make_op(g, "Squeeze", steps, int64_const(g, "axes", [0])),
                    int64_scalar(g, 1))
     valid = make_op(g, "Less", make_op(g, "Unsqueeze", step, int64_const(g, "axes", [1])),
@@ -119,6 +117,11 @@ def _rows_with_zeros(g, y: str, node: RecurrentNode, steps: str) -> list:
     flat = make_op(g, "Reshape", y, int64_const(g, "rows", [-1, 1, 1, node.hidden]))
     zero = const(g, "zero_output", np.zeros((1, 1, 1, node.hidden), np.float32))
     return [make_op(g, "Concat", flat, zero, axis=0), make_op(g, "Where", valid, _row_numbers(g, layout), zero_row)]
+
+
+def _dims(g, shape: str, axes: list) -> str:
+    """The entries ``axes`` of ``shape``."""
+    return make_op(g, "Gather", shape, int64_const(g, "axes", axes), axis=0)
 
 
 def _row_numbers(g, dims: str) -> str:

@@ -342,19 +342,22 @@ class Converted:
         return dict(zip(self.outputs, got))
 
 
-def convert(fn, signature, mode: Optional[str] = "post", opset: int = OPSET, runtime=None, returned=()) -> Converted:
+def convert(fn, signature, mode: Optional[str] = "post", opset: int = OPSET, runtime=None, returned=(),
+            schedule: bool = False) -> Converted:
     """Convert ``fn`` with the plugin's rewriter (``mode=None``: stock tf2onnx, no rewriter)."""
-    rewriters = [] if mode is None else [mlr.make_rewriter(mode, runtime=runtime)]
+    rewriters = [] if mode is None else [mlr.make_rewriter(mode, runtime=runtime, schedule=schedule)]
     model, _ = tf2onnx.convert.from_function(fn, input_signature=signature, opset=opset,
                                              custom_rewriter=rewriters)
     return Converted(model, mlr.last_report() if mode is not None else None, tuple(returned))
 
 
 @functools.lru_cache(maxsize=None)
-def convert_loop(spec: Loop, mode: Optional[str] = "post", opset: int = OPSET, runtime=None) -> tuple:
+def convert_loop(spec: Loop, mode: Optional[str] = "post", opset: int = OPSET, runtime=None,
+                 schedule: bool = False) -> tuple:
     """(Converted, weights) for the loop ``spec`` describes (cached: tests only read the result)."""
     fn, signature, weights = masked_loop(spec)
-    return convert(fn, signature, mode, opset=opset, runtime=runtime, returned=spec.returned), weights
+    return convert(fn, signature, mode, opset=opset, runtime=runtime, returned=spec.returned,
+                   schedule=schedule), weights
 
 
 def reasons(converted: Converted) -> list:
@@ -417,13 +420,15 @@ class WhileLoop(FunctionCase):
     """The While source's case: the loop ``spec`` describes (:func:`convert_loop`, cached), referenced
     by numpy's masked recurrence and by the Loop stock tf2onnx makes of it."""
 
-    def __init__(self, spec: Loop, opset: int = OPSET, runtime=None):
+    def __init__(self, spec: Loop, opset: int = OPSET, runtime=None, schedule: bool = False):
         super().__init__(spec)
-        self.opset, self.runtime = opset, runtime
+        self.opset, self.runtime, self.schedule = opset, runtime, schedule
         self._stock = None
 
     def convert(self, mode: Optional[str]) -> Converted:
-        return convert_loop(self.spec, mode, opset=self.opset, runtime=self.runtime)[0]
+        if mode is None:
+            return convert_loop(self.spec, None, opset=self.opset)[0]
+        return convert_loop(self.spec, mode, opset=self.opset, runtime=self.runtime, schedule=self.schedule)[0]
 
     def _with_references(self, feeds: dict, mask: np.ndarray) -> tuple:
         feeds, expected = super()._with_references(feeds, mask)
