@@ -325,12 +325,13 @@ def make_if(graph, condition: str, name: str, then_branch, else_branch) -> list:
     for key, build in (("then_branch", then_branch), ("else_branch", else_branch)):
         branches[key] = _branch(graph)
         _set_outputs(branches[key], build(branches[key]))
-    inner = branches["then_branch"].outputs
-    node = graph.make_node("If", [condition], output_count=len(inner), branches=branches,
+    then, other = branches["then_branch"], branches["else_branch"]
+    node = graph.make_node("If", [condition], output_count=len(then.outputs), branches=branches,
                            name=utils.make_name(name))
-    for outer, tensor in zip(node.output, inner):
-        graph.set_dtype(outer, branches["then_branch"].get_dtype(tensor))
-        graph.set_shape(outer, None)
+    for outer, tensor, tensor_else in zip(node.output, then.outputs, other.outputs):
+        graph.set_dtype(outer, then.get_dtype(tensor))
+        shapes = then.get_shape(tensor), other.get_shape(tensor_else)
+        graph.set_shape(outer, shapes[0] if shapes[0] is not None and len(shapes[0]) == len(shapes[1] or ()) else None)
     return list(node.output)
 
 
@@ -354,9 +355,14 @@ def _set_outputs(branch, tensors: list) -> None:
             tensor = node.output[0]
         if branch.get_dtype(tensor) is None:
             branch.set_dtype(tensor, _outer_dtype(branch, tensor))
-        branch.set_shape(tensor, None)
+        branch.set_shape(tensor, _rank_only(branch.get_shape(tensor)))
         outputs.append(tensor)
     branch.outputs = outputs
+
+
+def _rank_only(shape):
+    """``shape`` with every dimension unknown: the branches of an If may differ in each dimension."""
+    return None if shape is None else [-1] * len(shape)
 
 
 def _outer_dtype(branch, tensor: str):

@@ -24,7 +24,7 @@ from tf2onnx import tfonnx
 from .. import layer_names, targets
 from ..failure import known_wrong
 from ..keywords import NOT_GIVEN, renamed
-from ..patches import generic_path, keras_export, tf2onnx_keras, time_distributed
+from ..patches import generic_path, keras_export, opaque_ifs, tf2onnx_keras, time_distributed
 from ..pipeline import rewrite_graph
 from ..pipeline.streaming import cannot_stream, note_frozen_states, stream_native_nodes
 from ..plan.masks import MASK_MODES
@@ -223,6 +223,7 @@ def _install(rewriter) -> None:
     keras_export.install(rewriter.mask_mode, rewriter.runtime, rewriter.schedule, rewriter.keep_wrong,
                          rewriter.streaming)
     tf2onnx_keras.install()
+    opaque_ifs.install()
     generic_path.install()  # after tf2onnx_keras: it wraps the functions in force
 
 
@@ -237,6 +238,7 @@ def disable() -> None:
     time_distributed.uninstall()
     keras_export.uninstall()
     tf2onnx_keras.uninstall()
+    opaque_ifs.uninstall()
 
 
 def enabled_mode():
