@@ -107,7 +107,7 @@ def custom_classes(model) -> dict:
             if not type(layer).__module__.startswith(("keras.", "keras_", "__main__"))}
 
 
-def convert_in_tensorflow_process(model, *, mask_mode=None, runtime=None, schedule=False, opset=None,
+def convert_in_tensorflow_process(model, *, mask_mode=None, runtime=None, schedule=True, opset=None,
                                   input_signature=None, modules=(), custom_objects=None, keep_wrong=False,
                                   streaming=None) -> tuple:
     """(ONNX model, report) of ``model`` (a Keras 3 model object on any backend, or a ``.keras`` /

@@ -22,7 +22,6 @@ each layer; ``-q`` shows nothing but the one-line errors (:mod:`.cli_logging`). 
 output paths are checked before TensorFlow loads (:mod:`.cli_input`).
 """
 
-
 from __future__ import annotations
 
 import argparse
@@ -37,11 +36,13 @@ from typing import Optional
 
 from . import cli_input, dependencies
 from .cli_args import QUIET, model_position, split_command
-from .cli_input import UsageError, bad_input, environment_choice, keras_on_tensorflow, model_file_problem, pop_choice
+from .cli_input import (UsageError, bad_input, environment_choice, keras_on_tensorflow, model_file_problem, pop_choice,
+                        pop_switch)
 from .cli_logging import command_logging, progress, quiet_run, rename, silence_exit, verbosity
 from .cli_quantize import MODES, pop_quantize
 from .cli_signals import STOPPED, Interrupted, output_written, stopped_by_signals
 from .cli_streaming import pop_streaming
+from .quantize import schedule_for
 
 PROG = "masked_lstm_rewriter"
 INPUT_OPTIONS = ("--saved-model", "--keras", "--graphdef", "--input", "--tflite", "--tfjs", "--checkpoint")
@@ -54,7 +55,7 @@ EXIT_CODES = {0: "converted (or verified)", 1: "the conversion failed (or verify
               130: "interrupted (Ctrl-C)", 143: "terminated (SIGTERM)"}
 
 HELP = f"""usage: python -m {PROG} [convert] [MODEL] --output FILE [options] [tf2onnx options]
-       python -m {PROG} rewrite ONNX --output FILE [--mask-mode post|any] [--runtime ...] [--schedule] [--streaming]
+       python -m {PROG} rewrite ONNX --output FILE [--mask-mode post|any] [--runtime ...] [--no-schedule] [--streaming]
                                           [--quantize int8] [-q]
        python -m {PROG} verify REFERENCE ONNX [--runtime onnxruntime|openvino|all] [--tolerance T] [-q]
        python -m {PROG} --version
@@ -77,7 +78,8 @@ plugin options:
                         Loops the layers OpenVINO cannot run natively; a model for one runtime
                         may not run exactly on the other, as the log then says. Default:
                         ${RUNTIME_ENV}
-  --schedule            length-aware schedule for long-tailed batches
+  --no-schedule         no length-aware schedule: one native node per layer. Default: the schedule
+                        (long-tailed batches run in length-ordered segments), except with --quantize
   --streaming           each recurrent layer's states as inputs and outputs (<layer>/h_in ...
                         <layer>/h_out), to run the model chunk by chunk. Default: on for a Keras
                         file with stateful=True layers (said on standard error), else off
@@ -190,8 +192,10 @@ def _convert_command(args: list) -> int:
     runtime, args = pop_choice(args, "--runtime", RUNTIME_ENV, RUNTIMES)
     modules, args = cli_input.pop_custom_objects(args)
     streaming, args = pop_streaming(args)
-    flags = {flag: flag in args for flag in ("--schedule", "--keep-wrong")} | {"--streaming": streaming}
-    flags["--quantize"], args = pop_quantize(args, runtime, flags["--schedule"])
+    schedule, args = pop_switch(args, "schedule")
+    flags = {"--keep-wrong": "--keep-wrong" in args, "--streaming": streaming}
+    flags["--quantize"], args = pop_quantize(args, runtime, schedule)
+    flags["--schedule"] = schedule_for(schedule, flags["--quantize"])
     args = [arg for arg in args if arg not in flags]
     args = _expand_model(_short_output(args))
     _refuse_large_model(args)
@@ -441,8 +445,9 @@ def _rewrite_parser() -> argparse.ArgumentParser:
     parser.add_argument("--runtime", choices=RUNTIMES,
                         help="the runtime the model is for (default: any runtime); the log says what another "
                              "runtime would need")
-    parser.add_argument("--schedule", action="store_true",
-                        help="length-aware schedule for long-tailed batches")
+    parser.add_argument("--schedule", action=argparse.BooleanOptionalAction, default=None,
+                        help="the length-aware schedule for long-tailed batches (default: on, except with "
+                             "--quantize)")
     parser.add_argument("--streaming", action="store_true",
                         help="each layer's states as inputs and outputs (<layer>/h_in ... <layer>/h_out)")
     parser.add_argument("--keep-wrong", action="store_true",

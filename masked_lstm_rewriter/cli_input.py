@@ -111,6 +111,15 @@ def pop_choice(args: list, name: str, variable: str, choices: tuple) -> tuple:
     return value, rest
 
 
+def pop_switch(args: list, name: str) -> tuple:
+    """(True for ``--name``, False for ``--no-name``, None for neither; the other arguments)."""
+    flags = {f"--{name}": True, f"--no-{name}": False}
+    given = {flags[arg] for arg in args if arg in flags}
+    if len(given) > 1:
+        raise UsageError(f"--{name} and --no-{name} contradict each other: give one")
+    return (given.pop() if given else None), [arg for arg in args if arg not in flags]
+
+
 def environment_choice(variable: str, choices: tuple) -> Optional[str]:
     """The value of the environment ``variable`` (None when unset or empty); a UsageError naming the
     variable when it is not one of ``choices``."""

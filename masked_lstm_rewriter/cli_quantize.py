@@ -9,6 +9,7 @@ or ``--schedule`` beside it: a one-line usage error), and the model is quantized
 from __future__ import annotations
 
 import importlib.util
+from typing import Optional
 
 import onnx
 
@@ -20,7 +21,7 @@ from .quantize import MODES, check_quantize, quantize_converted
 FLAG = "--quantize"
 
 
-def pop_quantize(args: list, runtime, schedule: bool) -> tuple:
+def pop_quantize(args: list, runtime, schedule: Optional[bool]) -> tuple:
     """(the mode ``--quantize`` gives, or None; the other arguments), checked against ``runtime`` and
     ``schedule``."""
     if not any(arg == FLAG or arg.startswith(FLAG + "=") for arg in args):

@@ -16,21 +16,17 @@ import contextlib
 import logging
 from typing import Callable, Optional
 
-from .cli_input import UsageError
+from .cli_input import pop_switch
 
 logger = logging.getLogger("masked_lstm_rewriter")
 
-FLAGS = {"--streaming": True, "--no-streaming": False}
 STATEFUL_RECORDS = "stateful layer"  # how the library's records of stateful layers begin
 KEYWORDS_AS_FLAGS = {"streaming=True": "--streaming", "streaming=False": "--no-streaming"}
 
 
 def pop_streaming(args: list) -> tuple:
     """(True for ``--streaming``, False for ``--no-streaming``, None for neither; the other arguments)."""
-    given = {FLAGS[arg] for arg in args if arg in FLAGS}
-    if len(given) > 1:
-        raise UsageError("--streaming and --no-streaming contradict each other: give one")
-    return (given.pop() if given else None), [arg for arg in args if arg not in FLAGS]
+    return pop_switch(args, "streaming")
 
 
 @contextlib.contextmanager

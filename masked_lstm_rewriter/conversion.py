@@ -25,7 +25,7 @@ from tf2onnx import tf_loader, utils
 from . import backend_process, io_names, keras_source, output_file
 from .dependencies import check_large_model
 from .plugin import enable
-from .quantize import check_quantize, quantize_converted
+from .quantize import check_quantize, quantize_converted, schedule_for
 from .report import ConversionReport, last_report, start_conversion
 from .targets import TARGETS
 
@@ -43,7 +43,8 @@ class Converted(NamedTuple):
 
 
 def convert(model, output_path=None, *, mask_mode: Optional[str] = None, runtime: Optional[str] = None,
-            input_signature=None, opset: Optional[int] = None, schedule: bool = False, keep_wrong: bool = False,
+            input_signature=None, opset: Optional[int] = None, schedule: Optional[bool] = None,
+            keep_wrong: bool = False,
             streaming: Optional[bool] = None, quantize: Optional[str] = None,
             custom_objects: Optional[dict] = None, **tf2onnx_options) -> Converted:
     """Convert ``model`` to ONNX with its masked recurrent layers as native ops.
@@ -56,7 +57,7 @@ def convert(model, output_path=None, *, mask_mode: Optional[str] = None, runtime
     ``mask_mode``: ``"post"``, ``"any"``, or None for the runtime's default (``"any"`` for
     OpenVINO, else ``"post"``). ``runtime``: None (any runtime), ``"onnxruntime"`` or
     ``"openvino"`` (as in :func:`.make_rewriter`). ``schedule``: the length-aware schedule, for
-    long-tailed batches (off by default).
+    long-tailed batches (:func:`.make_rewriter`); None (the default): on, unless ``quantize``.
     ``streaming``: each recurrent layer takes its initial states as inputs and returns its final
     states as outputs (``<layer>/h_in`` ... ``<layer>/h_out``; see docs/streaming.md), so the model
     runs chunk by chunk; None (the default): on for a Keras model with a ``stateful=True`` layer
@@ -74,13 +75,7 @@ def convert(model, output_path=None, *, mask_mode: Optional[str] = None, runtime
     (``from_keras``'s, such as ``inputs_as_nchw`` or ``target``, tf2onnx's workarounds for rs4 ...
     tensorrt; for a SavedModel also ``tag``, ``signature_def``).
     """
-    if tf2onnx_options.get("target") in TARGETS:
-        raise ValueError(f"target= is tf2onnx's option (rs4, rs5, rs6, caffe2, tensorrt, nhwc); for the runtime "
-                         f"the model is for, use runtime={tf2onnx_options['target']!r}")
-    check_large_model(bool(tf2onnx_options.get("large_model")))
-    check_quantize(quantize, runtime, schedule)
-    if output_path is not None:
-        output_file.check_writable(output_path)  # before the work, not after it
+    schedule = _checked_options(tf2onnx_options, runtime, schedule, quantize, output_path)
     if backend_process.needs_tensorflow_process(model):  # a Keras 3 model on JAX or torch
         return _in_tensorflow_process(model, output_path, tf2onnx_options, quantize, mask_mode=mask_mode,
                                       runtime=runtime, schedule=schedule, opset=opset, keep_wrong=keep_wrong,
@@ -102,6 +97,18 @@ def convert(model, output_path=None, *, mask_mode: Optional[str] = None, runtime
                 onnx_model, storage = _from_keras(keras_model, input_signature, opset, tf2onnx_options)
     io_names.name_dimensions(onnx_model)  # batch, time: not tf2onnx's unk__N
     return _finished(onnx_model, last_report() or ConversionReport(), quantize, output_path, storage)
+
+
+def _checked_options(tf2onnx_options: dict, runtime, schedule, quantize, output_path) -> bool:
+    """Fail on options that do not go together, before the work; the schedule to emit."""
+    if tf2onnx_options.get("target") in TARGETS:
+        raise ValueError(f"target= is tf2onnx's option (rs4, rs5, rs6, caffe2, tensorrt, nhwc); for the runtime "
+                         f"the model is for, use runtime={tf2onnx_options['target']!r}")
+    check_large_model(bool(tf2onnx_options.get("large_model")))
+    check_quantize(quantize, runtime, schedule)
+    if output_path is not None:
+        output_file.check_writable(output_path)
+    return schedule_for(schedule, quantize)
 
 
 def _finished(onnx_model, report: ConversionReport, quantize: Optional[str], output_path, storage=None) -> Converted:

@@ -42,6 +42,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from .corpus.ops import scheduled_layers
 from .dependencies import MissingDependency
 from .targets import check_runtime
 
@@ -58,11 +59,18 @@ QUANTIZED_OPS = ("DynamicQuantizeLSTM", "DynamicQuantizeLinear", "MatMulInteger"
 PADDING_DRIVE = 1e4
 
 
-def check_quantize(quantize: Optional[str], runtime: Optional[str] = None, schedule: bool = False,
+def schedule_for(schedule: Optional[bool], quantize: Optional[str]) -> bool:
+    """Whether to emit the length-aware schedule: ``schedule`` if given, else on unless the model is
+    quantized (onnxruntime's quantizer does not reach the recurrent nodes inside its ``If``)."""
+    return quantize is None if schedule is None else bool(schedule)
+
+
+def check_quantize(quantize: Optional[str], runtime: Optional[str] = None, schedule: Optional[bool] = None,
                    flags: bool = False) -> None:
     """A ``ValueError`` unless ``quantize`` is None or one of :data:`MODES`, for a model that onnxruntime
     runs (``runtime`` None or "onnxruntime"), without the schedule (the quantizer does not reach into
-    its ``If``). ``flags``: name the command line's flags, not the keywords."""
+    its ``If``: ``schedule`` True is refused, None turns it off). ``flags``: name the command line's
+    flags, not the keywords."""
     if quantize is None:
         return
     check_runtime(runtime)
@@ -209,6 +217,10 @@ def _cannot_quantize(model: onnx.ModelProto) -> Optional[str]:
         return f"it is quantized already (it holds {', '.join(quantized_ops(model))})"
     if any(tensor.data_location == onnx.TensorProto.EXTERNAL for tensor in model.graph.initializer):
         return "its tensors are in external data not loaded (onnx.load the file with its data beside it)"
+    if scheduled_layers(model):
+        return ("its recurrent layers run inside the length-aware schedule's If nodes, which onnxruntime's "
+                "quantizer does not reach: convert with quantize='int8' (--quantize int8), which leaves the "
+                "schedule out, or with schedule=False (--no-schedule)")
     return None
 
 

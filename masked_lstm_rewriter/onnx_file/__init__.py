@@ -22,7 +22,7 @@ from ..failure import known_wrong
 from ..pipeline import rewrite_graph
 from ..pipeline.streaming import cannot_stream, stream_native_nodes
 from ..plugin import resolve_mask_mode
-from ..quantize import check_quantize, quantize_converted
+from ..quantize import check_quantize, quantize_converted, schedule_for
 from ..report import ConversionReport, finish_conversion, start_conversion
 from ..sources import ONNX_FILE_SOURCES
 from .model_io import ModelError, load, save, to_graph
@@ -33,7 +33,7 @@ __all__ = ["rewrite_onnx", "ModelError"]
 
 
 def rewrite_onnx(model, output_path=None, *, mask_mode: Optional[str] = None, runtime: Optional[str] = None,
-                 schedule: bool = False, streaming: bool = False, keep_wrong: bool = False,
+                 schedule: Optional[bool] = None, streaming: bool = False, keep_wrong: bool = False,
                  quantize: Optional[str] = None) -> Converted:
     """Rewrite the recurrent ``Loop``\\ s of an ONNX model into native ``LSTM``, ``GRU`` and ``RNN`` ops.
 
@@ -50,6 +50,7 @@ def rewrite_onnx(model, output_path=None, *, mask_mode: Optional[str] = None, ru
         output_file.check_writable(output_path)
     mask_mode = resolve_mask_mode(mask_mode, runtime)
     check_quantize(quantize, runtime, schedule)
+    schedule = schedule_for(schedule, quantize)
     original = load(model)
     start_conversion()
     graph = to_graph(original)

@@ -10,6 +10,7 @@ import os
 import numpy as np
 import onnx
 from onnx import helper, shape_inference
+from onnx.external_data_helper import set_external_data
 from tf2onnx import utils
 from tf2onnx.graph import GraphUtil
 
@@ -142,10 +143,13 @@ def save(model: onnx.ModelProto, path: str, final_path: str) -> None:
     ``<final name>.data`` beside it (``model`` then refers to that file for them)."""
     if _needs_external_data(model):
         # small tensors stay inline: runtimes read an Unsqueeze's axes or a Reshape's shape while
-        # loading the model, and onnxruntime refuses to read them from the data file then
+        # loading the model, and onnxruntime refuses to read them from the data file then; so do the
+        # tensors of subgraphs (the schedule's If branches hold only small constants of that kind)
         data = os.path.join(os.path.dirname(os.path.abspath(path)), os.path.basename(final_path) + ".data")
-        onnx.save_model(model, path, save_as_external_data=True, all_tensors_to_one_file=True,
-                        location=os.path.basename(data), size_threshold=INLINE_BYTES)
+        for tensor in model.graph.initializer:
+            if tensor.HasField("raw_data") and len(tensor.raw_data) > INLINE_BYTES:
+                set_external_data(tensor, os.path.basename(data))
+        onnx.save_model(model, path)
         if os.path.exists(data):  # not written when every tensor is small
             os.chmod(data, 0o666 & ~_umask())  # as an ordinary new file (onnx writes it 0600)
     else:

@@ -60,7 +60,7 @@ def resolve_mask_mode(mask_mode: Optional[str], runtime: Optional[str], keyword:
     return mask_mode
 
 
-def make_rewriter(mask_mode: Optional[str] = None, runtime: Optional[str] = None, schedule: bool = False, *,
+def make_rewriter(mask_mode: Optional[str] = None, runtime: Optional[str] = None, schedule: bool = True, *,
                   keep_wrong: bool = False, streaming: bool = False, target=NOT_GIVEN):
     """A tf2onnx custom rewriter ``(graph, ops) -> ops`` for masked Keras LSTM, GRU and SimpleRNN loops.
 
@@ -70,7 +70,8 @@ def make_rewriter(mask_mode: Optional[str] = None, runtime: Optional[str] = None
     also keep as Loops the layers OpenVINO's native recurrent ops cannot run (their activations);
     ``"onnxruntime"`` for a model meant for onnxruntime only. (``target=``: its deprecated name.)
     ``schedule``: emit the length-aware schedule (:mod:`..plan.schedule`), which runs long-tailed batches
-    of 8 rows or more in length-ordered segments, chosen at run time; off by default.
+    of 8 rows or more in length-ordered segments where that pays, chosen at run time; on by default.
+    False: one native node per layer (what onnxruntime's quantizer needs, :mod:`..quantize`).
     ``keep_wrong``: a graph known to compute other values than its source (a Keras 3
     ``TimeDistributed`` traced without the plugin) fails the conversion with :class:`.KnownWrong`,
     unless this is True: then it is converted as it is, with a WARNING and the report's ``known_wrong``.
@@ -194,7 +195,7 @@ class _Enabled(contextlib.AbstractContextManager):
         return False
 
 
-def enable(mask_mode: Optional[str] = None, runtime: Optional[str] = None, schedule: bool = False, *,
+def enable(mask_mode: Optional[str] = None, runtime: Optional[str] = None, schedule: bool = True, *,
            keep_wrong: bool = False, streaming: bool = False, target=NOT_GIVEN) -> _Enabled:
     """Apply the rewrite in every tf2onnx conversion of this process from now on.
 

@@ -88,12 +88,17 @@ def read(graph, loop):
 
 
 def prepare(graph, layers) -> list:
-    """Each layer's input made time-major where the loop reads it projected (made before any layer is
-    emitted, so that rewriting the layer below renames what this Transpose reads); and its mask as
-    the planner takes it, [B, T] bool, where the body reads another layout (:func:`.source.prepare_masks`)."""
+    """Each layer's input read through a node made before any layer is emitted, so that rewriting the
+    layer below renames what it reads: made time-major where the loop reads it projected, an Identity
+    where it is another of these Loops' output (the schedule's If branches read it by name); and its
+    mask as the planner takes it, [B, T] bool, where the body reads another layout
+    (:func:`.source.prepare_masks`)."""
+    loops = {layer.while_node.name for layer in layers}
     for layer in layers:
         if layer.x_batch_major is not None:
             layer.x_time_major = make_op(graph, "Transpose", layer.x_batch_major, perm=[1, 0, 2])
+        elif layer.x_time_major and getattr(graph.get_node_by_output(layer.x_time_major), "name", None) in loops:
+            layer.x_time_major = make_op(graph, "Identity", layer.x_time_major)
     return prepare_masks(graph, layers)
 
 

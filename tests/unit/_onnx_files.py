@@ -21,7 +21,7 @@ from onnx import numpy_helper
 
 import masked_lstm_rewriter as mlr
 from masked_lstm_rewriter.verify_batches import graph_inputs
-from _harness import NATIVE_OPS, op_counts, runner  # noqa: F401  (NATIVE_OPS, op_counts: for the tests)
+from _harness import NATIVE_OPS, native_nodes, op_counts, runner  # noqa: F401  (NATIVE_OPS, op_counts: for the tests)
 
 DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "testdata", "onnx_in")
 TF2ONNX_FILES = sorted(glob.glob(os.path.join(DATA, "tf2onnx", "*.onnx")))
@@ -79,12 +79,13 @@ class OnnxFile:
     replaces = "Loop"
     atol, rtol = ATOL, 0.0
 
-    def __init__(self, model, runtime=None):
+    def __init__(self, model, runtime=None, schedule=None):
         self.model, self.runtime = model, runtime  # runtime: what the file is rewritten for (None: any)
+        self.schedule = schedule  # rewrite_onnx's (None: its default)
         self._run = None  # the file's onnxruntime session, made once
 
     def rewrite(self, mode: str) -> tuple:
-        return mlr.rewrite_onnx(self.model, mask_mode=mode, runtime=self.runtime)
+        return mlr.rewrite_onnx(self.model, mask_mode=mode, runtime=self.runtime, schedule=self.schedule)
 
     def batches(self, layout: str) -> list:
         """Two batches of rows of different lengths, each with a full row (7 steps) and an empty one."""
@@ -102,10 +103,11 @@ class OnnxFile:
 
 
 def perturbed_lstm(model):
-    """Copy of ``model`` with the native LSTM's input weights moved by 0.1."""
+    """Copy of ``model`` with the native LSTM's input weights moved by 0.1 (a scheduled layer's segments
+    read the same weights as its single node)."""
     wrong = onnx.ModelProto()
     wrong.CopyFrom(model)
-    (lstm,) = [node for node in wrong.graph.node if node.op_type == "LSTM"]
+    (lstm,) = [node for node in native_nodes(wrong) if node.op_type == "LSTM"]
     (weights,) = [init for init in wrong.graph.initializer if init.name == lstm.input[1]]
     weights.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(weights) + np.float32(0.1), weights.name))
     return wrong

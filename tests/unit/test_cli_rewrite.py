@@ -10,7 +10,8 @@ import onnx
 import pytest
 
 from masked_lstm_rewriter import cli
-from _onnx_files import DATA, op_counts
+from masked_lstm_rewriter.corpus.ops import scheduled_layers
+from _onnx_files import DATA, NATIVE_OPS, native_nodes, op_counts
 
 STOCK = os.path.join(DATA, "tf2onnx", "keras3_emb_gru_seq_op15.onnx")
 
@@ -20,8 +21,16 @@ def test_rewrites_and_reports(tmp_path, capsys):
     assert cli.main(["rewrite", STOCK, "-o", str(output), "--mask-mode", "any"]) == 0
     out = capsys.readouterr().out
     assert "1 recurrent layer(s) (1 masked, 0 without a mask): 1 native, 0 left as Loop" in out and "mask_mode=any" in out
-    counts = op_counts(onnx.load(str(output)))
-    assert counts["GRU"] == 1 and counts["Loop"] == 0
+    model = onnx.load(str(output))
+    assert [n.op_type for n in native_nodes(model)] == ["GRU"] and op_counts(model)["Loop"] == 0
+    assert scheduled_layers(model) == 1  # the length-aware schedule: on by default
+
+
+def test_no_schedule_leaves_one_node_in_the_main_graph(tmp_path):
+    output = tmp_path / "native.onnx"
+    assert cli.main(["rewrite", STOCK, "-o", str(output), "--no-schedule", "-q"]) == 0
+    model = onnx.load(str(output))
+    assert [n.op_type for n in model.graph.node if n.op_type in NATIVE_OPS] == ["GRU"] and not scheduled_layers(model)
 
 
 @pytest.mark.parametrize("args,message", [

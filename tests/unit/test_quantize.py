@@ -48,7 +48,7 @@ def with_dense(model: onnx.ModelProto, units: int = 3) -> onnx.ModelProto:
 @pytest.fixture(scope="module", name="native")
 def native_models() -> dict:
     """The plugin's float models (mask_mode "post"), each with a Dense after its recurrent layer."""
-    return {kind: with_dense(mlr.rewrite_onnx(path)[0]) for kind, path in (("LSTM", LSTM), ("GRU", GRU))}
+    return {kind: with_dense(mlr.rewrite_onnx(path, schedule=False)[0]) for kind, path in (("LSTM", LSTM), ("GRU", GRU))}
 
 
 def assert_within_the_int8_tolerance(quantized, reference, lengths):
@@ -87,7 +87,7 @@ def test_the_numbers_stay_within_the_int8_tolerance_at_every_position(native, ki
 def test_padded_steps_may_hold_anything(padding):
     """The quantizer scales an LSTM's whole input at once: its padded steps are zeroed first, so that
     what they hold (here through an explicit mask) changes nothing, as in the float model."""
-    native = with_dense(mlr.rewrite_onnx(EXPLICIT_MASK)[0])
+    native = with_dense(mlr.rewrite_onnx(EXPLICIT_MASK, schedule=False)[0])
     quantized = quantize_model(native)
     assert op_counts(quantized).get("DynamicQuantizeLSTM") == 1
     lengths = [9, 4, 1, 0, 6]
@@ -105,7 +105,7 @@ def test_padded_steps_may_hold_anything(padding):
 def test_mask_mode_any_on_masks_that_are_not_post_padded(layout):
     """In "any" the LSTM runs over each row's valid steps moved first: the zeroing past each row's
     length keeps them, whatever the padded steps hold, and the numbers stay within the tolerance."""
-    native = with_dense(mlr.rewrite_onnx(EXPLICIT_MASK, mask_mode="any")[0])
+    native = with_dense(mlr.rewrite_onnx(EXPLICIT_MASK, mask_mode="any", schedule=False)[0])
     quantized = quantize_model(native)
     assert op_counts(quantized).get("DynamicQuantizeLSTM") == 1 and "Loop" not in op_counts(quantized)
     lengths = [9, 4, 1, 0, 6]
@@ -201,6 +201,15 @@ def test_a_bad_mode_names_the_value_given_and_the_valid_ones(native, mode):
 def test_what_does_not_go_with_int8_is_refused_in_one_line(options, refusal):
     with pytest.raises(ValueError, match=refusal) as raised:
         mlr.rewrite_onnx(LSTM, quantize="int8", **options)
+    assert "\n" not in str(raised.value)
+
+
+def test_quantize_leaves_the_schedule_out_and_a_scheduled_model_is_refused():
+    """The schedule is on by default, but not with ``quantize``: the quantizer does not reach into an If."""
+    quantized, _ = mlr.rewrite_onnx(LSTM, quantize="int8")
+    assert "DynamicQuantizeLSTM" in {n.op_type for n in quantized.graph.node}
+    with pytest.raises(ValueError, match="schedule's If nodes.*quantize='int8'.*schedule=False") as raised:
+        quantize_model(mlr.rewrite_onnx(LSTM)[0])
     assert "\n" not in str(raised.value)
 
 
