@@ -16,7 +16,9 @@ listed here. The reader, the planner, the emitter and the plugin consult this mo
   be one ``direction="bidirectional"`` node, :func:`bidirectional_slow` where it would be slower;
   :func:`cut_to_longest` tells the planner to run the masked nodes only up to the longest row,
   :func:`zeros_past_lengths` that a node's ``Y`` can stand in for the zero step the emitter appends,
-  :func:`explicit_zero_state` that a masked node is given its zero initial state.
+  :func:`explicit_zero_state` that a masked node is given its zero initial state;
+  :func:`schedule_veto` why a graph gets no length-aware schedule for the target, and
+  :func:`schedules_cell_stacks` whether a layer of stacked cells gets it.
 
 Measured with onnxruntime 1.31 and OpenVINO 2026.4 (tests/test_float64.py and tests/test_openvino.py
 pin them).
@@ -57,6 +59,12 @@ class Runtime:
     # makes a recurrent node's missing initial h from the shape of its input, and so keeps the Transpose
     # in front of the node that it otherwise folds into its own layout
     folds_transposes_given_initial_h: bool = False
+    # computes a division by a tensor (1 / x, c / x) as x / c where it fuses the division into a reduction
+    # before it, which it does in a graph holding the schedule's If (schedule_veto)
+    fuses_divisions_wrongly: bool = False
+    # compiles the schedule of a layer of stacked cells (one If per cell, each reading the one below's)
+    # once the model's shapes are made static
+    compiles_scheduled_cell_stacks: bool = True
 
 
 # a bidirectional LSTM or GRU node, masked or not: 5-8% slower than two forward nodes at batch 32 and 128
@@ -74,7 +82,12 @@ OPENVINO = Runtime(
     scrambles_shared_swaps=True, bidirectional_ignores_lengths=("RNN",),
     # a bidirectional node: 8-18% slower than two forward nodes at batch 32 and 128 in a whole model (GRU, RNN;
     # LSTM: over features), the same at batch 1 and 8; an LSTM or GRU node naming its activations 2-10x slower
-    bidirectional_slow=("LSTM", "GRU", "RNN"), runs_every_step=True, folds_transposes_given_initial_h=True)
+    bidirectional_slow=("LSTM", "GRU", "RNN"), runs_every_step=True, folds_transposes_given_initial_h=True,
+    # a LayerNormalization (tf2onnx's Rsqrt: Sqrt, then Reciprocal) feeding a layer with the schedule: 0.2-0.9
+    # from Keras on the CPU, while Pow(x, -1) instead of the Reciprocal is exact (tests/test_schedule.py)
+    fuses_divisions_wrongly=True,
+    # "Can not create StaticMemory object. The memory desc is undefined" after model.reshape to static shapes
+    compiles_scheduled_cell_stacks=False)
 RUNTIMES = (ONNXRUNTIME, OPENVINO)
 TARGETS = tuple(runtime.name for runtime in RUNTIMES)
 _BY_NAME = {runtime.name: runtime for runtime in RUNTIMES}
@@ -152,6 +165,36 @@ def explicit_zero_state(target: Optional[str]) -> bool:
 
 
 ZEROS_VETO = "{title} writes other values than zeros there with dynamic shapes"
+
+# ops that divide by their input, as TensorFlow (before tf2onnx converts its ops) and ONNX spell them; and
+# those that divide by their second input (a division by a tensor when the first is a constant)
+RECIPROCAL_OPS = ("Rsqrt", "Reciprocal", "Inv")
+QUOTIENT_OPS = ("Div", "RealDiv", "DivNoNan")
+
+
+def schedule_veto(graph, target: Optional[str]) -> Optional[str]:
+    """Why a model of ``graph`` for ``target`` (None: every runtime) gets no length-aware schedule, or None:
+    a runtime computes one of its divisions by a tensor (a ``LayerNormalization``'s ``Rsqrt``) wrongly beside
+    the schedule's ``If`` (:attr:`Runtime.fuses_divisions_wrongly`)."""
+    for entry in _entries(target):
+        if entry.fuses_divisions_wrongly:
+            node = next((node for node in graph.get_nodes() if _divides_by_a_tensor(node)), None)
+            if node is not None:
+                return (f"{entry.title} computes {node.type} node '{node.name}' (a division by a tensor) wrongly "
+                        f"in a graph with the schedule's If")
+    return None
+
+
+def schedules_cell_stacks(target: Optional[str]) -> bool:
+    """Does a layer of stacked cells get the length-aware schedule for ``target`` (None: every runtime)?"""
+    return all(entry.compiles_scheduled_cell_stacks for entry in _entries(target))
+
+
+def _divides_by_a_tensor(node) -> bool:
+    if node.type in RECIPROCAL_OPS:
+        return True
+    numerator = node.inputs[0] if node.type in QUOTIENT_OPS and node.inputs else None
+    return numerator is not None and numerator.is_const()
 
 
 def bidirectional_veto(op: str, target: Optional[str]) -> Optional[str]:

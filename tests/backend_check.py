@@ -27,6 +27,7 @@ import onnx
 import onnxruntime as ort
 
 import masked_lstm_rewriter as mlr
+from masked_lstm_rewriter.corpus.ops import walk_nodes
 
 LENGTHS = (7, 3, 0, 5)  # a full row, an empty one, others
 STEPS = 7
@@ -89,7 +90,8 @@ def compare(model, onnx_model, batch) -> dict:
     got = session.run(None, {i.name: value for i, value in zip(session.get_inputs(), batch)})
     shapes_agree = len(got) == len(expected) and all(g.shape == e.shape for g, e in zip(got, expected))
     error = max(float(np.max(np.abs(g - e))) for g, e in zip(got, expected)) if shapes_agree else float("inf")
-    return {"error": error, "ops": sorted({node.op_type for node in onnx_model.graph.node}), "names": names(onnx_model)}
+    return {"error": error, "ops": sorted({node.op_type for node in walk_nodes(onnx_model.graph)}),  # a scheduled layer:
+            "names": names(onnx_model)}                                                            # its single node
 
 
 def names(onnx_model) -> list:

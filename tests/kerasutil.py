@@ -295,7 +295,8 @@ def layer_directions(onnx_model, op="LSTM"):
             continue
         assert attrs["direction"].s == b"forward", "every native node must run forward, or be bidirectional"
         source = producers.get(node.input[0])
-        while source is not None and source.op_type in ("Where", "Pad"):  # the padding column
+        while source is not None and (source.op_type in ("Where", "Pad")  # the padding column
+                                      or source.op_type == "Slice" and len(source.input) < 5):  # the cut at the longest row
             source = producers.get(source.input[1] if source.op_type == "Where" else source.input[0])
         if source is not None and source.op_type == "Gather":  # gathered rows: reversed by their indices
             source = producers.get(source.input[1])

@@ -384,7 +384,8 @@ def test_environment_switch_in_a_script_converting_with_from_keras(imports):
         "spec = [tf.TensorSpec((None, None), tf.int32)]",
         "onnx_model, _ = tf2onnx.convert.from_keras(model, input_signature=spec, opset=15)",
         "import masked_lstm_rewriter as mlr",
-        "print(sorted({n.op_type for n in onnx_model.graph.node} & {'LSTM', 'Loop'}), mlr.enabled_mode())",
+        "from masked_lstm_rewriter.corpus.ops import walk_nodes",  # a scheduled layer: its single node
+        "print(sorted({n.op_type for n in walk_nodes(onnx_model.graph)} & {'LSTM', 'Loop'}), mlr.enabled_mode())",
     ])
     env = dict(os.environ, TF2ONNX_MASKED_LSTM="post", PYTHONPATH=os.path.dirname(os.path.abspath(__file__)))
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, check=False)

@@ -19,6 +19,7 @@ from onnx import numpy_helper
 
 import masked_lstm_rewriter as mlr
 from masked_lstm_rewriter.corpus import manifest, runner
+from masked_lstm_rewriter.corpus.ops import walk_nodes
 
 pytestmark = pytest.mark.usefixtures("plugin_off")
 ENTRIES = {e["name"]: e for e in manifest.load_manifest()["entries"] if manifest.is_onnx_file(e)}
@@ -74,7 +75,7 @@ def _with_other_bias(rewrite):
     """``rewrite_onnx`` whose native node's bias is off by 0.25: a rewrite giving other numbers."""
     def doctored(model, output_path=None, **options):
         rewritten, report = rewrite(model, **options)
-        node = next(n for n in rewritten.graph.node if n.op_type in ("LSTM", "GRU", "RNN"))
+        node = next(n for n in walk_nodes(rewritten.graph) if n.op_type in ("LSTM", "GRU", "RNN"))
         bias = next(t for t in rewritten.graph.initializer if t.name == node.input[3])
         bias.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(bias) + np.float32(0.25), bias.name))
         onnx.save(rewritten, output_path)

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The shape of what the emitter builds: one LSTM per layer, one guard per mask, lean fix-ups."""
+"""The shape of what the emitter builds: one LSTM per layer, one guard per mask, lean fix-ups (without the
+length-aware schedule, whose layer If holds this single node in a branch: tests/test_schedule.py)."""
 
 import onnx
 import pytest
@@ -10,6 +11,8 @@ from models import UNITS, embedding_model, initial_state_model
 import masked_lstm_rewriter as mlr
 
 pytestmark = pytest.mark.grid  # a sample of each parametrized grid (tests/grid.py)
+
+SINGLE_NODE = mlr.make_rewriter(schedule=False)
 
 
 def lstm_nodes(onnx_model):
@@ -27,7 +30,7 @@ def producers(onnx_model):
 def test_lstm_node_attributes_and_inputs():
     model, spec, _ = embedding_model(keras.layers.LSTM(UNITS, return_sequences=True,
                                                        recurrent_activation="hard_sigmoid"))
-    onnx_model = convert(model, spec)
+    onnx_model = convert(model, spec, SINGLE_NODE)
     (node,) = lstm_nodes(onnx_model)
     attrs = attributes(node)
     assert attrs["hidden_size"] == UNITS and attrs["direction"] == b"forward"
@@ -43,13 +46,13 @@ def test_lstm_node_attributes_and_inputs():
 
 def test_initial_state_is_passed_to_the_lstm():
     model, spec, _ = initial_state_model(keras.layers.LSTM(UNITS, return_sequences=True, return_state=True))
-    (node,) = lstm_nodes(convert(model, spec))
+    (node,) = lstm_nodes(convert(model, spec, SINGLE_NODE))
     assert all(node.input[5:7])
 
 
 def test_one_guard_and_one_length_computation_per_mask():
     model, spec, _ = embedding_model(*[keras.layers.LSTM(UNITS, return_sequences=True) for _ in range(3)])
-    onnx_model = convert(model, spec)
+    onnx_model = convert(model, spec, SINGLE_NODE)
     assert op_counts(onnx_model)["LSTM"] == 3
     guards = [n for n in onnx_model.graph.node if n.name.startswith(mlr.GUARD_MESSAGE)]
     assert len(guards) == 1

@@ -139,7 +139,7 @@ INJECTIONS = {
 # what the reason says the rewriter was doing (plugin/unforeseen.py), for each injection
 STAGES = {
     "mask tensors": "rewrite failed while computing the mask's lengths, guard or reordering (plan/masks.py, _emit)",
-    "lstm node": "rewrite failed while emitting the native node (emit/node.py, _single)",
+    "lstm node": "rewrite failed while emitting the schedule's segments (emit/segments.py, segments)",  # its first LSTM
     "after the first rewiring": "while pointing the loop's consumers at the native node's outputs (emit/rewire.py",
     "after removing the loop": "while pointing the loop's consumers at the native node's outputs (emit/rewire.py, rewire)",
 }

@@ -3,6 +3,7 @@
 every layer kind, direction and mask mode, on batches that run it and on batches that do not."""
 
 import functools
+import logging
 
 import numpy as np
 import onnx
@@ -11,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import helper
 
-from kerasutil import (assert_matches_keras, check_batches, convert, keras, layer_directions, onnx_outputs,
+from kerasutil import (FLAVOUR, assert_matches_keras, check_batches, convert, keras, layer_directions, onnx_outputs,
                        oracle_outputs, post_padded_tokens, scheduled_layers, walk_nodes)
 from models import FEATURES, UNITS, embedding_model, explicit_mask_model, initial_state_model
 from test_stacked_cells import stacked_embedding_model
@@ -100,13 +101,16 @@ def test_every_kind_direction_and_mode(kind, direction, mode):
 
 @pytest.mark.parametrize("mode", ["post", "any"])
 def test_stacked_cells_in_one_loop(mode):
-    """``keras.layers.RNN([cells])``: one node per cell, each in segments over the one below's
-    outputs, with every cell's final states (the LSTM's c through its padding column)."""
+    """``keras.layers.RNN([cells])`` converted for onnxruntime: one node per cell, each in segments over
+    the one below's outputs, with every cell's final states (the LSTM's c through its padding column).
+    For any runtime, no schedule: OpenVINO 2026.4 fails to compile a scheduled stack of cells once its
+    shapes are made static (targets.schedules_cell_stacks); exact either way."""
     rnn = keras.layers.RNN([keras.layers.LSTMCell(UNITS), keras.layers.GRUCell(3)], go_backwards=True,
                            return_sequences=True, return_state=True)
     model, spec, _ = stacked_embedding_model(rnn)
     batches = [[tokens(BATCHES["long-tailed"])], [tokens(BATCHES["reversed"], 1)]]
-    check_scheduled(model, spec, batches, {"LSTM": 1, "GRU": 1}, rewriter=scheduled(mode))
+    check_scheduled(model, spec, batches, {"LSTM": 1, "GRU": 1}, rewriter=scheduled(mode, runtime="onnxruntime"))
+    assert not scheduled_layers(check_batches(model, spec, batches[:1], rewriter=scheduled(mode)))
 
 
 @pytest.mark.parametrize("opset", [13, 18])
@@ -333,11 +337,14 @@ def test_the_cheap_bound_skips_full_rows_and_keeps_long_tails():
             for lengths in ([STEPS] * 16, [30] * 8 + [20] * 8, LONG_TAILED)] == [False, False, True]
 
 
-def test_off_by_default():
-    """Without ``schedule=True`` the graph is the single node's, with no If."""
+def test_on_by_default_and_off_when_asked_or_quantized():
+    """The default conversion has the schedule; ``schedule=False`` and ``quantize="int8"`` give the
+    single node's graph, with no If."""
     model, spec, _ = embedding_model(keras.layers.LSTM(UNITS, return_sequences=True))
-    onnx_model = convert(model, spec)
-    assert not any(n.op_type == "If" for n in onnx_model.graph.node)
+    assert scheduled_layers(convert(model, spec)) == scheduled_layers(mlr.convert(model).onnx_model) == 1
+    for unscheduled in (convert(model, spec, mlr.make_rewriter(schedule=False)),
+                        mlr.convert(model, schedule=False).onnx_model, mlr.convert(model, quantize="int8").onnx_model):
+        assert not any(n.op_type == "If" for n in unscheduled.graph.node)
 
 
 def test_a_scheduled_layer_runs_on_every_runtime():
@@ -348,6 +355,24 @@ def test_a_scheduled_layer_runs_on_every_runtime():
         convert(model, spec, rewriter=scheduled(runtime=runtime))
         layer = mlr.last_report().layers[0]
         assert layer.not_for == (() if runtime != "onnxruntime" else ("openvino",)), (runtime, layer.not_for)
+
+
+def test_a_layer_normalization_keeps_the_schedule_out_where_openvino_may_run_the_model(caplog):
+    """OpenVINO 2026.4 computes a LayerNormalization's reciprocal (Keras 3's Rsqrt, which tf2onnx makes a
+    Sqrt, then a Reciprocal) as x / 1 in a graph holding the schedule's If (0.2-0.9 off): a model for any
+    runtime, or for OpenVINO, with such a division gets no schedule (said at INFO); tf_keras's
+    LayerNormalization (a fused batch normalization) divides by no tensor and keeps it. Exact on both
+    runtimes either way; for onnxruntime the schedule stays, exact there."""
+    model, spec, _ = embedding_model(keras.layers.LayerNormalization(), keras.layers.LSTM(UNITS, return_sequences=True))
+    batches = [[tokens(LONG_TAILED)], [tokens([STEPS, 3, 0, 1])]]
+    for runtime in (None, "openvino"):
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="masked_lstm_rewriter"):
+            onnx_model = check_batches(model, spec, batches, rewriter=scheduled(runtime=runtime))
+        vetoed = any("schedule is left out: OpenVINO computes" in r.getMessage()
+                     and "(a division by a tensor)" in r.getMessage() for r in caplog.records)
+        assert scheduled_layers(onnx_model) == (0 if vetoed else 1) and vetoed == (FLAVOUR == "keras3")
+    check_scheduled(model, spec, batches[:1], {"LSTM": 1}, rewriter=scheduled(runtime="onnxruntime"))
 
 
 def test_openvino_reuses_a_compiled_model_over_batches_that_grow():

@@ -52,6 +52,7 @@ def rewrite_graph(graph, ops, sources, mask_mode: str, target, schedule: bool = 
     """Rewrite every layer the ``sources`` find among ``ops`` that reads and passes the target's veto;
     say why of every other one they find. ``streaming``: each layer rewritten takes its initial states
     as graph inputs and returns its final states as graph outputs (:mod:`.streaming`)."""
+    schedule = schedule and _schedule_allowed(graph, target)
     for source in sources:
         layers = []
         for found in _read_bottom_up(graph, source, ops):
@@ -63,6 +64,15 @@ def rewrite_graph(graph, ops, sources, mask_mode: str, target, schedule: bool = 
         if layers:
             connect = returning_states(source.connect) if streaming else source.connect
             rewrite_layers(graph, source.prepare(graph, layers), mask_mode, target, schedule, connect)
+
+
+def _schedule_allowed(graph, target) -> bool:
+    """No runtime of ``target`` vetoes the schedule for ``graph`` (:func:`..targets.schedule_veto`; said at INFO)."""
+    veto = targets.schedule_veto(graph, target)
+    if veto is not None:
+        logger.info("the length-aware schedule is left out: %s; a model converted with runtime='onnxruntime' "
+                    "has it", veto)
+    return veto is None
 
 
 def _read_bottom_up(graph, source, ops) -> list:
@@ -134,7 +144,8 @@ def vetted(graph, layer, target, streaming: bool = False):
 
 def _emit_masked(graph, layer, planner: MaskPlanner, masks: BatchMasks, target, connect) -> list:
     """Plan the layer's mask and emit the layer; the vetoes of the other runtimes."""
-    tensors = planner.tensors_for(masks.mask_for(layer), layer.mask_post_padded, layer.x)
+    tensors = planner.tensors_for(masks.mask_for(layer), layer.mask_post_padded, layer.x,
+                                  schedule=len(layer.cells) == 1 or targets.schedules_cell_stacks(target))
     vetoes = targets.not_for(layer, target)
     emit_layer(graph, layer, tensors, connect)
     return vetoes

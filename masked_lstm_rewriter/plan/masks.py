@@ -126,14 +126,16 @@ class MaskPlanner:
         self.zero_state = zero_state  # give the nodes their zero initial h (targets.explicit_zero_state)
         self._cache = {}
 
-    def tensors_for(self, mask: str, post_padded: bool, x_tm: str) -> MaskTensors:
+    def tensors_for(self, mask: str, post_padded: bool, x_tm: str, schedule: bool = True) -> MaskTensors:
         """``post_padded``: the mask is post-padded by construction (no guard, no reorder); ``x_tm``:
-        the [T, B, I] input of a layer the mask is for (its steps are the mask's)."""
-        if mask not in self._cache:
-            self._cache[mask] = self._emit(mask, post_padded, x_tm)
-        return self._cache[mask]
+        the [T, B, I] input of a layer the mask is for (its steps are the mask's); ``schedule``: the
+        layer may have the schedule (with the planner's)."""
+        key = (mask, self.schedule and schedule)
+        if key not in self._cache:
+            self._cache[key] = self._emit(mask, post_padded, x_tm, key[1])
+        return self._cache[key]
 
-    def _emit(self, mask: str, post_padded: bool, x_tm: str) -> MaskTensors:
+    def _emit(self, mask: str, post_padded: bool, x_tm: str, schedule: bool) -> MaskTensors:
         """Every count is read off the mask as [B, T, 1], the tensor Keras transposes into the
         time-major mask the fix-ups need (the optimizer merges both with Keras's own): reductions
         over it give the [B] lengths and the [B, 1] ones (which broadcast as [1, B, 1] over
@@ -155,7 +157,7 @@ class MaskPlanner:
         # the plan reads the lengths before the guard (as the fix-ups do) and its batch size after it,
         # so that every path still runs the guard first
         segments = None
-        if self.schedule and schedulable(g, mask):
+        if schedule and schedulable(g, mask):
             segments = plan_segments(g, lengths, guarded, mask_tm, single_zeros=self.zeros,
                                      single_steps=_longest(g, lengths) if self.cut else "")
         longest = _longest(g, lengths) if self.cut and segments is None else ""

@@ -135,3 +135,34 @@ def test_a_bidirectional_node_is_slow_where_any_runtime_of_the_target_runs_it_sl
     assert targets.bidirectional_slow("RNN", "openvino") == "OpenVINO"
     assert targets.bidirectional_slow("LSTM", "openvino", ["HardSigmoid", "Tanh", "Tanh"]) is None
     assert targets.bidirectional_slow("RNN", None, ["Softsign"]) is None  # onnxruntime's is as fast
+
+
+def _graph_with(op_type: str, numerator_const: bool = False):
+    """A tf2onnx graph computing ``op_type`` of x (with a constant or x as the first input of a division)."""
+    import numpy as np  # pylint: disable=import-outside-toplevel
+    from onnx import TensorProto  # pylint: disable=import-outside-toplevel
+    from tf2onnx.graph import Graph  # pylint: disable=import-outside-toplevel
+    graph = Graph([], opset=15)
+    graph.add_graph_input("x", TensorProto.FLOAT, [2, 3])
+    two = graph.make_const("two", np.array(2.0, np.float32)).output[0]
+    inputs = ["x"] if op_type in targets.RECIPROCAL_OPS else ([two, "x"] if numerator_const else ["x", two])
+    graph.make_node(op_type, inputs, name="the_division")
+    return graph
+
+
+@pytest.mark.parametrize("op_type, numerator_const, vetoed", [
+    ("Rsqrt", False, True), ("Reciprocal", False, True), ("Inv", False, True),
+    ("Div", True, True), ("RealDiv", True, True), ("Div", False, False), ("Mul", True, False),
+])
+def test_a_division_by_a_tensor_vetoes_the_schedule_where_a_runtime_fuses_it_wrongly(op_type, numerator_const, vetoed):
+    graph = _graph_with(op_type, numerator_const)
+    for target in (None, "openvino"):
+        veto = targets.schedule_veto(graph, target)
+        assert (veto is not None) == vetoed, veto
+        assert veto is None or ("OpenVINO" in veto and f"{op_type} node 'the_division'" in veto)
+    assert targets.schedule_veto(graph, "onnxruntime") is None
+
+
+def test_a_stack_of_cells_gets_the_schedule_only_where_every_runtime_compiles_it():
+    assert targets.schedules_cell_stacks("onnxruntime")
+    assert not targets.schedules_cell_stacks("openvino") and not targets.schedules_cell_stacks(None)
