@@ -326,13 +326,18 @@ def make_if(graph, condition: str, name: str, then_branch, else_branch) -> list:
         branches[key] = _branch(graph)
         _set_outputs(branches[key], build(branches[key]))
     then, other = branches["then_branch"], branches["else_branch"]
+    shapes = [_common_rank(then.get_shape(tensor), other.get_shape(tensor_else))
+              for tensor, tensor_else in zip(then.outputs, other.outputs)]
+    # given, not inferred: tf2onnx's inference would copy both branches into a model of their own
     node = graph.make_node("If", [condition], output_count=len(then.outputs), branches=branches,
-                           name=utils.make_name(name))
-    for outer, tensor, tensor_else in zip(node.output, then.outputs, other.outputs):
-        graph.set_dtype(outer, then.get_dtype(tensor))
-        shapes = then.get_shape(tensor), other.get_shape(tensor_else)
-        graph.set_shape(outer, shapes[0] if shapes[0] is not None and len(shapes[0]) == len(shapes[1] or ()) else None)
+                           name=utils.make_name(name), dtypes=[then.get_dtype(t) for t in then.outputs],
+                           shapes=shapes, infer_shape_dtype=False)
     return list(node.output)
+
+
+def _common_rank(shape, other):
+    """``shape`` (rank only, as the branches' outputs have) where both branches give that rank, else None."""
+    return shape if shape is not None and other is not None and len(shape) == len(other) else None
 
 
 def _branch(graph):
