@@ -75,6 +75,17 @@ def _schedule_allowed(graph, target) -> bool:
     return veto is None
 
 
+def _stack_allowed(layer, schedule: bool, target) -> bool:
+    """Can ``layer`` have the schedule as far as its cells go (:func:`..targets.schedules_cell_stacks`;
+    a stack of cells left out is said at INFO)?"""
+    if len(layer.cells) == 1 or targets.schedules_cell_stacks(target):
+        return True
+    if schedule:
+        logger.info("layer '%s' (stacked cells): the length-aware schedule is left out, OpenVINO fails to compile "
+                    "it with static shapes; a model converted with runtime='onnxruntime' has it", layer.layer)
+    return False
+
+
 def _read_bottom_up(graph, source, ops) -> list:
     """The source's candidates read (not the nodes that are no recurrent layer), the layers in the order
     :func:`..plan.order.bottom_up` gives them (the refusals where they were): streamed layers' state
@@ -145,7 +156,7 @@ def vetted(graph, layer, target, streaming: bool = False):
 def _emit_masked(graph, layer, planner: MaskPlanner, masks: BatchMasks, target, connect) -> list:
     """Plan the layer's mask and emit the layer; the vetoes of the other runtimes."""
     tensors = planner.tensors_for(masks.mask_for(layer), layer.mask_post_padded, layer.x,
-                                  schedule=len(layer.cells) == 1 or targets.schedules_cell_stacks(target))
+                                  schedule=_stack_allowed(layer, planner.schedule, target))
     vetoes = targets.not_for(layer, target)
     emit_layer(graph, layer, tensors, connect)
     return vetoes

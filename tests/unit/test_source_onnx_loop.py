@@ -15,6 +15,7 @@ import pytest
 from onnx import helper, numpy_helper
 
 import masked_lstm_rewriter as mlr
+from masked_lstm_rewriter.corpus.ops import scheduled_layers
 from masked_lstm_rewriter.onnx_file import model_io
 from _harness import (assert_same_outputs, available_runtimes, check_refuses, check_rewrites, fast_bidirectional,
                       native_nodes, run)
@@ -295,3 +296,20 @@ def test_no_file_is_written_when_the_model_cannot_be_read(tmp_path):
     with pytest.raises(ValueError, match="not an ONNX model"):
         mlr.rewrite_onnx(str(bad), str(tmp_path / "out.onnx"))
     assert not (tmp_path / "out.onnx").exists()
+
+
+def test_a_file_that_divides_by_a_tensor_gets_the_schedule_for_onnxruntime_only(caplog):
+    """OpenVINO 2026.4 computes a Reciprocal wrongly beside the schedule's If (targets.schedule_veto): a
+    file holding one is rewritten without the schedule for any runtime (said at INFO), with it for
+    onnxruntime; the file's outputs either way."""
+    original = onnx.load(EMB_LSTM)
+    original.graph.initializer.append(numpy_helper.from_array(np.array(2.0, np.float32), "two"))
+    original.graph.node.extend([helper.make_node("Add", [original.graph.output[0].name, "two"], ["shifted"]),
+                                helper.make_node("Reciprocal", ["shifted"], ["reciprocal"])])  # within 1/3 and 1
+    original.graph.output.append(helper.make_tensor_value_info("reciprocal", onnx.TensorProto.FLOAT, None))
+    with caplog.at_level("INFO", logger="masked_lstm_rewriter"):
+        model, _ = check_rewrites(OnnxFile(original), "post")
+    assert not scheduled_layers(model) and any("left out: OpenVINO computes Reciprocal" in r.getMessage()
+                                               for r in caplog.records)
+    model, _ = check_rewrites(OnnxFile(original, "onnxruntime"), "post")
+    assert scheduled_layers(model) == 1
