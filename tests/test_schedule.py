@@ -237,13 +237,13 @@ def test_segments_cover_long_tailed_batches():
     (lambda: keras.layers.LSTM(UNITS, return_sequences=True), 0),
     (lambda: keras.layers.LSTM(UNITS, return_sequences=True, go_backwards=True), 1)], ids=["plain", "go_backwards"])
 def test_the_layers_if_gives_zeros_past_the_lengths(layer, wheres, runtime):
-    """Both branches of a layer's If give zeros past each row's length: the segments' rows end with a
-    zeros row, which the gather indices read there; the single node's branch is the bare node where
-    its runtime writes zeros there (onnxruntime), its Y returned as the node gives it, and for any
-    runtime its Y with a zero row appended (one Concat), which its indices read there. So the fix-ups
-    after the If are the ones without a schedule: a plain layer's sequence is one Gather of the If's
-    rows, at the If's indices composed with the batch-major ones (one copy), with no zero step
-    appended and no Where; a reversed layer keeps its Where."""
+    """Past each row's length the rows of a layer's If read as zeros: the segments' indices point at a zero
+    row there, which they append to their rows where the runtime's node writes zeros past the lengths
+    (onnxruntime), and which the rows get after the If for any runtime (one Pad, where the fix-ups
+    without a schedule pad the node's Y). The single node's branch holds the bare node, its Y returned
+    as the node gives it. So the fix-ups after the If are the ones without a schedule: a plain layer's
+    sequence is one Gather of the If's rows, at the plan's indices composed with the batch-major ones
+    (one copy), with no Where; a reversed layer keeps its Where."""
     model, spec, _ = embedding_model(layer())
     rewriter = scheduled(runtime=runtime)
     onnx_model = check_scheduled(model, spec, [[tokens(LONG_TAILED)]], {"LSTM": 1}, rewriter=rewriter)
@@ -251,21 +251,26 @@ def test_the_layers_if_gives_zeros_past_the_lengths(layer, wheres, runtime):
     main = onnx_model.graph.node
     layer_if = next(n for n in main if n.op_type == "If" and n.name.startswith(SCHEDULE_NAME)
                     and "_plan" not in n.name)
-    assert sum(n.op_type == "Where" for n in main) == wheres
+    assert sum(n.op_type == "Where" for n in main) == wheres + 1  # and the plan's choice of indices
     single = next(a.g for a in layer_if.attribute if a.name == "else_branch")
-    lstm = [n for n in single.node if n.op_type == "LSTM"]
-    made_in_branch = {output: n for n in single.node for output in n.output}
-    rows_made_by = made_in_branch[single.output[1].name]
-    assert len(lstm) == 1
-    assert (rows_made_by is lstm[0]) if runtime else (rows_made_by.op_type == "Concat")
-    if wheres == 0:  # the graph's output: Gather(Reshape(the If's rows), Gather(Reshape(the If's indices), ...))
+    assert [n.op_type for n in single.node] == ["LSTM"] and single.output[1].name == single.node[0].output[0]
+    in_segments = next(a.g for a in layer_if.attribute if a.name == "then_branch")
+    made_in_segments = {output: n for n in in_segments.node for output in n.output}
+    stacked = made_in_segments[in_segments.output[1].name]
+    assert stacked.op_type == "Concat" and len(stacked.input) == SEGMENTS + (runtime == "onnxruntime")
+    if wheres == 0:  # the graph's output: Gather(the If's rows, Gather(Reshape(the plan's indices), ...))
         made_by = {output: n for n in main for output in n.output}
         gather = made_by[onnx_model.graph.output[0].name]
         rows, index = (made_by[name] for name in gather.input)
-        assert (gather.op_type, rows.op_type, index.op_type) == ("Gather", "Reshape", "Gather")
-        assert made_by[rows.input[0]] is layer_if and list(rows.input) == [layer_if.output[1], layer_if.output[0]]
-        assert made_by[index.input[0]].op_type == "Reshape"
-        assert made_by[index.input[0]].input[0] == layer_if.output[2]
+        assert (gather.op_type, index.op_type) == ("Gather", "Gather")
+        if runtime is None:
+            assert rows.op_type == "Pad"
+            rows = made_by[rows.input[0]]
+        assert rows.op_type == "Reshape" and list(rows.input) == [layer_if.output[1], layer_if.output[0]]
+        flat = made_by[index.input[0]]
+        assert flat.op_type == "Reshape"
+        plan_indices = made_by[flat.input[0]] if runtime else made_by[made_by[flat.input[0]].input[0]]
+        assert plan_indices.op_type == "Where"
 
 
 def nested_ifs(node) -> list:

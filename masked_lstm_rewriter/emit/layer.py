@@ -71,6 +71,7 @@ class NodeOutputs:
     h_last: str       # [B, H]: the output at the last valid step, zeros for a row with none
     h_last_step: str  # [1, B, H]: the same, broadcasting over the time axis
     c_last: Optional[str]  # [B, H], LSTM only: the cell state after the last valid step
+    zero_row: bool = False  # ``y`` is gathered from rows whose last is zeros (the schedule's If)
 
 
 def emit_layer(graph, layer: MaskedRecurrentLayer, masks: MaskTensors, connect=rewire) -> None:
@@ -109,13 +110,14 @@ def _emit_recurrent_node(g, layer: MaskedRecurrentLayer, cell: RecurrentCell, ma
     node = cell_node(g, cell, x, masks.lengths, f"{layer.layer}/masked_{cell.kind.lower()}", padding_column,
                      masks.batch)
     # in segments, an LSTM's final cell state past its row's length is held by the padding column
-    y, c_last = emit_node(g, node, masks.segments)
+    zero_row = masks.segments is not None and not masks.zeros_past_lengths
+    y, c_last = emit_node(g, node, masks.segments, pad_rows=zero_row)
     y_node = y
     h_last_step = last_valid_step(g, y, masks, cell.hidden_size)
     if layer.direction == "reverse":
         y = _reverse_valid_steps(g, y, masks)
     return NodeOutputs(y=y, y_node=y_node, h_last=drop_time_axis(g, h_last_step),
-                       h_last_step=h_last_step, c_last=c_last)
+                       h_last_step=h_last_step, c_last=c_last, zero_row=zero_row)
 
 
 def steps_run(g, x_tm: str, masks: MaskTensors) -> str:
@@ -130,15 +132,38 @@ def steps_run(g, x_tm: str, masks: MaskTensors) -> str:
     return first_steps(g, x_tm, masks.longest, 0)
 
 
-def all_steps(g, y: str, masks: MaskTensors) -> str:
+def all_steps(g, y: str, masks: MaskTensors, zero_row: bool = False) -> str:
     """``y`` [steps run, B, H] with zeros for the steps the nodes did not run, [T, B, H] as the mask (``y``
-    itself where they ran every step): what the fix-ups that select by the time-major mask read."""
+    itself where they ran every step): what the fix-ups that select by the time-major mask read.
+    ``zero_row``: see :func:`_zero_steps_appended`."""
     if not masks.longest:
         return y
     steps = make_op(g, "Gather", make_op(g, "Shape", masks.mask_tm), int64_const(g, "time_axis", [0]))
     missing = make_op(g, "Sub", steps, make_op(g, "Cast", masks.longest, to=TensorProto.INT64))
-    pads = make_op(g, "Concat", int64_const(g, "before", [0, 0, 0]), missing, int64_const(g, "after", [0, 0]), axis=0)
-    return make_op(g, "Pad", y, pads)
+    return _zero_steps_appended(g, y, missing, zero_row)
+
+
+def _zero_steps_appended(g, y: str, count, zero_row: bool = False) -> str:
+    """``y`` [S, B, H] with ``count`` (an int, or a [1] int64 tensor) steps of zeros after its own; of a ``y``
+    gathered from rows (:func:`..graph.gathered_rows`), ``count`` steps of the last row appended to the
+    Gather's index, a zero row: the rows' own where ``zero_row`` (the schedule's, :class:`NodeOutputs`),
+    else one appended to them. The fix-ups then still compose their indices with it (one copy either way)."""
+    gathered = gathered_rows(g, y)
+    if gathered is None:
+        return make_op(g, "Pad", y, _step_pads(g, count, 3))
+    rows, index = gathered
+    width = g.get_shape(rows)[-1]
+    if not zero_row:
+        rows = make_op(g, "Concat", rows, const(g, "zero_output", np.zeros((1, width), np.float32)), axis=0)
+    return _gather_rows(g, rows, make_op(g, "Pad", index, _step_pads(g, count, 2), int64_scalar(g, -1)), width)
+
+
+def _step_pads(g, count, rank: int) -> str:
+    """A Pad's pads that append ``count`` (an int, or a [1] int64 tensor) entries to axis 0 of a tensor of ``rank``."""
+    if isinstance(count, int):
+        return int64_const(g, "pads", [0] * rank + [count] + [0] * (rank - 1))
+    return make_op(g, "Concat", int64_const(g, "before", [0] * rank), count, int64_const(g, "after", [0] * (rank - 1)),
+                   axis=0)
 
 
 def _as_gathered_rows(g, x_tm: str) -> str:
@@ -219,13 +244,13 @@ def keras_outputs(g, layer: MaskedRecurrentLayer, out: NodeOutputs, masks: MaskT
     """The layer's outputs as Keras has them, from the top cell's node."""
     last_output = out.h_last  # the carried output: zeros for a row with no valid step
     in_time_order = batch_major = None
-    y_all = all_steps(g, out.y, masks)
+    y_all = all_steps(g, out.y, masks, out.zero_row)
     if masks.reorder is not None:
         # mask_mode="any": the node ran over the valid steps moved to the front; map back
         where = masks.reorder.output_map(layer.direction, layer.output_carried)
         mapped = _gather_steps(g, y_all, where.index, layer.top.hidden_size)
         in_time_order = make_op(g, "Where", where.keep, mapped, zero(g))
-        batch_major = _batch_major(g, out.y, masks, _compacted_rows(layer, masks.batch_major), layer.top.hidden_size)
+        batch_major = _batch_major(g, out, masks, _compacted_rows(layer, masks.batch_major), layer.top.hidden_size)
         if layer.direction == "reverse":
             sequence = reverse_time(g, in_time_order)
             last_output = last_output if layer.output_carried else time_step(g, in_time_order, 0)
@@ -237,18 +262,18 @@ def keras_outputs(g, layer: MaskedRecurrentLayer, out: NodeOutputs, masks: MaskT
         # zeros (the carried output starts at zeros); its last step saw the row's first step.
         in_time_order = make_op(g, "Where", masks.mask_tm, y_all, zero(g))
         sequence = reverse_time(g, in_time_order)
-        batch_major = _batch_major(g, out.y, masks, masks.batch_major.kept,
+        batch_major = _batch_major(g, out, masks, masks.batch_major.kept,
                                    layer.top.hidden_size)  # of in_time_order
     elif layer.output_carried:
         # padded steps repeat the last output: the output at the last valid step, zeros if none
         sequence = make_op(g, "Where", masks.mask_tm, y_all, out.h_last_step)
-        batch_major = _batch_major(g, out.y, masks, masks.batch_major.carried, layer.top.hidden_size)
+        batch_major = _batch_major(g, out, masks, masks.batch_major.carried, layer.top.hidden_size)
     else:
         # masked steps output zeros (zero_output_for_mask)
         sequence = make_op(g, "Where", masks.mask_tm, y_all, zero(g))
         # the last step's output: a row valid there ran every step, so it is the node's last
         last_output = make_op(g, "Where", time_step(g, masks.mask_tm, -1), time_step(g, out.y, -1), zero(g))
-        batch_major = _batch_major(g, out.y, masks, masks.batch_major.kept, layer.top.hidden_size)
+        batch_major = _batch_major(g, out, masks, masks.batch_major.kept, layer.top.hidden_size)
     if layer.output_starts_from_state and not layer.top.zero_initial_state:
         sequence, last_output = _from_initial_state(g, layer.top, masks, sequence, last_output)
         batch_major = None
@@ -268,15 +293,14 @@ def _compacted_rows(layer: MaskedRecurrentLayer, rows: BatchMajorRows) -> Option
     return None if layer.output_carried else rows.kept
 
 
-def _batch_major(g, y: str, masks: MaskTensors, rows: Optional[str], hidden: int) -> Optional[str]:
-    """[B, T, H]: a sequence in Keras's batch-major layout, by one Gather of ``y`` [T, B, H] with a
+def _batch_major(g, out: NodeOutputs, masks: MaskTensors, rows: Optional[str], hidden: int) -> Optional[str]:
+    """[B, T, H]: a sequence in Keras's batch-major layout, by one Gather of ``out.y`` [T, B, H] with a
     zero step appended (``y`` itself where it is zeros past each row's length), at ``rows`` (from
     :class:`..plan.masks.BatchMajorRows`; None: no rows show it, then None). The time-major form
     stays for other readers (the one nothing reads is removed)."""
     if rows is None:
         return None
-    if not masks.zeros_past_lengths:
-        y = make_op(g, "Pad", y, int64_const(g, "pads", [0, 0, 0, 1, 0, 0]))
+    y = out.y if masks.zeros_past_lengths else _zero_steps_appended(g, out.y, 1, out.zero_row)
     sequence = _gather_steps(g, y, rows, hidden)
     if g.get_shape(rows):
         g.set_shape(sequence, g.get_shape(rows) + [hidden])

@@ -11,14 +11,14 @@ import numpy as np
 from tf2onnx import utils
 
 from ..graph import const, gathered_rows, int64_const, int64_scalar, make_op, producer, transpose_perm
-from ..plan.masks import first_steps
 from ..plan.schedule import SEGMENTS, SegmentPlan
 
 
-def segments(g, node, plan: SegmentPlan, source: SegmentSource) -> list:
-    """The layer as one node per segment over the ordered rows: [their outputs stacked, a zeros row
-    last, as [N, 1, 1, H] (Y's rank); the plan's ``gather_y``; the final cell state in the node
-    layout, if wanted]. Their inputs are read from ``source`` (:func:`segment_source`)."""
+def segments(g, node, plan: SegmentPlan, source: SegmentSource, zero_row: bool = True) -> list:
+    """The layer as one node per segment over the ordered rows: [their outputs stacked as [N, 1, 1, H]
+    (Y's rank), a zero row last where ``zero_row`` (the plan's ``gather_y`` points there past each row's
+    length); the final cell state in the node layout, if wanted]. Their inputs are read from ``source``
+    (:func:`segment_source`)."""
     shapes, sizes, active = _bounds(g, plan)
     inputs_x = _segment_inputs(g, source, plan, sizes)
     order = make_op(g, "Gather", plan.rows, int64_scalar(g, 0), axis=0)
@@ -38,8 +38,9 @@ def segments(g, node, plan: SegmentPlan, source: SegmentSource) -> list:
         states = list(out.output[1:])
         if node.wants_c:
             flat_c.append(make_op(g, "Reshape", out.output[2], int64_const(g, "rows", [-1, node.hidden])))
-    zero_y = const(g, "zero_output", np.zeros((1, 1, 1, node.hidden), np.float32))
-    outputs = [make_op(g, "Concat", *flat_y, zero_y, axis=0), plan.gather_y]
+    if zero_row:
+        flat_y.append(const(g, "zero_output", np.zeros((1, 1, 1, node.hidden), np.float32)))
+    outputs = [make_op(g, "Concat", *flat_y, axis=0)]
     if node.wants_c:
         zero_c = const(g, "zero_state", np.zeros((1, node.hidden), np.float32))
         gather_c = make_op(g, "Gather", plan.rows, int64_const(g, "second", [1]), axis=0)      # [1, B]
@@ -57,28 +58,11 @@ class SegmentSource:
     batch_major: bool = False
     index: str = ""
 
-    def single_input(self, g, steps: str = "") -> str:
-        """``x`` for the single node's branch ``g``, its first ``steps`` ([1] int32) steps where given: the
-        Transpose or Gather that makes it is made there, so that the segments' branch skips it (the
-        steps cut before it: OpenVINO folds a Transpose into the node, and a Gather copies fewer rows)."""
-        if self.batch_major:
-            tensor = first_steps(g, self.tensor, steps, 1) if steps else self.tensor
-            return make_op(g, "Transpose", tensor, perm=[1, 0, 2])
-        if self.index:
-            return make_op(g, "Gather", self.tensor, first_steps(g, self.index, steps, 0) if steps else self.index,
-                           axis=0)
-        return first_steps(g, self.tensor, steps, 0) if steps else self.tensor
-
-    def steps(self, g) -> str:
-        """[1] int64: T, the steps of ``x``."""
-        shape = make_op(g, "Shape", self.index or self.tensor)
-        return make_op(g, "Gather", shape, int64_const(g, "time_axis", [1 if self.batch_major else 0]), axis=0)
-
 
 def segment_source(graph, x: str) -> SegmentSource:
     """Where the segments read ``x`` from, in ``graph`` (the If's): the rows it is gathered from
     (:func:`..graph.gathered_rows`: composed indices), the batch-major tensor Keras transposes into it
-    (:func:`batch_major_source`), or ``x`` itself."""
+    (:func:`batch_major_source`), or ``x`` itself: one copy of the rows the segments run."""
     gathered = gathered_rows(graph, x)
     if gathered is not None:
         return SegmentSource(gathered[0], index=gathered[1])

@@ -107,8 +107,8 @@ class MaskTensors:
                                  # initial h (emit.node.zero_h; "": none, the op's default)
     longest: str = ""            # [1] int32, the steps the nodes run: the longest row's, at least 1 ("": every step)
     zeros_past_lengths: bool = False  # the nodes' Y is zeros past each row's length: no cut, and the target's
-                                      # nodes write zeros there (targets.zeros_past_lengths), or the
-                                      # schedule's If, whose branches both give zeros there
+                                      # nodes write zeros there (targets.zeros_past_lengths; the schedule's
+                                      # segments do too)
 
 
 class MaskPlanner:
@@ -154,17 +154,16 @@ class MaskPlanner:
         elif self.mask_mode == "any" and not post_padded:
             reorder = self._reorder(make_op(g, "Transpose", mask, perm=[1, 0]))
             valid_steps = reorder.valid_steps
-        # the plan reads the lengths before the guard (as the fix-ups do) and its batch size after it,
-        # so that every path still runs the guard first
-        segments = None
-        if schedule and schedulable(g, mask):
-            segments = plan_segments(g, lengths, guarded, mask_tm, single_zeros=self.zeros,
-                                     single_steps=_longest(g, lengths) if self.cut else "")
-        longest = _longest(g, lengths) if self.cut and segments is None else ""
+        longest = _longest(g, lengths) if self.cut else ""
         if longest:  # the node layout holds only the steps the nodes run
             valid_steps = first_steps(g, valid_steps, longest, 0)
             reorder = reorder and dataclasses.replace(reorder, gather_input=first_steps(g, reorder.gather_input,
                                                                                           longest, 0))
+        # the plan reads the lengths before the guard (as the fix-ups do) and its batch size after it,
+        # so that every path still runs the guard first
+        segments = None
+        if schedule and schedulable(g, mask):
+            segments = plan_segments(g, lengths, guarded, _layout_steps(g, mask_tm, longest))
         return MaskTensors(lengths=guarded, lengths_i64=make_op(g, "Cast", guarded, to=TensorProto.INT64),
                            segments=segments,
                            last_step=make_op(g, "Sub", lengths_col, const(g, "one_i32", np.array(1, np.int32))),
@@ -172,7 +171,7 @@ class MaskPlanner:
                            mask_tm=mask_tm, valid_steps=valid_steps, reorder=reorder,
                            batch_major=batch_major_rows(g, mask, batch_steps, batch),
                            batch=batch if self.zero_state else "", longest=longest,
-                           zeros_past_lengths=(self.zeros and not longest) or segments is not None)
+                           zeros_past_lengths=self.zeros and not longest)
 
     def _guard_post_padded(self, counts: str, lengths: str) -> str:
         """``lengths`` routed through a Split that fails unless every row is post-padded.
@@ -271,6 +270,17 @@ def first_steps(g, tensor: str, steps: str, axis: int) -> str:
     """The first ``steps`` ([1] int32) entries of ``tensor`` along ``axis``."""
     return make_op(g, "Slice", tensor, const(g, "step_zero", np.array([0], np.int32)), steps,
                    const(g, "time_axis", np.array([axis], np.int32)))
+
+
+def _layout_steps(g, mask_tm: str, longest: str) -> str:
+    """[] int64: the steps of the node layout, ``longest`` ([1] int32) or else the mask's (axis 0 of
+    ``mask_tm``). Read outside the schedule's Ifs: tf2onnx's transpose optimizer fails on a Shape inside
+    an If that reads a Transpose outside it (it removes the Shape from the wrong graph)."""
+    if longest:
+        steps = make_op(g, "Cast", longest, to=TensorProto.INT64)
+    else:
+        steps = make_op(g, "Gather", make_op(g, "Shape", mask_tm), int64_const(g, "time_axis", [0]))
+    return make_op(g, "Squeeze", steps, int64_const(g, "axes", [0]))
 
 
 def _longest(g, lengths: str) -> str:

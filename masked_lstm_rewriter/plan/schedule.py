@@ -16,12 +16,12 @@ schedule makes the cost follow the valid steps (packed sequences):
   any runtime whatever it does with padded steps (no ``sequence_lens`` is passed): rows that end
   inside a segment are read at their last valid step only, by index, and an LSTM's cell state
   over the padding steps of such a row is held by the padding column (:mod:`.emit`). The
-  segments' outputs are stacked, with a zeros row, and the plan's ``gather_y`` gives the row of
-  each position of the [T, B, H] node layout in the caller's row order: what the single node gives
-  at every valid step, and zeros past each row's length, as onnxruntime's single node writes them.
-  The ``If`` returns those rows and indices (the single node: its own outputs, in order), and the
-  fix-ups after it gather from them as without a schedule, composing their indices with these; they
-  read no step past a row's length on other runtimes either;
+  segments' outputs are stacked, and the plan's ``gather_y`` gives the row of each position of the
+  [S, B, H] node layout (S: the steps the single node runs) in the caller's row order: what the
+  single node gives at every valid step, and a zero row past each row's length. The layer's
+  ``If`` returns those rows (the single node's branch: its bare Y, ``gather_y`` then t * B + b),
+  and the fix-ups after it gather from them as without a schedule, composing their indices with
+  these;
 * whether it pays is decided at run time: an ``If`` per mask computes the plan only for batches of
   at least ``MIN_BATCH`` rows (else a few constants); in it, a cheap bound (the sum of the
   lengths) first rules out batches where no segments could pay (full or nearly equal rows), then
@@ -32,11 +32,11 @@ schedule makes the cost follow the valid steps (packed sequences):
   ``MIN_BATCH`` neither ``If`` is emitted.
 
 Every index is computed in the graph from the lengths; nothing depends on how a runtime treats
-padded steps (OpenVINO ignores ``sequence_lens`` with dynamic shapes): where the target's single
-node writes no zeros past the lengths, its branch points those positions at a zero row of its own
-(``SegmentPlan.single_zeros``). Exact on onnxruntime and OpenVINO (tests/test_schedule.py runs on
-both; OpenVINO only with the layer If's outputs read through a Reshape to a shape known at run
-time: :mod:`..emit.node`). Opt-in: ``make_rewriter(schedule=True)``.
+padded steps (OpenVINO ignores ``sequence_lens`` with dynamic shapes): the fix-ups read no step
+past a row's length where a target's node may write other values than zeros there. Exact on
+onnxruntime and OpenVINO (tests/test_schedule.py runs on both; OpenVINO only with the layer If's
+outputs read through a Reshape to a shape known at run time: :mod:`..emit.node`). On by default;
+``schedule=False`` leaves it out.
 """
 
 from __future__ import annotations
@@ -92,13 +92,11 @@ class SegmentPlan:
     bounds: str          # [5 * S] int64: per segment the shape of its input (steps, rows, -1); then the
                          # row-steps of each segment; then the rows of each
     rows: str            # [2, B] int64: the rows longest first; each row's final cell state in the stacked ones
-    gather_y: str        # [T, B] int64: each (t, b) of the node layout's row in the stacked outputs
+    gather_y: str        # [T, B] int64: each (t, b) of the node layout's row in the layer If's rows: the
+                         # segments' stacked outputs, or the single node's Y (t * B + b)
     gather_x: str        # [N] int64: the segments' inputs one after the other, as rows of the layer's
                          # input seen as [B * T, I] (batch-major)
-    single_zeros: bool   # the single node writes zeros past each row's length (targets.zeros_past_lengths);
-                         # else its branch points those positions at a zero row of its own
-    single_steps: str    # [1] int32: the steps the single node runs, the longest row's, for a runtime that
-                         # runs every step (targets.cut_to_longest); "": every step
+
 
 
 def schedulable(graph, mask: str) -> bool:
@@ -108,24 +106,20 @@ def schedulable(graph, mask: str) -> bool:
     return rows is None or rows < 0 or rows >= MIN_BATCH
 
 
-def plan_segments(graph, counts: str, guarded: str, time_major: str, single_zeros: bool,
-                  single_steps: str) -> SegmentPlan:
-    """The plan over the lengths ``counts`` ([B] int32, node layout) and the number of steps (axis 0
-    of ``time_major``), in one If: for batches of at least ``MIN_BATCH`` rows (the batch size read
-    off ``guarded``, the lengths through the "post" guard, so that the guard runs first on every
-    path), whether segments could pay at all (:func:`_may_pay`), and where they could, in an If
-    nested in it, the segments, whether they pay and their gather indices; else placeholders. One
-    If at the top, so that a small batch pays for one. (The indices are computed whether or not the
-    segments pay: where they could but do not, an If more would save their ~40 small nodes, and
-    cost every batch they pay for an If, about as much.)
+def plan_segments(graph, counts: str, guarded: str, steps: str) -> SegmentPlan:
+    """The plan over the lengths ``counts`` ([B] int32, node layout) and the node layout's ``steps``
+    ([] int64: T, or the longest row's where the nodes run only up to it), in one If: for batches of
+    at least ``MIN_BATCH`` rows (the batch size read off ``guarded``, the lengths through the "post"
+    guard, so that the guard runs first on every path), whether segments could pay at all
+    (:func:`_may_pay`), and where they could, in an If nested in it, the segments, whether they pay
+    and their gather indices; else placeholders. One If at the top, so that a small batch pays for
+    one. (The indices are computed whether or not the segments pay: where they could but do not, an
+    If more would save their ~40 small nodes, and cost every batch they pay for an If, about as
+    much.) After it, ``gather_y`` is the segments' indices or the single node's own rows.
 
     (The layers' nodes are not in it: a node in an If nested in another ran slower, measured in
     onnxruntime 1.31, +7% to +11% for the plugin's models at batch 32.)"""
     batch = make_op(graph, "Shape", guarded)                                      # [1]
-    # read here, not in a branch: tf2onnx's transpose optimizer fails on a Shape inside an If that
-    # reads a Transpose outside it (it removes the Shape from the wrong graph), and skips its pass
-    steps = make_op(graph, "Squeeze", make_op(graph, "Slice", make_op(graph, "Shape", time_major), int64_const(graph, "zero", [0]),
-                                      int64_const(graph, "one", [1])), int64_const(graph, "axes", [0]))  # []
     big = make_op(graph, "GreaterOrEqual", batch, int64_const(graph, "min_batch", [MIN_BATCH]))  # [1]: an If's condition
 
     def plan(g):
@@ -144,9 +138,17 @@ def plan_segments(graph, counts: str, guarded: str, time_major: str, single_zero
         false = g.make_const(utils.make_name("no_schedule"), np.array([False])).output[0]
         return [false, int64_const(g, "placeholder", [0] * (5 * SEGMENTS)), *_no_indices(g)]
 
-    use, bounds, rows, gather_y, gather_x = schedule_if(graph, big, "plan", plan, placeholders)
-    return SegmentPlan(use=use, bounds=bounds, rows=rows, gather_y=gather_y, gather_x=gather_x,
-                       single_zeros=single_zeros, single_steps=single_steps)
+    use, bounds, rows, in_segments, gather_x = schedule_if(graph, big, "plan", plan, placeholders)
+    gather_y = make_op(graph, "Where", use, in_segments, _row_numbers(graph, steps, batch))
+    return SegmentPlan(use=use, bounds=bounds, rows=rows, gather_y=gather_y, gather_x=gather_x)
+
+
+def _row_numbers(g, steps: str, batch: str) -> str:
+    """[T, B] int64: t * B + b at each (t, b), the row of each position of a [T, B, ...] tensor seen as
+    [T * B, ...], for ``steps`` ([] int64) T and ``batch`` ([1] int64) B."""
+    dims = make_op(g, "Concat", make_op(g, "Unsqueeze", steps, int64_const(g, "axes", [0])), batch, axis=0)
+    count = make_op(g, "ReduceProd", dims, keepdims=0)
+    return make_op(g, "Reshape", make_op(g, "Range", int64_scalar(g, 0), count, int64_scalar(g, 1)), dims)
 
 
 @dataclasses.dataclass(frozen=True)
