@@ -25,15 +25,22 @@ gives the schedule's cost over the plugin without it.
 
 ``--target`` converts both sides for that runtime (``make_rewriter(mode, runtime=TARGET)``; default:
 for any runtime).
+
+``--blocks`` times each side in blocks of consecutive runs instead (one model at a time, as a
+service runs it; the sides alternate block by block, ``BLOCK_CYCLES`` times): interleaved runs
+charge each model the caches the other left cold, and a model with more or larger buffers pays
+more for that (the schedule's cost with full rows at batch 32 read +4% interleaved, 0% in blocks).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from typing import Optional
 
 import benchmark  # tools/ is on sys.path when run as a script
@@ -58,6 +65,8 @@ def parse_args(argv=None):
     parser.add_argument("--target", choices=("onnxruntime", "openvino"),
                         help="the runtime both sides are converted for (default: any runtime)")
     parser.add_argument("--long-tailed", action="store_true", help="also time batch 32 with long-tailed lengths")
+    parser.add_argument("--blocks", action="store_true",
+                        help="time each side in blocks of consecutive runs, the sides alternating block by block")
     parser.add_argument("--convert", metavar="DIR", help=argparse.SUPPRESS)  # child: convert into DIR
     parser.add_argument("--tree", help=argparse.SUPPRESS)  # child: with the package of this tree
     return parser.parse_args(argv)
@@ -136,14 +145,47 @@ def runner(path: str, runtime: str):
     return lambda feed: session.run(None, feed)
 
 
-def time_all(models: list, folders: dict, budget: float, runtime: str, cells: list) -> None:
+BLOCK_CYCLES = 8  # --blocks: blocks per side and cell
+
+
+def time_blocks(runs: dict, feed: dict, budget: float) -> tuple:
+    """({side: [median seconds of each of its blocks]}, blocks per side): each side runs a block of
+    consecutive runs (after two untimed ones), the sides alternating, ``BLOCK_CYCLES`` blocks each,
+    the whole within about ``budget`` seconds."""
+    for run in runs.values():
+        run(feed)
+    begin = time.perf_counter()
+    for run in runs.values():
+        run(feed)
+    per_run = (time.perf_counter() - begin) / len(runs)
+    size = max(5, int(budget / (BLOCK_CYCLES * len(runs) * max(per_run, 1e-9))))
+    medians = {side: [] for side in runs}
+    for cycle in range(BLOCK_CYCLES):
+        order = list(runs) if cycle % 2 == 0 else list(runs)[::-1]
+        for side in order:
+            run = runs[side]
+            run(feed)
+            run(feed)
+            times = []
+            for _ in range(size):
+                start = time.perf_counter()
+                run(feed)
+                times.append(time.perf_counter() - start)
+            medians[side].append(statistics.median(times))
+    return medians, BLOCK_CYCLES
+
+
+def time_all(models: list, folders: dict, budget: float, runtime: str, cells: list, blocks: bool = False) -> None:
     print(f"{'model':<8} {'batch':>5} {'fill':>9} {'base ms':>9} {'current ms':>10} {'current/base':>12} "
-          f"{'p10-p90':>13} {'rounds':>6}")
+          f"{'p10-p90':>13} {'blocks' if blocks else 'rounds':>6}")
     for model in models:
         runs = {side: runner(os.path.join(folder, f"{model}.onnx"), runtime) for side, folder in folders.items()}
         for batch, fill in cells:
             feed = {"tokens": cell_tokens(batch, fill)}
-            times, rounds, _ = benchmark.time_cell(runs, feed, budget, 30, 20000, warmup=1.0)
+            if blocks:
+                times, rounds = time_blocks(runs, feed, budget)
+            else:
+                times, rounds, _ = benchmark.time_cell(runs, feed, budget, 30, 20000, warmup=1.0)
             base, current = (benchmark.stats(times[side])["median_ms"] for side in ("base", "current"))
             ratio, p10, p90, _, _ = benchmark.ratio_stats(times, "current", "base")
             print(f"{model:<8} {batch:>5} {fill:>9} {base:>9.3f} {current:>10.3f} {ratio:>12.3f} "
@@ -170,9 +212,10 @@ def main(argv=None) -> int:
                                       capture_output=True, text=True).stdout.strip()
             scheduled = f"; scheduled: {' and '.join(args.schedule)}" if args.schedule else ""
             scheduled += f"; converted for {args.target}" if args.target else ""
+            timing = "in blocks of consecutive runs" if args.blocks else "interleaved"
             print(f"base {args.base} ({revision}) against the working tree; \"{args.mode}\", T={STEPS}, {args.runtime}, 1 thread, "
-                  f"{args.budget:g} s per cell{scheduled}")
-            time_all(args.models, folders, args.budget, args.runtime, cells)
+                  f"{args.budget:g} s per cell, {timing}{scheduled}")
+            time_all(args.models, folders, args.budget, args.runtime, cells, args.blocks)
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", base_tree], cwd=ROOT, check=False)
     return 0
