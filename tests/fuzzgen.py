@@ -43,7 +43,10 @@ from models import FEATURES, AddOverTime, MeanOverTime, token_mask
 import masked_lstm_rewriter as mlr
 from masked_lstm_rewriter.corpus.check import uncompiled_nodes, unmasked_problems
 from masked_lstm_rewriter.targets import REFUSED_ACTIVATION_REASONS
-from masked_lstm_rewriter.plan.schedule import MIN_BATCH, SEGMENTS
+from masked_lstm_rewriter import targets
+from masked_lstm_rewriter.plan.schedule import MIN_BATCH, Cuts
+
+SEGMENTS = Cuts(*targets.schedule_cuts(None)).segments  # a model for any runtime's
 
 
 @dataclasses.dataclass(frozen=True)

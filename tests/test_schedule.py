@@ -20,13 +20,15 @@ from test_stacked_cells import stacked_embedding_model
 import masked_lstm_rewriter as mlr
 import runtimes
 import signatures
-from masked_lstm_rewriter.plan.schedule import MIN_BATCH, SCHEDULE_NAME, SEGMENTS
+from masked_lstm_rewriter import targets
+from masked_lstm_rewriter.plan.schedule import MIN_BATCH, SCHEDULE_NAME, Cuts
 from masked_lstm_rewriter.sessions import onnxruntime_session
 
 pytestmark = pytest.mark.grid  # a sample of each parametrized grid (tests/grid.py)
 
 
 STEPS = 40
+SEGMENTS = Cuts(*targets.schedule_cuts(None)).segments  # a model for any runtime's
 # long-tailed: one full row, most short ones, a few empty, rows in no particular order
 LONG_TAILED = [40, 3, 0, 5, 2, 9, 1, 4, 0, 6, 2, 3, 14, 1, 2, 7]
 # rows longest first, the reverse of the order the schedule sorts them into, and ties
@@ -223,12 +225,15 @@ def test_post_guard_still_fails_on_a_scheduled_batch():
     assert "not post-padded" in str(failure.value)
 
 
-def test_segments_cover_long_tailed_batches():
-    """The plan has SEGMENTS segments; a long row among short ones is scheduled."""
+@pytest.mark.parametrize("runtime", [None, "openvino"])
+def test_segments_cover_long_tailed_batches(runtime):
+    """The plan has its runtime's segments (for any runtime onnxruntime's, for OpenVINO fewer: a
+    segment costs it more); a long row among short ones is scheduled, and exact on both runtimes."""
     model, spec, _ = embedding_model(keras.layers.GRU(UNITS, return_sequences=True))
-    onnx_model = convert(model, spec, rewriter=SCHEDULED)
+    onnx_model = convert(model, spec, rewriter=scheduled(runtime=runtime))
     segments = [n for n in walk_nodes(onnx_model.graph, segments=True) if n.op_type == "GRU"]
-    assert len(segments) == SEGMENTS + 1
+    assert len(segments) == Cuts(*targets.schedule_cuts(runtime)).segments + 1
+    assert Cuts(*targets.schedule_cuts("openvino")).segments < SEGMENTS
     assert_matches_keras(model, onnx_model, spec, [tokens([STEPS] + [1] * 15)])
 
 
@@ -295,8 +300,9 @@ def test_one_if_per_mask_and_one_per_layer():
 
 
 @functools.lru_cache(maxsize=None)
-def plan_conditions():
-    """An onnxruntime session: lengths [B] int32 -> (the cheap bound, whether the segments pay)."""
+def plan_conditions(runtime=None):
+    """An onnxruntime session: lengths [B] int32 -> (the cheap bound, whether the segments pay), with the
+    cuts of a model for ``runtime``."""
     from tf2onnx.graph import Graph
 
     from masked_lstm_rewriter.plan import schedule
@@ -304,7 +310,8 @@ def plan_conditions():
     g.add_graph_input("lengths", onnx.TensorProto.INT32, [-1])
     lengths = g.make_node("Cast", ["lengths"], attr={"to": onnx.TensorProto.INT64}).output[0]
     batch = g.make_node("Shape", [lengths]).output[0]
-    outputs = [schedule._may_pay(g, lengths, batch), schedule._compute_segments(g, lengths, batch)[0]]
+    cuts = Cuts(*targets.schedule_cuts(runtime))
+    outputs = [schedule._may_pay(g, lengths, batch, cuts), schedule._compute_segments(g, lengths, batch, cuts)[0]]
     for output in outputs:
         g.add_graph_output(output, onnx.TensorProto.BOOL, [1])
     model = g.make_model("plan_conditions")
@@ -314,17 +321,18 @@ def plan_conditions():
 
 @settings(max_examples=300, deadline=None, derandomize=True)
 @given(lengths=st.lists(st.integers(0, 200), min_size=MIN_BATCH, max_size=64),
-       tail=st.sampled_from(["uniform", "one long", "lognormal"]))
-def test_the_cheap_bound_never_rules_out_segments_that_pay(lengths, tail):
+       tail=st.sampled_from(["uniform", "one long", "lognormal"]), runtime=st.sampled_from([None, "openvino"]))
+def test_the_cheap_bound_never_rules_out_segments_that_pay(lengths, tail, runtime):
     """:func:`_may_pay` skips the sort and the segments: it must hold wherever the full test holds
-    (else a batch that would pay runs the single node: exact, but slow)."""
+    (else a batch that would pay runs the single node: exact, but slow), with each runtime's cuts."""
     lengths = np.asarray(lengths)
     if tail == "one long":
         lengths = np.minimum(lengths, 12)
         lengths[0] = 200
     elif tail == "lognormal":
         lengths = np.minimum(np.exp(lengths / 40.0) * 3, 200).astype(np.int64)
-    may_pay, pays = (bool(r.all()) for r in plan_conditions().run(None, {"lengths": lengths.astype(np.int32)}))
+    session = plan_conditions(runtime)
+    may_pay, pays = (bool(r.all()) for r in session.run(None, {"lengths": lengths.astype(np.int32)}))
     assert may_pay or not pays, lengths
 
 

@@ -11,7 +11,7 @@ import numpy as np
 from tf2onnx import utils
 
 from ..graph import const, gathered_rows, int64_const, int64_scalar, make_op, producer, transpose_perm
-from ..plan.schedule import SEGMENTS, SegmentPlan
+from ..plan.schedule import SegmentPlan
 
 
 def segments(g, node, plan: SegmentPlan, source: SegmentSource, zero_row: bool = True) -> list:
@@ -27,7 +27,7 @@ def segments(g, node, plan: SegmentPlan, source: SegmentSource, zero_row: bool =
         states = [make_op(g, "Unsqueeze", _slice_rows(g, state, active[0], 0), int64_const(g, "axes", [0]))
                   for state in states]
     flat_y, flat_c = [], []
-    for index in range(SEGMENTS):
+    for index in range(plan.segments):
         x = make_op(g, "Reshape", inputs_x[index], shapes[index])
         if index and states:
             states = [_slice_rows(g, state, active[index], 1) for state in states]
@@ -80,7 +80,7 @@ def _segment_inputs(g, source: SegmentSource, plan: SegmentPlan, sizes: str) -> 
         index = make_op(g, "Gather", flat, _time_major(g, plan.gather_x, source.index), axis=0)
     else:
         rows, index = make_op(g, "Flatten", source.tensor, axis=2), _time_major(g, plan.gather_x, source.tensor)
-    pieces = g.make_node("Split", [index, sizes], output_count=SEGMENTS, attr={"axis": 0}).output
+    pieces = g.make_node("Split", [index, sizes], output_count=plan.segments, attr={"axis": 0}).output
     return [make_op(g, "Gather", rows, piece, axis=0) for piece in pieces]
 
 
@@ -105,9 +105,10 @@ def batch_major_source(graph, x: str) -> str:
 def _bounds(g, plan: SegmentPlan) -> tuple:
     """The plan's bounds cut, in one Split, into per segment its input's [3] shape, the [S] row-steps
     of all, and per segment its [1] rows."""
-    pieces = g.make_node("Split", [plan.bounds, int64_const(g, "sizes", [3] * SEGMENTS + [SEGMENTS] + [1] * SEGMENTS)],
-                         output_count=2 * SEGMENTS + 1, attr={"axis": 0}).output
-    return pieces[:SEGMENTS], pieces[SEGMENTS], pieces[SEGMENTS + 1:]
+    count = plan.segments
+    pieces = g.make_node("Split", [plan.bounds, int64_const(g, "sizes", [3] * count + [count] + [1] * count)],
+                         output_count=2 * count + 1, attr={"axis": 0}).output
+    return pieces[:count], pieces[count], pieces[count + 1:]
 
 
 def _slice_rows(g, tensor: str, rows: str, axis: int) -> str:

@@ -26,6 +26,7 @@ from ..plan.batch import BatchMasks
 from ..plan.masks import MaskPlanner
 from ..plan.order import bottom_up
 from ..plan.pairs import DirectionPair, pair_directions
+from ..plan.schedule import Cuts
 from ..report import record
 from .origin import as_computed_there
 from .snapshot import GraphSnapshot
@@ -99,7 +100,8 @@ def _read_bottom_up(graph, source, ops) -> list:
 def rewrite_layers(graph, layers, mask_mode: str, target, schedule: bool = False, connect=rewire) -> None:
     """Plan and emit each layer read (``connect``: how the source's consumers are pointed at the results)."""
     planner = MaskPlanner(graph, mask_mode, schedule, cut=targets.cut_to_longest(target),
-                          zeros=targets.zeros_past_lengths(target), zero_state=targets.explicit_zero_state(target))
+                          zeros=targets.zeros_past_lengths(target), zero_state=targets.explicit_zero_state(target),
+                          cuts=Cuts(*targets.schedule_cuts(target)))
     masks = BatchMasks(graph, layers)
     for planned in pair_directions(layers, mask_mode, target, schedule):
         if isinstance(planned, DirectionPair) and _rewrite_pair(graph, planned, planner, masks, target, connect,

@@ -34,7 +34,8 @@ from onnx import TensorProto, numpy_helper
 from tf2onnx import utils
 
 from ..graph import const, int64_const, int64_scalar, make_op, producer, transpose_perm
-from .schedule import SegmentPlan, plan_segments, schedulable
+from .. import targets
+from .schedule import Cuts, SegmentPlan, plan_segments, schedulable
 
 
 GUARD_MESSAGE = ("masked_lstm_rewriter: the mask is not post-padded (a row has padding before or "
@@ -115,7 +116,7 @@ class MaskPlanner:
     """Emits, once per mask tensor, what the layers using it need."""
 
     def __init__(self, graph, mask_mode: str = "post", schedule: bool = False, cut: bool = False,
-                 zeros: bool = False, zero_state: bool = True):
+                 zeros: bool = False, zero_state: bool = True, cuts: Optional[Cuts] = None):
         if mask_mode not in MASK_MODES:
             raise ValueError(f"mask_mode must be one of {MASK_MODES}, not {mask_mode!r}")
         self.graph = graph
@@ -124,6 +125,7 @@ class MaskPlanner:
         self.cut = cut            # run the nodes only up to the longest row (targets.cut_to_longest)
         self.zeros = zeros        # the nodes write zeros past each row's length (targets.zeros_past_lengths)
         self.zero_state = zero_state  # give the nodes their zero initial h (targets.explicit_zero_state)
+        self.cuts = cuts or Cuts(*targets.schedule_cuts(None))  # where the schedule cuts time
         self._cache = {}
 
     def tensors_for(self, mask: str, post_padded: bool, x_tm: str, schedule: bool = True) -> MaskTensors:
@@ -163,7 +165,7 @@ class MaskPlanner:
         # so that every path still runs the guard first
         segments = None
         if schedule and schedulable(g, mask):
-            segments = plan_segments(g, lengths, guarded, _layout_steps(g, mask_tm, longest))
+            segments = plan_segments(g, lengths, guarded, _layout_steps(g, mask_tm, longest), self.cuts)
         return MaskTensors(lengths=guarded, lengths_i64=make_op(g, "Cast", guarded, to=TensorProto.INT64),
                            segments=segments,
                            last_step=make_op(g, "Sub", lengths_col, const(g, "one_i32", np.array(1, np.int32))),

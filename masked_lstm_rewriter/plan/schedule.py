@@ -6,8 +6,8 @@ long-tailed lengths (text batches that are not bucketed) most of that work is pa
 schedule makes the cost follow the valid steps (packed sequences):
 
 * once per mask (:func:`plan_segments`), the rows are ordered by length, longest first (``TopK``),
-  and the time axis is cut into ``SEGMENTS`` segments at the lengths of the rows at fixed ranks
-  (``RANKS``: the median row, the quarter, ...), made strictly increasing and below the longest
+  and the time axis is cut into segments at the lengths of the rows at fixed ranks (:class:`Cuts`,
+  per runtime: the median row, the quarter, ...), made strictly increasing and below the longest
   length. Segment k runs only the rows still valid at its first step, a prefix of the ordered
   rows (``active``);
 * for each layer (:func:`emit_node`), each segment is one forward node over its slice of the
@@ -49,27 +49,31 @@ from tf2onnx import utils
 
 from ..graph import int64_const, int64_scalar, make_if, make_op
 
-
-# segment boundaries: the lengths of the rows at these ranks (fractions of the batch, in 16ths,
-# longest row first) -- timed on onnxruntime over long-tailed, uniform and one-long-row batches of
-# 8 to 128 rows: a segment node costs a few microseconds over its steps, so cuts this fine pay
-# (against 6 segments at 12, 8, 4, 2, 1: 6% less time at 32 rows, 10% at 128, the same at 8)
-RANKS_16THS = (14, 12, 10, 8, 6, 4, 3, 2, 1)
-
-
-SEGMENTS = len(RANKS_16THS) + 1
+INT64_MAX = np.iinfo(np.int64).max
 
 
 MIN_BATCH = 8           # below this many rows the single node always runs (measured: tools/benchmark.py)
 
 
-SEGMENT_COST = 10       # a segment's fixed cost, in row-steps of the recurrent op
-
-
 PLAN_COST = 70          # the plan's and the gathers' cost, in row-steps
 
 
-FIXED_COST = SEGMENT_COST * SEGMENTS + PLAN_COST
+@dataclasses.dataclass(frozen=True)
+class Cuts:
+    """Where the schedule cuts time for a runtime, and what a segment costs it (targets.schedule_cuts)."""
+
+    ranks_16ths: tuple   # segment boundaries: the lengths of the rows at these ranks (fractions of the batch,
+                         # in 16ths, longest row first)
+    segment_cost: int    # a segment's fixed cost, in row-steps of the recurrent op
+
+    @property
+    def segments(self) -> int:
+        return len(self.ranks_16ths) + 1
+
+    @property
+    def fixed_cost(self) -> int:
+        """The segments' and the plan's fixed cost, in row-steps."""
+        return self.segment_cost * self.segments + PLAN_COST
 
 
 GAIN = (3, 4)           # run the segments when their estimated cost is below 3/4 of the single node's
@@ -96,6 +100,7 @@ class SegmentPlan:
                          # segments' stacked outputs, or the single node's Y (t * B + b)
     gather_x: str        # [N] int64: the segments' inputs one after the other, as rows of the layer's
                          # input seen as [B * T, I] (batch-major)
+    segments: int        # how many (Cuts.segments)
 
 
 
@@ -106,7 +111,7 @@ def schedulable(graph, mask: str) -> bool:
     return rows is None or rows < 0 or rows >= MIN_BATCH
 
 
-def plan_segments(graph, counts: str, guarded: str, steps: str) -> SegmentPlan:
+def plan_segments(graph, counts: str, guarded: str, steps: str, cuts: Cuts) -> SegmentPlan:
     """The plan over the lengths ``counts`` ([B] int32, node layout) and the node layout's ``steps``
     ([] int64: T, or the longest row's where the nodes run only up to it), in one If: for batches of
     at least ``MIN_BATCH`` rows (the batch size read off ``guarded``, the lengths through the "post"
@@ -124,23 +129,25 @@ def plan_segments(graph, counts: str, guarded: str, steps: str) -> SegmentPlan:
 
     def plan(g):
         lengths = make_op(g, "Cast", counts, to=TensorProto.INT64)
-        return schedule_if(g, _may_pay(g, lengths, batch), "segments", lambda inner: segments(inner, lengths), placeholders)
+        return schedule_if(g, _may_pay(g, lengths, batch, cuts), "segments", lambda inner: segments(inner, lengths),
+                           placeholders)
 
     def segments(g, lengths):
-        use, order, first, end, active = _compute_segments(g, lengths, batch)
+        use, order, first, end, active = _compute_segments(g, lengths, batch, cuts)
         length = make_op(g, "Sub", end, first)
         covered = make_op(g, "Mul", active, length)                                  # [S] row-steps
-        shapes = _interleaved(g, length, active, int64_const(g, "any_width", [-1] * SEGMENTS))
+        shapes = _interleaved(g, length, active, int64_const(g, "any_width", [-1] * cuts.segments))
         bounds = make_op(g, "Concat", shapes, covered, active, axis=0)
         return [use, bounds, *_indices(g, lengths, steps, order, first, active, covered)]
 
     def placeholders(g):
         false = g.make_const(utils.make_name("no_schedule"), np.array([False])).output[0]
-        return [false, int64_const(g, "placeholder", [0] * (5 * SEGMENTS)), *_no_indices(g)]
+        return [false, int64_const(g, "placeholder", [0] * (5 * cuts.segments)), *_no_indices(g)]
 
     use, bounds, rows, in_segments, gather_x = schedule_if(graph, big, "plan", plan, placeholders)
     gather_y = make_op(graph, "Where", use, in_segments, _row_numbers(graph, steps, batch))
-    return SegmentPlan(use=use, bounds=bounds, rows=rows, gather_y=gather_y, gather_x=gather_x)
+    return SegmentPlan(use=use, bounds=bounds, rows=rows, gather_y=gather_y, gather_x=gather_x,
+                       segments=cuts.segments)
 
 
 def _row_numbers(g, steps: str, batch: str) -> str:
@@ -167,7 +174,7 @@ def _indices(g, lengths: str, steps: str, order: str, first: str, active: str, c
     ``steps`` and the segments' [S] first steps, rows and row-steps."""
     time = make_op(g, "Range", int64_scalar(g, 0), steps, int64_scalar(g, 1))
     segment = _segment_of(g, time, make_op(g, "Slice", first, int64_const(g, "one", [1]),
-                                           int64_const(g, "many", [SEGMENTS]), int64_const(g, "axis", [0])))
+                                           int64_const(g, "end", [INT64_MAX]), int64_const(g, "axis", [0])))
     count = make_op(g, "Squeeze", make_op(g, "Shape", order), int64_const(g, "axes", [0]))
     tables = _Steps(time=time, step=make_op(g, "Unsqueeze", time, int64_const(g, "axes", [1])), segment=segment,
                     rows=make_op(g, "Gather", active, segment, axis=0),
@@ -210,17 +217,18 @@ def _segment_of(g, t: str, later: str) -> str:
                    keepdims=0)
 
 
-def _compute_segments(g, lengths: str, batch: str) -> tuple:
+def _compute_segments(g, lengths: str, batch: str, cuts: Cuts) -> tuple:
     """(use, order, first, end, active) for a batch with these ``lengths`` (see the module's docstring):
     whether the segments pay, the rows longest first, and per segment its first step, its end step
     and the rows it runs ([S] each)."""
-    segments = SEGMENTS
+    segments = cuts.segments
     sorted_lengths, order = g.make_node("TopK", [lengths, batch], output_count=2,
                                         attr={"axis": 0, "largest": 1, "sorted": 1}).output
     longest = make_op(g, "Slice", sorted_lengths, int64_const(g, "zero", [0]), int64_const(g, "one", [1]), int64_const(g, "axis", [0]))
-    # boundary k (k = 1 .. S-1): the length of the row at rank RANKS[k-1], then made strictly
+    # boundary k (k = 1 .. S-1): the length of the row at rank ranks_16ths[k-1], then made strictly
     # increasing from 0 (the largest of q_j - j over j <= k, plus k) and at most longest - (S - k)
-    ranks = make_op(g, "Div", make_op(g, "Mul", batch, int64_const(g, "ranks", RANKS_16THS)), int64_const(g, "sixteen", [16]))
+    ranks = make_op(g, "Div", make_op(g, "Mul", batch, int64_const(g, "ranks", cuts.ranks_16ths)),
+                    int64_const(g, "sixteen", [16]))
     quantiles = make_op(g, "Concat", int64_const(g, "zero", [0]), make_op(g, "Gather", sorted_lengths, ranks, axis=0), axis=0)
     index = int64_const(g, "segment_index", list(range(segments)))
     # [k, j]: j > k excluded, by a value within int32 (OpenVINO computes int64 as int32)
@@ -235,37 +243,37 @@ def _compute_segments(g, lengths: str, batch: str) -> tuple:
     column = make_op(g, "Unsqueeze", lengths, int64_const(g, "axes", [1]))             # [B, 1]
     active = make_op(g, "ReduceSum", make_op(g, "Cast", make_op(g, "Greater", column, first), to=TensorProto.INT64),
                  int64_const(g, "axes", [0]), keepdims=0)                          # [S] rows valid at each first step
-    use = _worth_it(g, batch, longest, active, make_op(g, "Sub", end, first))
+    use = _worth_it(g, batch, longest, active, make_op(g, "Sub", end, first), cuts)
     return use, order, first, end, active
 
 
-def _may_pay(g, lengths: str, batch: str) -> str:
+def _may_pay(g, lengths: str, batch: str, cuts: Cuts) -> str:
     """Bool [1]: can the segments pay at all? A necessary condition of :func:`_worth_it`, cheap enough
     to run first, so that a batch of full or nearly equal rows skips the sort and the segments: they
     cover every valid step (their cost is at least the sum of the lengths plus the fixed costs) and
-    need a longest row of at least SEGMENTS steps."""
+    need a longest row of at least one step per segment."""
     longest = _reduce_max(g, lengths, 0, keepdims=1)
     least = make_op(g, "Add", make_op(g, "ReduceSum", lengths, int64_const(g, "axes", [0]), keepdims=1),
-                int64_const(g, "fixed", [FIXED_COST]))
-    return _cheaper(g, least, make_op(g, "Mul", batch, longest), longest)
+                    int64_const(g, "fixed", [cuts.fixed_cost]))
+    return _cheaper(g, least, make_op(g, "Mul", batch, longest), longest, cuts)
 
 
-def _worth_it(g, batch: str, longest: str, active: str, length: str) -> str:
-    """Bool scalar: every segment has a step (the longest row has at least SEGMENTS steps) and the
-    segments' estimated cost is below GAIN of the single node's, in row-steps: a node runs at least
-    ~2 rows' worth of work per step, plus SEGMENT_COST per segment and PLAN_COST."""
+def _worth_it(g, batch: str, longest: str, active: str, length: str, cuts: Cuts) -> str:
+    """Bool scalar: every segment has a step (the longest row has at least one step per segment) and
+    the segments' estimated cost is below GAIN of the single node's, in row-steps: a node runs at least
+    ~2 rows' worth of work per step, plus the cuts' fixed cost."""
     rows = make_op(g, "Max", active, int64_const(g, "two", [2]))
     covered = make_op(g, "ReduceSum", make_op(g, "Mul", rows, length), int64_const(g, "axes", [0]), keepdims=1)
-    cost = make_op(g, "Add", covered, int64_const(g, "fixed", [FIXED_COST]))
-    return _cheaper(g, cost, make_op(g, "Mul", batch, longest), longest)
+    cost = make_op(g, "Add", covered, int64_const(g, "fixed", [cuts.fixed_cost]))
+    return _cheaper(g, cost, make_op(g, "Mul", batch, longest), longest, cuts)
 
 
-def _cheaper(g, cost: str, single: str, longest: str) -> str:
+def _cheaper(g, cost: str, single: str, longest: str, cuts: Cuts) -> str:
     """Bool [1], an If's condition: ``cost`` is below GAIN of ``single`` (row-steps, [1] each) and the
-    longest row has at least SEGMENTS steps (one per segment)."""
+    longest row has at least one step per segment."""
     cheaper = make_op(g, "Less", make_op(g, "Mul", cost, int64_const(g, "gain_den", [GAIN[1]])),
                   make_op(g, "Mul", single, int64_const(g, "gain_num", [GAIN[0]])))
-    long_enough = make_op(g, "GreaterOrEqual", longest, int64_const(g, "segments", [SEGMENTS]))
+    long_enough = make_op(g, "GreaterOrEqual", longest, int64_const(g, "segments", [cuts.segments]))
     return make_op(g, "And", cheaper, long_enough)
 
 

@@ -166,3 +166,13 @@ def test_a_division_by_a_tensor_vetoes_the_schedule_where_a_runtime_fuses_it_wro
 def test_a_stack_of_cells_gets_the_schedule_only_where_every_runtime_compiles_it():
     assert targets.schedules_cell_stacks("onnxruntime")
     assert not targets.schedules_cell_stacks("openvino") and not targets.schedules_cell_stacks(None)
+
+
+def test_the_schedule_cuts_time_as_its_runtime_entry_says():
+    """A runtime whose segments cost more gets fewer of them; a model for any runtime cuts as for
+    onnxruntime (whose finer cuts pay most), and a changed entry changes the cuts."""
+    assert targets.schedule_cuts(None) == targets.schedule_cuts("onnxruntime")
+    ranks, cost = targets.schedule_cuts("openvino")
+    assert len(ranks) < len(targets.schedule_cuts(None)[0]) and cost > targets.schedule_cuts(None)[1]
+    assert all(0 < rank < 16 for rank in ranks) and list(ranks) == sorted(ranks, reverse=True)
+
