@@ -81,7 +81,7 @@ def _scheduled(graph, node: RecurrentNode, plan: SegmentPlan, pad_rows: bool) ->
         return [_rows_shape(g, node.hidden), *_single(g, node)]
 
     def in_segments(g):
-        return [_rows_shape(g, node.hidden), *segments(g, node, plan, source, zero_row=not pad_rows)]
+        return [_rows_shape(g, node.hidden), *segments(g, node, plan, source, own_zero_row=not pad_rows)]
 
     shape, *outputs = schedule_if(graph, plan.use, node.name.replace("/", "_"), in_segments, single)
     for output, dims in zip(outputs, ([-1, 1, -1, node.hidden], [1, -1, node.hidden])):

@@ -14,10 +14,11 @@ from ..graph import const, gathered_rows, int64_const, int64_scalar, make_op, pr
 from ..plan.schedule import SegmentPlan
 
 
-def segments(g, node, plan: SegmentPlan, source: SegmentSource, zero_row: bool = True) -> list:
+def segments(g, node, plan: SegmentPlan, source: SegmentSource, own_zero_row: bool = True) -> list:
     """The layer as one node per segment over the ordered rows: [their outputs stacked as [N, 1, 1, H]
-    (Y's rank), a zero row last where ``zero_row`` (the plan's ``gather_y`` points there past each row's
-    length); the final cell state in the node layout, if wanted]. Their inputs are read from ``source``
+    (Y's rank), a zero row last where ``own_zero_row`` (the plan's ``gather_y`` points there past each
+    row's length; else one is appended after the If); the final cell state in the node layout, if
+    wanted]. Their inputs are read from ``source``
     (:func:`segment_source`)."""
     shapes, sizes, active = _bounds(g, plan)
     inputs_x = _segment_inputs(g, source, plan, sizes)
@@ -38,7 +39,7 @@ def segments(g, node, plan: SegmentPlan, source: SegmentSource, zero_row: bool =
         states = list(out.output[1:])
         if node.wants_c:
             flat_c.append(make_op(g, "Reshape", out.output[2], int64_const(g, "rows", [-1, node.hidden])))
-    if zero_row:
+    if own_zero_row:
         flat_y.append(const(g, "zero_output", np.zeros((1, 1, 1, node.hidden), np.float32)))
     outputs = [make_op(g, "Concat", *flat_y, axis=0)]
     if node.wants_c:

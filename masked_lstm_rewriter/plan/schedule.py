@@ -103,7 +103,6 @@ class SegmentPlan:
     segments: int        # how many (Cuts.segments)
 
 
-
 def schedulable(graph, mask: str) -> bool:
     """Can a batch of this mask have ``MIN_BATCH`` rows or more (a static batch below cannot)?"""
     shape = graph.get_shape(mask)
