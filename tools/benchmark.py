@@ -40,7 +40,7 @@ each converted (opset 15) these ways:
 
 and the routes a user could take instead of converting to ONNX (tools/benchmark_alternatives.py
 builds them; --alternatives picks some), timed on the headline rows and the grid's 1-thread rows,
-in the same interleaved rounds, with their ratio over "post" (tf_over_post, ...):
+in the same blocks, with their ratio over "post" (tf_over_post, ...):
 
   tf         TensorFlow running the Keras model: a tf.function with a [None, None] input signature,
              saved as a SavedModel and run in the timing process, TensorFlow's intra- and inter-op
@@ -58,11 +58,20 @@ benchmark: one line says what failed (or the largest difference), and the varian
 Grid: batch {1, 8, 32, 128} x T {16, 64, 256} x fill {1.0, 0.75, 0.5} x onnxruntime intra-op
 threads {1, all cores}. Fill is the mean count of valid steps per row over T; rows are
 post-padded, with lengths spread evenly over fill +- 0.125 (every row full at fill 1.0). Headline
-rows: T=100, batch 1 and 32, 1 thread, fill 1.0 and 0.5. Each cell is timed in interleaved rounds
-(every variant once per round, the order rotating, a run under 10 ms after an untimed one of the
-same model, so that it is timed with its own data in the caches), after a warm-up; the number
-of rounds follows from a time budget per cell. Reported: medians, p10-p90 and the interquartile
-range of each variant, and the ratios (median over median; p10-p90 of the per-round ratios).
+rows: T=100, batch 1 and 32, 1 thread, fill 1.0 and 0.5. Each cell is timed in blocks, as a service
+runs one model: each variant runs a block of consecutive runs (after two untimed ones), the
+variants taking turns, the order reversed every other cycle, 8 blocks each, after a warm-up; the
+number of runs follows from a time budget per cell. A distribution row's cell runs 8 batches
+drawn from its distribution (the same shape, other lengths) in turn: each timed run follows one of
+other lengths, as a service's requests do, and a runtime that prepares its nodes again when
+their shapes change (OpenVINO) pays for it as there. Reported: the median, p10-p90 and the
+interquartile range of each variant's block medians, and the ratios (median over median; p10-p90
+of the per-cycle ratios). --timing rounds times as earlier runs did, in interleaved rounds (every
+variant once per round, the order rotating, a run under 10 ms after an untimed one of the same
+model, the batches in turn round by round): a model then runs with the others' data in the
+caches, which charges the models with more nodes (the schedule's; on OpenVINO, measured: a
+scheduled LSTM's 8 long-tailed rows 1.40 ms interleaved, 0.90 ms in blocks, the unmasked model's
+0.93 and 0.86).
 
 The timing runs in one child process per thread count, with one onnxruntime global thread pool
 shared by the variants' sessions: per-session pools left spinning after a run would steal a
@@ -77,8 +86,9 @@ Loop: in quick runs on a busy machine, Loop/post came out up to 1.3x higher (10 
 rows higher) with the alternatives than with --alternatives none, while post/unmasked did not
 move; compare the two before quoting Loop/post from a run with the alternatives.
 
-Before timing, every ONNX model is run once on every shape and compared with Keras (every
-output position, padded ones included): the benchmark stops with an error if any differs by
+Before timing, every ONNX model is run once on every batch it is timed on and compared with Keras
+(every output position, padded ones included; on OpenVINO one request runs them all in turn): the
+benchmark stops with an error if any differs by
 more than 1e-5. It also times the conversions (median of a few) and records the ONNX file sizes.
 
 Writes to --out (default docs/benchmark): ratios.csv (one row per cell; the alternatives'
@@ -104,7 +114,6 @@ import csv
 import datetime
 import functools
 import json
-import logging
 import os
 import platform
 import statistics
@@ -145,6 +154,7 @@ FLOOR_GOAL = 1.02  # every row full: the plugin's time over the floor's (noise a
 SCHEDULE_GOAL = 2.5  # long-tailed batch of 32, the schedule: the unmasked op's time over the scheduled model's
 OPENVINO_SCHEDULE_GOAL = 2.0  # the same on OpenVINO
 SETTLE_BELOW = 0.010  # seconds: a shorter run is timed after an untimed one of the same model (time_cell)
+DRAWS = 8  # a distribution's batches per cell, run in turn: consecutive runs see other lengths, as a service's do
 
 # (name, numerator, denominator): the ratios reported for every cell
 RATIOS = (("loop_over_post", "loop", "post"), ("post_over_unmasked", "post", "unmasked"),
@@ -190,16 +200,24 @@ def lengths_for(batch: int, steps: int, fill: float):
     return np.random.default_rng(1000 * batch + steps).permutation(lengths)
 
 
-def cell_tokens(cell: dict):
-    """The batch a timing cell runs: of its distribution, or of its evenly spread fill."""
-    if cell.get("dist"):
-        return distribution_tokens(cell["dist"], cell["batch"], cell["time"])
-    return tokens_for(cell["batch"], cell["time"], cell["fill"])
+def cell_feeds(cell: dict) -> list:
+    """The batches a timing cell runs in turn: DRAWS of its distribution, or the one of its evenly spread fill."""
+    return shape_batches(cell["batch"], cell["time"], cell.get("dist") or cell["fill"])
 
 
-def shape_tokens(batch: int, steps: int, fill):
-    """The batch of a numerics shape: ``fill`` is an evenly spread fill or a distribution's name."""
-    return distribution_tokens(fill, batch, steps) if isinstance(fill, str) else tokens_for(batch, steps, fill)
+def shape_batches(batch: int, steps: int, fill) -> list:
+    """The batches of a numerics shape or a timing cell: ``fill`` is an evenly spread fill (one batch)
+    or a distribution's name (DRAWS batches drawn from it)."""
+    if isinstance(fill, str):
+        return [distribution_tokens(fill, batch, steps, draw) for draw in range(DRAWS)]
+    return [tokens_for(batch, steps, fill)]
+
+
+def each_batch(shapes):
+    """(batch, T, fill, tokens) for every batch of every numerics shape (:func:`shape_batches`)."""
+    for batch, steps, fill in shapes:
+        for tokens in shape_batches(batch, steps, fill):
+            yield batch, steps, fill, tokens
 
 
 def tokens_for(batch: int, steps: int, fill: float):
@@ -221,10 +239,10 @@ DISTRIBUTIONS = {
 }
 
 
-def distribution_lengths(name: str, batch: int, steps: int):
-    """Valid steps per row drawn from distribution ``name`` (fixed seed per batch and T), post-padded."""
+def distribution_lengths(name: str, batch: int, steps: int, draw: int = 0):
+    """Valid steps per row drawn from distribution ``name`` (fixed seed per batch, T and draw), post-padded."""
     import numpy as np
-    rng = np.random.default_rng(100 * batch + steps + 7)
+    rng = np.random.default_rng(100 * batch + steps + 7 + 1_000_000 * draw)
     if name == "full":
         lengths = np.full(batch, steps)
     elif name == "uniform":
@@ -240,11 +258,17 @@ def distribution_lengths(name: str, batch: int, steps: int):
     return np.clip(lengths, 1, steps).astype(int)
 
 
-def distribution_tokens(name: str, batch: int, steps: int):
-    """A post-padded batch of token ids whose lengths follow distribution ``name``."""
+def drawn_lengths(name: str, batch: int, steps: int):
+    """The lengths of all DRAWS batches of distribution ``name``, one after the other."""
     import numpy as np
-    lengths = distribution_lengths(name, batch, steps)
-    rng = np.random.default_rng(11 * batch + steps)
+    return np.concatenate([distribution_lengths(name, batch, steps, draw) for draw in range(DRAWS)])
+
+
+def distribution_tokens(name: str, batch: int, steps: int, draw: int = 0):
+    """A post-padded batch of token ids whose lengths follow distribution ``name`` (``draw``: which one)."""
+    import numpy as np
+    lengths = distribution_lengths(name, batch, steps, draw)
+    rng = np.random.default_rng(11 * batch + steps + 1_000_000 * draw)
     tokens = rng.integers(1, VOCAB, (batch, steps)).astype(np.int32)
     tokens[np.arange(steps)[None, :] >= lengths[:, None]] = 0
     return tokens
@@ -309,36 +333,80 @@ TABLE_HEADER = (f"{'model':<13} {'th':>2} {'T':>4} {'batch':>5} {'fill':>5} "
 # ----------------------------------------------------------------------------------------------
 # the timing child: onnxruntime and numpy only
 
-def time_cell(runs: dict, feed: dict, budget: float, min_rounds: int, max_rounds: int, warmup: float):
-    """Interleaved rounds, each running every variant, the order rotating. A variant whose run takes
-    under SETTLE_BELOW runs once untimed before its timed run: the variant before it (another
-    model, on OpenVINO another runtime) has evicted its weights from the caches, and timing that
-    cold run would charge a small model the previous one's footprint rather than its own cost
-    (measured: the LSTM "post" model at batch 1 took 0.49 ms right after an OpenVINO run, 0.37 ms
-    warm). ``runs``: variant -> a callable taking the feed (open_runs)."""
-    names = list(runs)
+def warm_up(runs: dict, feeds: list, warmup: float) -> tuple:
+    """Rounds of every variant on the feeds in turn, at least 3 and one per feed, until ``warmup``
+    seconds (at most 50): ({variant: seconds of its last run}, rounds)."""
     start = time.perf_counter()
     warm_rounds, last = 0, {}
-    while warm_rounds < 3 or (time.perf_counter() - start < warmup and warm_rounds < 50):
-        for name in names:
+    while warm_rounds < max(3, len(feeds)) or (time.perf_counter() - start < warmup and warm_rounds < 50):
+        for name, run in runs.items():
             begin = time.perf_counter()
-            runs[name](feed)
+            run(feeds[warm_rounds % len(feeds)])
             last[name] = time.perf_counter() - begin
         warm_rounds += 1
+    return last, warm_rounds
+
+
+def time_cell(runs: dict, feeds: list, budget: float, min_rounds: int, max_rounds: int, warmup: float):
+    """Interleaved rounds, each running every variant, the order rotating; round k runs ``feeds[k]``
+    (cycling), so that where a cell has several batches each run follows one of other lengths, as in
+    a service (a runtime that prepares its nodes per shape pays for it as there). A variant whose run
+    takes under SETTLE_BELOW runs once untimed, on the previous round's feed, before its timed run:
+    the variant before it (another model, on OpenVINO another runtime) has evicted its weights from
+    the caches, and timing that cold run would charge a small model the previous one's footprint
+    rather than its own cost (measured: the LSTM "post" model at batch 1 took 0.49 ms right after an
+    OpenVINO run, 0.37 ms warm). ``runs``: variant -> a callable taking a feed (open_runs)."""
+    names = list(runs)
+    last, warm_rounds = warm_up(runs, feeds, warmup)
     settle = {name: last[name] < SETTLE_BELOW for name in names}
     round_seconds = sum(last[name] * (2 if settle[name] else 1) for name in names)
     rounds = int(min(max_rounds, max(min_rounds, budget / max(round_seconds, 1e-9))))
     times = {name: [] for name in names}
     for index in range(rounds):
         first = index % len(names)
+        feed = feeds[index % len(feeds)]
         for name in names[first:] + names[:first]:  # rotate the order: no variant always runs first
             run = runs[name]
             if settle[name]:
-                run(feed)
+                run(feeds[(index - 1) % len(feeds)])
             begin = time.perf_counter()
             run(feed)
             times[name].append(time.perf_counter() - begin)
     return times, rounds, warm_rounds
+
+
+BLOCK_CYCLES = 8  # each variant's blocks per cell (time_blocks)
+
+
+def time_blocks(runs: dict, feeds: list, budget: float, min_runs: int, max_runs: int, warmup: float):
+    """Blocks of consecutive runs, as a service runs one model: each variant runs a block, the
+    variants taking turns, the order reversed every other cycle, ``BLOCK_CYCLES`` blocks each; a
+    block's runs take ``feeds`` in turn after two untimed runs (the variant before it, another model
+    or runtime, has left the caches cold). Returns ({variant: [median seconds of each block]}, timed
+    runs per variant, warm-up rounds); the runs per variant follow from ``budget`` as in time_cell."""
+    names = list(runs)
+    last, warm_rounds = warm_up(runs, feeds, warmup)
+    total = int(min(max_runs, max(min_runs, budget / max(sum(last.values()), 1e-9))))
+    size = max(3, -(-total // BLOCK_CYCLES))
+    medians = {name: [] for name in names}
+    for cycle in range(BLOCK_CYCLES):
+        for name in names if cycle % 2 == 0 else names[::-1]:
+            run = runs[name]
+            for feed in feeds[-2:] if len(feeds) > 1 else feeds * 2:
+                run(feed)
+            times = []
+            for index in range(size):
+                feed = feeds[index % len(feeds)]
+                begin = time.perf_counter()
+                run(feed)
+                times.append(time.perf_counter() - begin)
+            medians[name].append(statistics.median(times))
+    return medians, size * BLOCK_CYCLES, warm_rounds
+
+
+TIMERS = {"blocks": time_blocks, "rounds": time_cell}
+TIMING_WORDS = {"blocks": ("medians in ms of blocks of consecutive runs", "per-cycle"),
+                "rounds": ("medians in ms of interleaved rounds", "per-round")}
 
 
 class OpenVinoSession:
@@ -404,10 +472,10 @@ def worker(job_path: str) -> int:
     for cell in job["cells"]:
         variants = [v for v in cell["variants"] if v in runs[cell["model"]]]
         chosen = {v: runs[cell["model"]][v] for v in variants}
-        feed = {"tokens": cell_tokens(cell)}
+        feeds = [{"tokens": tokens} for tokens in cell_feeds(cell)]
         before, wall_start = cpu_snapshot(), time.perf_counter()
-        times, rounds, warm = time_cell(chosen, feed, cell["budget"], cell["min_rounds"], cell["max_rounds"],
-                                        cell["warmup"])
+        times, rounds, warm = TIMERS[job["timing"]](chosen, feeds, cell["budget"], cell["min_rounds"],
+                                                    cell["max_rounds"], cell["warmup"])
         load = other_load(before, cpu_snapshot(), time.perf_counter() - wall_start)
         result = dict(cell, times=times, rounds=rounds, warmup_rounds=warm, threads=threads, other_load=load)
         results.append(result)
@@ -439,6 +507,9 @@ def parse_args(argv=None):
                              "separated subset of tf,ov-tf,litert, or all (default) or none")
     parser.add_argument("--alternatives-headline-only", action="store_true",
                         help="time the alternatives on the headline rows only, not on the grid")
+    parser.add_argument("--timing", choices=tuple(TIMERS), default="blocks",
+                        help="blocks: each variant runs blocks of consecutive runs, the variants taking turns, as a "
+                             "service runs one model (default); rounds: every variant once per round, interleaved")
     parser.add_argument("--no-plot", action="store_true", help="skip the PNG plots")
     parser.add_argument("--verbose", action="store_true", help="show TensorFlow's and tf2onnx's messages")
     parser.add_argument("--worker", metavar="JOB", help=argparse.SUPPRESS)
@@ -604,15 +675,16 @@ def check_openvino_numerics(np, keras_models: dict, protos: dict, shapes: list, 
                 report(f"  {MODEL_NAMES[model]:<13} {variant}: OpenVINO cannot compile it "
                        f"({str(error).strip().splitlines()[-1][:100]})")
                 continue
-            for batch, steps, fill in shapes:
-                tokens = shape_tokens(batch, steps, fill)
+            request = None if net is None else net.create_infer_request()  # one, run on batch after batch
+            for batch, steps, fill, tokens in each_batch(shapes):
                 want = np.asarray((unmasked if source == "unmasked" else masked)(tokens, training=False))
                 if variant in OPENVINO_STATIC:
                     net = openvino_compiled(protos[(model, source)], {"tokens": tokens.shape}, threads=1)
-                got = net.create_infer_request().infer({"tokens": tokens})[net.output(0)]
+                    request = net.create_infer_request()
+                got = request.infer({"tokens": tokens})[net.output(0)]
                 diff = float(np.max(np.abs(got - want))) if got.shape == want.shape else float("inf")
-                worst[(model, variant)] = max(worst.get((model, variant), 0.0), diff)
-                worst[(model, variant, batch, steps, fill)] = diff
+                for key in ((model, variant), (model, variant, batch, steps, fill)):
+                    worst[key] = max(worst.get(key, 0.0), diff)
                 if not diff <= TOLERANCE:
                     fail(f"{model}/{variant} on OpenVINO differs from Keras by {diff:.3g} (> {TOLERANCE:g}) "
                          f"at batch {batch}, T={steps}, fill {fill}")
@@ -648,13 +720,12 @@ def check_masked(np, session, masked, shapes: list, worst: dict, key: tuple, all
     """Runs ``session`` on each shape against the masked Keras model: records the largest difference
     under ``worst[key]`` (``key``: (model, variant)) and per shape; fails beyond ``allowed(Keras's
     output)`` (``limit`` says it)."""
-    for batch, steps, fill in shapes:
-        tokens = shape_tokens(batch, steps, fill)
+    for batch, steps, fill, tokens in each_batch(shapes):
         want = np.asarray(masked(tokens, training=False))
         got = session.run(None, {"tokens": tokens})[0]
         diff = float(np.max(np.abs(got - want))) if got.shape == want.shape else float("inf")
-        worst[key] = max(worst.get(key, 0.0), diff)
-        worst[key + (batch, steps, fill)] = diff
+        for cell in (key, key + (batch, steps, fill)):
+            worst[cell] = max(worst.get(cell, 0.0), diff)
         if not diff <= allowed(want):
             fail(f"{'/'.join(key)} differs from Keras by {diff:.3g} (> {limit}) at batch {batch}, T={steps}, "
                  f"fill {fill}")
@@ -726,8 +797,7 @@ def check_numerics(np, keras_models: dict, protos: dict, shapes: list, report: R
     worst, largest = {}, {}
     for model, (masked, unmasked) in keras_models.items():
         sessions = {v: onnxruntime_session(protos[(model, v)]) for v in VARIANTS}
-        for batch, steps, fill in shapes:
-            tokens = shape_tokens(batch, steps, fill)
+        for batch, steps, fill, tokens in each_batch(shapes):
             expected = {"masked": np.asarray(masked(tokens, training=False)),
                         "unmasked": np.asarray(unmasked(tokens, training=False))}
             largest[model] = max(largest.get(model, 0.0), float(np.max(np.abs(expected["masked"]))))
@@ -735,9 +805,8 @@ def check_numerics(np, keras_models: dict, protos: dict, shapes: list, report: R
                 want = expected["unmasked" if variant == "unmasked" else "masked"]
                 got = session.run(None, {"tokens": tokens})[0]
                 diff = float(np.max(np.abs(got - want))) if got.shape == want.shape else float("inf")
-                key = (model, variant)
-                worst[key] = max(worst.get(key, 0.0), diff)
-                worst[(model, variant, batch, steps, fill)] = diff
+                for key in ((model, variant), (model, variant, batch, steps, fill)):
+                    worst[key] = max(worst.get(key, 0.0), diff)
                 if not diff <= TOLERANCE:
                     who = "the plugin's" if variant in ("post", "any", "sched") else "the"
                     fail(f"{who} {model}/{variant} model differs from Keras by {diff:.3g} (> {TOLERANCE:g}) "
@@ -773,7 +842,7 @@ def build_alternatives(np, tf, args, keras_models: dict, shapes: list, folder: s
     for name in args.alternatives:
         report(f"  {name:<7} {alternatives.DESCRIPTIONS[name]}")
     masked = {model: pair[0] for model, pair in keras_models.items()}
-    outcomes = alternatives.prepare_all(np, tf, args.alternatives, masked, shapes, folder, shape_tokens, TOLERANCE,
+    outcomes = alternatives.prepare_all(np, tf, args.alternatives, masked, shapes, folder, shape_batches, TOLERANCE,
                                         report, MODEL_NAMES, quiet=not args.verbose)
     for (model, variant), outcome in outcomes.items():
         if outcome.diffs:
@@ -852,7 +921,7 @@ def run_children(args, onnx_files: dict, alternative_specs: dict, cells_by_threa
     results = []
     for threads, cells in cells_by_threads.items():
         job = dict(threads=threads, models=onnx_files, alternatives=alternative_specs, cells=cells,
-                   results=os.path.join(tmp, f"results-{threads}.json"))
+                   timing=args.timing, results=os.path.join(tmp, f"results-{threads}.json"))
         job_path = os.path.join(tmp, f"job-{threads}.json")
         with open(job_path, "w") as handle:
             json.dump(job, handle)
@@ -872,7 +941,7 @@ def summarise(results: list, worst: dict, outcomes: dict) -> tuple:
     ratio_rows, latency_rows = [], []
     for cell in results:
         times = cell["times"]
-        lengths = (distribution_lengths(cell["dist"], cell["batch"], cell["time"]) if cell.get("dist")
+        lengths = (drawn_lengths(cell["dist"], cell["batch"], cell["time"]) if cell.get("dist")
                    else lengths_for(cell["batch"], cell["time"], cell["fill"]))
         base = dict(model=cell["model"], set=cell["set"], dist=cell.get("dist") or "", threads=cell["threads"],
                     batch=cell["batch"], time=cell["time"], fill=cell["fill"])
@@ -939,7 +1008,8 @@ def find(rows: list, **match):
 
 def report_distributions(ratio_rows: list, settings: dict, report: Report):
     """The realistic length distributions: latency of each variant, the plugin's speed-ups."""
-    report(f"length distributions: T={settings['dist_time']}, 1 intra-op thread, medians in ms of interleaved rounds")
+    report(f"length distributions: T={settings['dist_time']}, 1 intra-op thread, {TIMING_WORDS[settings['timing']][0]}, "
+           f"{DRAWS} batches per row run in turn (fill: their mean)")
     for name, text in DISTRIBUTIONS.items():
         report(f"  {name}: {text}")
     report(f"  {'model':<13} {'batch':>5} {'lengths':<10} {'fill':>5} {'Loop':>7} {'post':>7} {'sched':>7} "
@@ -1114,7 +1184,7 @@ def main(argv=None) -> int:
     if args.worker:
         return worker(args.worker)
     wall_start, cpu_start = time.perf_counter(), cpu_snapshot()
-    settings = dict(QUICK if args.quick else FULL)
+    settings = dict(QUICK if args.quick else FULL, timing=args.timing)
     if args.budget is not None:
         settings["budget"] = args.budget
         settings["headline_budget"] = max(args.budget, settings["headline_budget"] * args.budget /
@@ -1228,14 +1298,14 @@ def main(argv=None) -> int:
                 cells += [dict(head_cell, model=m, batch=b, time=t, fill=f) for m in args.models
                           for b, t, f in head_shapes]
                 cells += [dict(dist_cell, model=m, batch=b, time=t, dist=d,
-                               fill=round(float(np.mean(distribution_lengths(d, b, t))) / t, 4))
+                               fill=round(float(np.mean(drawn_lengths(d, b, t))) / t, 4))
                           for m in args.models for b, t, d in dist_shapes]
             cells += [dict(grid_cell, model=m, batch=b, time=t, fill=f,
                            variants=grid_cell["variants"] + grid_alternatives(args, threads))
                       for m in args.models for b, t, f in grid_shapes]
             cells_by_threads[threads] = cells
         total = sum(len(c) for c in cells_by_threads.values())
-        print(f"latency: {total} cells, medians in ms of interleaved rounds; 'other' = mean cores used by "
+        print(f"latency: {total} cells, {TIMING_WORDS[settings['timing']][0]}; 'other' = mean cores used by "
               f"other processes meanwhile", flush=True)
         print(TABLE_HEADER, flush=True)
         timing_start = time.perf_counter()
@@ -1248,8 +1318,9 @@ def main(argv=None) -> int:
         row["fill"] = float(row["fill"])
 
     # headline
-    report(f"headline: T={settings['headline_time']}, 1 intra-op thread, medians in ms of interleaved rounds "
-           f"(ratios: median over median, [p10-p90] of the per-round ratios)")
+    words, ratios = TIMING_WORDS[settings["timing"]]
+    report(f"headline: T={settings['headline_time']}, 1 intra-op thread, {words} "
+           f"(ratios: median over median, [p10-p90] of the {ratios} ratios)")
     report(f"  {'model':<13} {'batch':>5} {'fill':>4} {'Loop':>7} {'post':>7} {'any':>7} {'unmasked':>8} "
            f"{'no-guard':>8} {'OV post':>7} {'OV Loop':>7} {'OV unm.':>7} {'OV stat.':>8} {'Loop/post':>17} "
            f"{'post/unmasked':>17} "
@@ -1299,7 +1370,7 @@ def main(argv=None) -> int:
             import plot_benchmark
         cpu = machine_info(versions)[0].split(": ", 1)[1].split(",")[0]
         subtitle = (f"{cpu}; onnxruntime {ort.__version__}, tf2onnx {tf2onnx.__version__}, {args.keras}; "
-                    f"points: medians; bars: interquartile range of the per-round ratios")
+                    f"points: medians; bars: interquartile range of the {TIMING_WORDS[args.timing][1]} ratios")
         try:
             paths += plot_benchmark.plot(paths[0], args.out, subtitle=subtitle)
             paths += plot_benchmark.plot_fill(paths[0], args.out, subtitle=subtitle)

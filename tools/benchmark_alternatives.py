@@ -179,17 +179,18 @@ def build_litert(tf, keras_model, folder: str, model: str, shapes) -> dict:
 BUILDERS = {"tf": build_tf, "ov-tf": build_ov_tf, "litert": build_litert}
 
 
-def check(np, runner, keras_model, shapes, tokens_for) -> dict:
-    """max |runner - Keras| at every output position (padded ones too) for each (batch, T, fill)."""
+def check(np, runner, keras_model, shapes, batches_for) -> dict:
+    """max |runner - Keras| at every output position (padded ones too) for each (batch, T, fill), over
+    its batches (``batches_for(batch, T, fill)``: a list)."""
     diffs = {}
     for batch, steps, fill in shapes:
-        tokens = tokens_for(batch, steps, fill)
-        want = np.asarray(keras_model(tokens, training=False))
-        diffs[(batch, steps, fill)] = max_difference(np, runner.run({INPUT: tokens}), want)
+        diffs[(batch, steps, fill)] = max(max_difference(np, runner.run({INPUT: tokens}),
+                                                         np.asarray(keras_model(tokens, training=False)))
+                                          for tokens in batches_for(batch, steps, fill))
     return diffs
 
 
-def prepare(np, tf, variant: str, model: str, keras_model, shapes, folder: str, tokens_for,
+def prepare(np, tf, variant: str, model: str, keras_model, shapes, folder: str, batches_for,
             tolerance: float) -> Outcome:
     """Builds ``variant`` for ``model``, opens it (1 thread) and checks it on ``shapes``; any error
     makes the outcome ``failed`` with the error's first line."""
@@ -202,7 +203,7 @@ def prepare(np, tf, variant: str, model: str, keras_model, shapes, folder: str, 
         runner = open_runner(spec, threads=1)
         outcome.seconds = time.perf_counter() - start
         stage = "run"
-        outcome.diffs = check(np, runner, keras_model, shapes, tokens_for)
+        outcome.diffs = check(np, runner, keras_model, shapes, batches_for)
     except Exception as error:  # noqa: BLE001  pylint: disable=broad-except
         outcome.detail = f"cannot {stage} it: {type(error).__name__}: {first_line(error)}"
         return outcome
@@ -212,7 +213,7 @@ def prepare(np, tf, variant: str, model: str, keras_model, shapes, folder: str, 
     return outcome
 
 
-def prepare_all(np, tf, names, keras_models: dict, shapes, folder: str, tokens_for, tolerance: float,
+def prepare_all(np, tf, names, keras_models: dict, shapes, folder: str, batches_for, tolerance: float,
                 report, model_names: dict, quiet: bool = True) -> dict:
     """Every alternative in ``names`` for every model (``keras_models``: name -> the masked Keras
     model), each reported in one line; returns (model, variant) -> Outcome."""
@@ -221,7 +222,7 @@ def prepare_all(np, tf, names, keras_models: dict, shapes, folder: str, tokens_f
     for variant in names:
         for model, keras_model in keras_models.items():
             with quiet_stderr(quiet):  # converters and interpreters print pages to stderr
-                outcome = prepare(np, tf, variant, model, keras_model, shapes, folder, tokens_for, tolerance)
+                outcome = prepare(np, tf, variant, model, keras_model, shapes, folder, batches_for, tolerance)
             outcomes[(model, variant)] = outcome
             report(summary_line(outcome, tolerance, model_names.get(model, model)))
     return outcomes

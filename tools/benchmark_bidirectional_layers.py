@@ -81,7 +81,7 @@ def time_model(stack, model, paths: dict, runtime: str, batches: list, budget: f
             worst = float(stack.np.max(stack.np.abs(run({"tokens": tokens})[0] - expected)))
             if worst > benchmark.TOLERANCE:
                 sys.exit(f"{label}, {form} node(s), batch {batch}: {worst:.2e} from Keras on {runtime}")
-        times, rounds, _ = benchmark.time_cell(runs, {"tokens": tokens}, budget, 30, 20000, warmup=1.0)
+        times, rounds, _ = benchmark.time_cell(runs, [{"tokens": tokens}], budget, 30, 20000, warmup=1.0)
         one, two = (benchmark.stats(times[form])["median_ms"] for form in ("one", "two"))
         ratio, p10, p90, _, _ = benchmark.ratio_stats(times, "one", "two")
         print(f"{label:<22} {runtime:<12} {batch:>5} {one:>9.3f} {two:>9.3f} {ratio:>9.3f} {p10:>6.3f}-{p90:<6.3f} "

@@ -27,7 +27,7 @@ gives the schedule's cost over the plugin without it.
 for any runtime).
 
 ``--blocks`` times each side in blocks of consecutive runs instead (one model at a time, as a
-service runs it; the sides alternate block by block, ``BLOCK_CYCLES`` times): interleaved runs
+service runs it; the sides alternate block by block, ``benchmark.BLOCK_CYCLES`` times): interleaved runs
 charge each model the caches the other left cold, and a model with more or larger buffers pays
 more for that (the schedule's cost with full rows at batch 32 read +4% interleaved, 0% in blocks).
 """
@@ -36,11 +36,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from typing import Optional
 
 import benchmark  # tools/ is on sys.path when run as a script
@@ -145,36 +143,6 @@ def runner(path: str, runtime: str):
     return lambda feed: session.run(None, feed)
 
 
-BLOCK_CYCLES = 8  # --blocks: blocks per side and cell
-
-
-def time_blocks(runs: dict, feed: dict, budget: float) -> tuple:
-    """({side: [median seconds of each of its blocks]}, blocks per side): each side runs a block of
-    consecutive runs (after two untimed ones), the sides alternating, ``BLOCK_CYCLES`` blocks each,
-    the whole within about ``budget`` seconds."""
-    for run in runs.values():
-        run(feed)
-    begin = time.perf_counter()
-    for run in runs.values():
-        run(feed)
-    per_run = (time.perf_counter() - begin) / len(runs)
-    size = max(5, int(budget / (BLOCK_CYCLES * len(runs) * max(per_run, 1e-9))))
-    medians = {side: [] for side in runs}
-    for cycle in range(BLOCK_CYCLES):
-        order = list(runs) if cycle % 2 == 0 else list(runs)[::-1]
-        for side in order:
-            run = runs[side]
-            run(feed)
-            run(feed)
-            times = []
-            for _ in range(size):
-                start = time.perf_counter()
-                run(feed)
-                times.append(time.perf_counter() - start)
-            medians[side].append(statistics.median(times))
-    return medians, BLOCK_CYCLES
-
-
 def time_all(models: list, folders: dict, budget: float, runtime: str, cells: list, blocks: bool = False) -> None:
     print(f"{'model':<8} {'batch':>5} {'fill':>9} {'base ms':>9} {'current ms':>10} {'current/base':>12} "
           f"{'p10-p90':>13} {'blocks' if blocks else 'rounds':>6}")
@@ -182,10 +150,9 @@ def time_all(models: list, folders: dict, budget: float, runtime: str, cells: li
         runs = {side: runner(os.path.join(folder, f"{model}.onnx"), runtime) for side, folder in folders.items()}
         for batch, fill in cells:
             feed = {"tokens": cell_tokens(batch, fill)}
-            if blocks:
-                times, rounds = time_blocks(runs, feed, budget)
-            else:
-                times, rounds, _ = benchmark.time_cell(runs, feed, budget, 30, 20000, warmup=1.0)
+            timer = benchmark.time_blocks if blocks else benchmark.time_cell
+            times, _, _ = timer(runs, [feed], budget, 30, 20000, warmup=1.0)
+            rounds = len(times["base"])
             base, current = (benchmark.stats(times[side])["median_ms"] for side in ("base", "current"))
             ratio, p10, p90, _, _ = benchmark.ratio_stats(times, "current", "base")
             print(f"{model:<8} {batch:>5} {fill:>9} {base:>9.3f} {current:>10.3f} {ratio:>12.3f} "

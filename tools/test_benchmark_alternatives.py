@@ -90,14 +90,14 @@ class FakeRunner:
         return np.ones(feed[alt.INPUT].shape + (2,), np.float32) + self.offset
 
 
-def tokens_for(batch, steps, fill):
-    return np.ones((batch, steps), np.int32)
+def batches_for(batch, steps, fill):
+    return [np.ones((batch, steps), np.int32), np.zeros((batch, steps), np.int32)]
 
 
 def prepared(monkeypatch, builder, offset: float = 0.0) -> alt.Outcome:
     monkeypatch.setitem(alt.BUILDERS, "tf", builder)
     monkeypatch.setattr(alt, "open_runner", lambda spec, threads: FakeRunner(offset))
-    return alt.prepare(np, None, "tf", "lstm", FakeKeras(), SHAPES, "/nowhere", tokens_for, TOLERANCE)
+    return alt.prepare(np, None, "tf", "lstm", FakeKeras(), SHAPES, "/nowhere", batches_for, TOLERANCE)
 
 
 def test_a_build_that_raises_is_failed_with_its_first_line(monkeypatch):
@@ -131,7 +131,7 @@ def test_a_runner_that_raises_is_failed(monkeypatch):
     def broken(spec, threads):
         raise OSError("cannot open the file")
     monkeypatch.setattr(alt, "open_runner", broken)
-    outcome = alt.prepare(np, None, "tf", "lstm", FakeKeras(), SHAPES, "/nowhere", tokens_for, TOLERANCE)
+    outcome = alt.prepare(np, None, "tf", "lstm", FakeKeras(), SHAPES, "/nowhere", batches_for, TOLERANCE)
     assert outcome.status == alt.FAILED and outcome.detail == "cannot open it: OSError: cannot open the file"
 
 
@@ -171,3 +171,14 @@ def test_the_alternatives_are_timed_on_one_thread_only():
     assert benchmark.grid_alternatives(args, 1) == list(alt.ALTERNATIVES)
     assert benchmark.grid_alternatives(args, 2) == []
     assert benchmark.grid_alternatives(benchmark.parse_args(["--alternatives-headline-only"]), 1) == []
+
+
+def test_every_batch_of_a_shape_is_checked(monkeypatch):
+    class WrongOnZeros(FakeRunner):
+        def run(self, feed):
+            return super().run(feed) + (0.5 if not feed[alt.INPUT].any() else 0.0)
+
+    monkeypatch.setitem(alt.BUILDERS, "tf", lambda *_: dict(kind="tf", path="x"))
+    monkeypatch.setattr(alt, "open_runner", lambda spec, threads: WrongOnZeros(0.0))
+    outcome = alt.prepare(np, None, "tf", "lstm", FakeKeras(), SHAPES, "/nowhere", batches_for, TOLERANCE)
+    assert outcome.status == alt.NOT_EXACT and outcome.worst == 0.5
