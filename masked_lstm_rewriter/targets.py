@@ -92,7 +92,8 @@ OPENVINO = Runtime(
     fuses_divisions_wrongly=True,
     # "Can not create StaticMemory object. The memory desc is undefined" after model.reshape to static shapes
     compiles_scheduled_cell_stacks=False,
-    # a segment costs it about 100 us in a whole model (its nodes' shapes are inferred on every run):
+    # a segment costs it about 100 us in a whole model (a node's call, and its preparation again for each
+    # batch's shapes):
     # 4 segments ran a long-tailed batch of 32 in 0.80 of the time 10 took, 128 rows the same
     segment_ranks=(8, 4, 2), segment_cost=90)
 RUNTIMES = (ONNXRUNTIME, OPENVINO)

@@ -227,9 +227,9 @@ def test_post_guard_still_fails_on_a_scheduled_batch():
 
 @pytest.mark.parametrize("runtime", [None, "openvino"])
 def test_segments_cover_long_tailed_batches(runtime):
-    """The plan has its runtime's segments (for any runtime onnxruntime's, for OpenVINO fewer: a
-    segment costs it more), and a long row among many short ones runs them, exact at every position
-    on every runtime and signature form."""
+    """The plan has its runtime's segments (for OpenVINO fewer than for any runtime: a segment costs
+    it more), and a long row among many short ones runs them, exact at every position on every
+    runtime and signature form."""
     model, spec, _ = embedding_model(keras.layers.GRU(UNITS, return_sequences=True))
     onnx_model = check_scheduled(model, spec, [[tokens([STEPS] + [2] * 31)]], {"GRU": 1},
                                  rewriter=scheduled(runtime=runtime))

@@ -392,7 +392,7 @@ def time_blocks(runs: dict, feeds: list, budget: float, min_runs: int, max_runs:
     for cycle in range(BLOCK_CYCLES):
         for name in names if cycle % 2 == 0 else names[::-1]:
             run = runs[name]
-            for feed in feeds[-2:] if len(feeds) > 1 else feeds * 2:
+            for feed in (feeds * 2)[-2:]:
                 run(feed)
             times = []
             for index in range(size):
