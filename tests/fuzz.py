@@ -68,7 +68,7 @@ def run_worker(args) -> dict:
     wirings = collections.Counter()
     failures = []
     worst = [0.0]
-    worst_ill = [0.0]  # largest (ONNX vs float64) / (Keras float32 vs float64) among ill-conditioned passes
+    worst_ill = [0.0]  # largest (ONNX vs float64) / (the error allowed for) among ill-conditioned passes
     start = time.monotonic()
 
     @seed(args.seed)
@@ -200,7 +200,8 @@ def print_summary(result) -> bool:
           f"Softplus in a softplus layer's Loop, where onnxruntime matched) {t['openvino softplus']}")
     print(f"  worst |keras - onnx| / max(1, |keras|): {result['worst']:.3g} (limit 1e-05; "
           f"{t['ill-conditioned']} ill-conditioned comparisons above it passed as no more than "
-          f"{result.get('worst_ill', 0.0):.2g}x as far from float64 Keras as float32 Keras is, limit 10x)")
+          f"{result.get('worst_ill', 0.0):.2g}x as far from float64 Keras as float32 Keras is, or as float32 "
+          f"rounding of the weights and inputs moves it, limit 10x)")
     print(f"  \"post\" on non-post-padded batches: guard fired {guard}, "
           f"returned numbers or another error {t['guard missed']}")
     print("  batch kinds: " + ", ".join(f"{k} {n}" for k, n in sorted(result["batch_kinds"].items())))

@@ -439,6 +439,7 @@ class Float64Referee:
     bounds what the converted model may differ by."""
 
     FACTOR = 10  # the converted model may be this many times further from exact than Keras is
+    DRAWS = 4    # perturbed float64 runs that measure how far float32 rounding alone moves the model
 
     def __init__(self, case: ModelCase, model, build=None):
         """``build(case, weights_from=model)``: the case's model builder (default: :func:`build_model`)."""
@@ -446,18 +447,45 @@ class Float64Referee:
         self.build = build or build_model
 
     def accepts(self, inputs, expected, got, also=()) -> tuple:
-        """(ok, Keras float32's error, the converted model's error), both vs Keras in float64.
+        """(ok, the error allowed for, the converted model's error), both vs Keras in float64: FACTOR
+        times Keras float32's error or, where larger, the model's :meth:`sensitivity`.
 
         ``also``: Keras's float32 outputs for the same inputs computed another way (a row within
-        its whole batch): Keras's error is the largest, as either way is Keras's own float32."""
+        its whole batch): Keras's error is the largest, as either way is Keras's own float32. A
+        kernel that sums in another order than Keras (a native op's one GEMM over every step) rounds
+        differently; a model that amplifies rounding (unbounded gates such as ``elu`` or ``linear``,
+        measured: 4e-5 where Keras happened to be 8e-6 off, and one draw of its sensitivity 1e-5)
+        moves by that much for any such order."""
         with floatx("float64"):
             if self.model64 is None:
                 self.model64, _ = self.build(self.case, weights_from=self.model32)
-            exact = keras_outputs(self.model64, [x.astype(np.float64) if x.dtype == np.float32 else x
-                                                 for x in inputs])
+            inputs64 = [x.astype(np.float64) if x.dtype == np.float32 else x for x in inputs]
+            exact = keras_outputs(self.model64, inputs64)
         keras_error = max(scaled_difference(exact, outputs) for outputs in (expected,) + tuple(also))
         onnx_error = scaled_difference(exact, got)
-        return onnx_error <= self.FACTOR * keras_error, keras_error, onnx_error
+        if onnx_error <= self.FACTOR * keras_error:
+            return True, keras_error, onnx_error
+        allowed = max(keras_error, self.sensitivity(inputs64, exact))
+        return onnx_error <= self.FACTOR * allowed, allowed, onnx_error
+
+    def sensitivity(self, inputs64, exact) -> float:
+        """How far the float64 model moves from ``exact`` when each weight and float input is off by a
+        float32 rounding (relative 2**-24, random; the largest of DRAWS runs, the same draws every time)."""
+        rng = np.random.default_rng(0)
+        weights = self.model64.get_weights()
+
+        def rounded(x):
+            return x * (1 + 2.0 ** -24 * rng.standard_normal(x.shape)) if x.dtype == np.float64 else x
+        worst = 0.0
+        with floatx("float64"):
+            try:
+                for _ in range(self.DRAWS):
+                    self.model64.set_weights([rounded(w) for w in weights])
+                    moved = keras_outputs(self.model64, [rounded(x) for x in inputs64])
+                    worst = max(worst, scaled_difference(exact, moved))
+            finally:
+                self.model64.set_weights(weights)
+        return worst
 
 
 # --- the batch ---------------------------------------------------------------------------------
@@ -556,7 +584,7 @@ class CaseResult:
     comparisons: int = 0        # model/batch/mode comparisons with Keras
     passed: int = 0
     ill_conditioned: list = dataclasses.field(default_factory=list)  # passed by the referee:
-    #   (mode, |diff| vs Keras, Keras float32 vs float64, ONNX vs float64)
+    #   (mode, |diff| vs Keras, the error allowed for (Float64Referee.accepts), ONNX vs float64)
     non_finite: int = 0         # comparisons skipped: Keras's own output overflowed (inf or nan)
     openvino_softplus: int = 0  # OpenVINO off where onnxruntime matched, in a model with a softplus Loop (_compare)
     row_rounding: int = 0       # off by no more than float32 rounding of the largest value the row holds (_compare)
@@ -645,15 +673,17 @@ def openvino_conversion(model, spec, mode, onnx_model, for_openvino, case: Model
     """(model, kept a Loop): the conversion a user deploying on OpenVINO makes (``onnx_model`` where no
     layer names OpenVINO in ``not_for``, its schedule included; else ``runtime="openvino"``), and whether it kept a layer as stock
     tf2onnx's Loop for the target. (None, False) when the suite leaves OpenVINO out, or when an
-    unmasked model keeps stock tf2onnx's own native op with an activation OpenVINO does not compile
-    (tf_keras's hard_sigmoid LSTM: no conversion makes that model for OpenVINO)."""
+    unmasked layer keeps stock tf2onnx's own native op with an activation OpenVINO does not compile
+    (tf_keras's hard_sigmoid LSTM: no conversion makes that model for OpenVINO): every node OpenVINO
+    does not compile is one of those, as many as stock tf2onnx's own conversion has."""
     if "openvino" not in runtimes.runtimes():
         return None, False
     converted, kept = onnx_model, False
     if not for_openvino:
         converted = convert(model, spec, rewriter=mlr.make_rewriter(mode, runtime="openvino"))
         kept = bool(mlr.last_report().left_as_loop)
-    if case.unmasked and uncompiled_nodes(converted, "openvino"):
+    uncompiled = uncompiled_nodes(converted, "openvino") if case.partly_unmasked else []
+    if uncompiled and len(uncompiled) <= len(uncompiled_nodes(convert(model, spec, rewriter=None), "openvino")):
         return None, False
     return converted, kept
 

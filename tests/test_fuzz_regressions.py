@@ -262,3 +262,33 @@ def test_an_overflow_stock_tf2onnx_has_too_is_counted_apart():
     result = fuzzgen.check_case(case, batches)
     assert result.ok, fuzzgen.describe(case, batches, result)
     assert result.stock_overflow and result.passed, result
+
+
+def test_rounding_an_ill_conditioned_model_amplifies_passes_by_its_sensitivity():
+    """Found by ``tests/fuzz.py`` (tf_keras, seed 342): three stacked linear GRUs whose outputs reach
+    7e4. The native op is 1.1e-2 from float64 Keras where float32 Keras happened to be 8e-4 off
+    (stock tf2onnx's Loop: 1.4e-2), while one float32 rounding of the weights and inputs moves the
+    float64 model by 4e-2: the referee allows for that (Float64Referee.sensitivity)."""
+    layer = LayerCase(kind="GRU", units=5, direction="go_backwards", activation="linear", recurrent_activation="tanh",
+                      reset_after=False)
+    case = ModelCase(layers=(layer,) * 3, return_sequences=True, return_state=True, mask_source="embedding",
+                     initial_state=True, seed=8, signature="dynamic", wiring="chain")
+    batches = (BatchCase(rows=9, steps=31, kind="long-tailed", seed=1955),)
+    result = fuzzgen.check_case(case, batches)
+    assert result.ok, fuzzgen.describe(case, batches, result)
+
+
+def test_stock_tf2onnx_native_op_openvino_cannot_compile_leaves_openvino_out():
+    """Found by ``tests/fuzz.py`` (tf_keras, seed 342): the first layer runs unmasked (a mask passed to
+    the layers above only), and stock tf2onnx makes it a native bidirectional LSTM with tf_keras's
+    HardSigmoid, which OpenVINO does not compile; no conversion makes that model for OpenVINO (the
+    plugin leaves stock tf2onnx's native ops alone), so it is compared on onnxruntime only."""
+    lstm = LayerCase(kind="LSTM", units=3, direction="bidirectional", merge_mode="sum", activation="sigmoid",
+                     recurrent_activation="hard_sigmoid")
+    gru = LayerCase(kind="GRU", units=6, activation="linear", recurrent_activation="linear", use_bias=False,
+                    reset_after=True)
+    case = ModelCase(layers=(lstm, gru, lstm), return_sequences=True, return_state=True, mask_source="computed",
+                     seed=381, signature="dynamic", wiring="mask above")
+    batches = (BatchCase(rows=2, steps=9, kind="post", seed=3654), BatchCase(rows=6, steps=9, kind="pre", seed=381))
+    result = fuzzgen.check_case(case, batches)
+    assert result.ok, fuzzgen.describe(case, batches, result)
