@@ -220,7 +220,8 @@ def axis_source(graph, node, tensor: str, axis: int) -> Optional[tuple]:
     where the op takes that axis from one input: a shape-keeping op, a transpose, a squeeze or an
     expansion of other axes, ``x @ W`` (a Dense layer), a reshape to a shape read off another tensor
     (``tf.tensordot``), an embedding lookup. None for any other op: elementwise ops and
-    concatenations take it from several inputs, which each walk over axes judges its own way."""
+    concatenations take it from several inputs (:func:`concatenated_beside`), which each walk over
+    axes judges its own way."""
     kind, rank = node.type, rank_of(graph, tensor)
     if kind in SAME_SHAPE:
         return node.input[0], axis
@@ -246,6 +247,21 @@ def axis_source(graph, node, tensor: str, axis: int) -> Optional[tuple]:
                 and axis < indices_rank:
             return node.input[1], axis
     return None
+
+
+def concatenated_beside(graph, node, axis: int) -> Optional[list]:
+    """The parts of ``node`` when it concatenates them along another axis than ``axis`` of its output
+    (TensorFlow's ConcatV2 or ONNX's Concat: each part then has that axis whole), else None."""
+    if node.type == "ConcatV2":
+        along, parts = const_value(graph, node.input[-1]), node.input[:-1]
+    elif node.type == "Concat":
+        along, parts = node.get_attr_value("axis", None), node.input
+    else:
+        return None
+    rank = rank_of(graph, node.output[0])
+    if not rank or not isinstance(along, int) or along % rank == axis:
+        return None
+    return list(parts)
 
 
 def _squeezed_axis(graph, node, axis: int) -> Optional[tuple]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from tf2onnx import utils
 
-from ..graph import axis_source, const_value, int64_const, make_op, producer, rank_of
+from ..graph import axis_source, concatenated_beside, const_value, int64_const, make_op, producer, rank_of
 
 
 _ELEMENTWISE = {"Add", "AddV2", "Sub", "Mul", "RealDiv", "Maximum", "Minimum", "Equal", "NotEqual", "Greater",
@@ -65,12 +65,8 @@ def _step_back(graph, node, tensor, axis, outputs):
     if kind in _ELEMENTWISE:
         return _same_root(graph, node.input, tensor, axis, outputs)
     if kind in ("ConcatV2", "Concat"):  # a Bidirectional's merge_mode="concat", along the features
-        along, parts = ((const_value(graph, node.input[-1]), node.input[:-1]) if kind == "ConcatV2"
-                        else (node.get_attr_value("axis", None), node.input))
-        rank = rank_of(graph, tensor)
-        if rank is None or not isinstance(along, int) or along % rank == axis:
-            return None
-        return _same_root(graph, parts, tensor, axis, outputs)
+        parts = concatenated_beside(graph, node, axis)
+        return None if parts is None else _same_root(graph, parts, tensor, axis, outputs)
     if kind in _REDUCTIONS:
         return _reduction(graph, node, axis)
     return axis_source(graph, node, tensor, axis)

@@ -16,7 +16,7 @@ from typing import Optional
 
 from tf2onnx.tf_loader import find_function
 
-from ..graph import axis_source, const_value, producer, rank_of
+from ..graph import axis_source, concatenated_beside, const_value, producer, rank_of
 from .body import BODY_MATCH_ATTR, BodyMatch
 
 
@@ -55,12 +55,7 @@ def _same_axis_inputs(graph, node, axis: int, tensor: Optional[str] = None) -> l
     if node.type == "Loop":
         return _loop_input_axis(graph, node, tensor) if axis == 0 else []
     if node.type in ("ConcatV2", "Concat"):
-        along, parts = ((const_value(graph, node.input[-1]), node.input[:-1]) if node.type == "ConcatV2"
-                        else (node.get_attr_value("axis", None), node.input))
-        rank = rank_of(graph, node.output[0])
-        if not isinstance(along, int) or not rank or along % rank == axis:
-            return []
-        return [(t, axis) for t in parts]
+        return [(t, axis) for t in concatenated_beside(graph, node, axis) or ()]
     if node.type == "SelectV2" and _is_id_wraparound(graph, node):
         return [(node.input[2], axis)]
     source = axis_source(graph, node, node.output[0], axis)
