@@ -171,6 +171,13 @@ def rank_of(graph, tensor: str) -> Optional[int]:
     return None if shape is None else len(shape)
 
 
+def static_dim(graph, tensor: str, axis: int) -> Optional[int]:
+    """The length of ``tensor``'s ``axis`` where the graph knows it, else None."""
+    shape = graph.get_shape(tensor)
+    return shape[axis] if shape is not None and len(shape) > axis and shape[axis] is not None \
+        and shape[axis] >= 0 else None
+
+
 def shape_element(graph, tensor, index, depth=8):
     """(t, k) when element ``index`` of the 1-D int tensor ``tensor`` is provably ``shape(t)[k]``:
     a Shape, a Gather or slice of one, a concatenation or stack of those (how ``tf.tensordot``,
@@ -328,6 +335,11 @@ def const(g, name: str, value) -> str:
 def int64_const(g, name: str, values) -> str:
     """A new int64 constant (named after ``name``)."""
     return g.make_const(utils.make_name(name), np.array(values, np.int64)).output[0]
+
+
+def filled(g, shape: str, value) -> str:
+    """A tensor of ``shape`` (a 1-D int64 tensor) holding ``value`` (a numpy scalar: its dtype is the tensor's)."""
+    return make_op(g, "ConstantOfShape", shape, value=numpy_helper.from_array(np.array([value])))
 
 
 def int64_scalar(g, value: int) -> str:

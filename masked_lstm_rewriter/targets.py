@@ -14,7 +14,8 @@ listed here. The reader, the planner, the emitter and the plugin consult this mo
   :func:`shared_swaps_scrambled` tells the emitter to give each native node its own input;
   :func:`bidirectional_veto` tells the planner where a masked forward and backward layer cannot
   be one ``direction="bidirectional"`` node, :func:`bidirectional_slow` where it would be slower;
-  :func:`cut_to_longest` tells the planner to run the masked nodes only up to the longest row,
+  :func:`cut_to_longest` tells the planner to run the masked nodes only up to the longest row, and
+  :func:`steps_appended_by_concat` how the steps they did not run are appended at a batch of 1,
   :func:`zeros_past_lengths` that a node's ``Y`` can stand in for the zero step the emitter appends,
   :func:`explicit_zero_state` that a masked node is given its zero initial state;
   :func:`schedule_veto` why a graph gets no length-aware schedule for the target, and
@@ -65,6 +66,9 @@ class Runtime:
     # compiles the schedule of a layer of stacked cells (one If per cell, each reading the one below's)
     # once the model's shapes are made static
     compiles_scheduled_cell_stacks: bool = True
+    # compiles a Pad that appends a computed number of steps to a node's outputs when the batch is
+    # statically 1 (the steps a node cut at the longest row did not run, read by a layer above)
+    compiles_step_pads_at_batch_one: bool = True
     # where the schedule cuts time (the lengths of the rows at these ranks, in 16ths of the batch, longest
     # first) and a segment's fixed cost in row-steps: what its segment nodes cost it (schedule_cuts)
     segment_ranks: tuple = (14, 12, 10, 8, 6, 4, 3, 2, 1)
@@ -92,6 +96,8 @@ OPENVINO = Runtime(
     fuses_divisions_wrongly=True,
     # "Can not create StaticMemory object. The memory desc is undefined" after model.reshape to static shapes
     compiles_scheduled_cell_stacks=False,
+    # the same error for a model of input [1, T] whose backward layer feeds another (batch 2 or dynamic: compiles)
+    compiles_step_pads_at_batch_one=False,
     # a segment costs it about 100 us in a whole model (a node's call, and its preparation again for each
     # batch's shapes):
     # 4 segments ran a long-tailed batch of 32 in 0.80 of the time 10 took, 128 rows the same
@@ -160,6 +166,13 @@ def cut_to_longest(target: Optional[str]) -> bool:
     Where a runtime runs every step of a node's input (:attr:`Runtime.runs_every_step`); a runtime
     that honours ``sequence_lens`` stops there by itself."""
     return any(entry.runs_every_step for entry in _entries(target))
+
+
+def steps_appended_by_concat(target: Optional[str]) -> bool:
+    """Are the steps a node did not run appended to its outputs as a Concat of zeros, not a Pad, where the
+    batch is statically 1, for ``target`` (None: every runtime)? Where a runtime cannot compile the Pad
+    there (:attr:`Runtime.compiles_step_pads_at_batch_one`); elsewhere the Pad costs fewer nodes."""
+    return not all(entry.compiles_step_pads_at_batch_one for entry in _entries(target))
 
 
 def zeros_past_lengths(target: Optional[str]) -> bool:

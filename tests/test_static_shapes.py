@@ -14,6 +14,7 @@ import onnx
 import pytest
 import tensorflow as tf
 
+import runtimes
 import signatures
 from kerasutil import (FLAVOUR, assert_matches_keras, assert_native, convert, keras, op_counts, post_padded_tokens,
                        randomize_weights, session)
@@ -108,6 +109,24 @@ def test_stacked_layers_over_one_step(form, mode):
                                      keras.layers.LSTM(UNITS, return_state=True))
     tokens = np.array([[7], [0], [5]], np.int32)  # one step: rows are full or empty
     convert_and_check(model, spec, [tokens], form, {"LSTM": 2, "GRU": 1, "RNN": 2}, rewriter=mlr.make_rewriter(mode))
+
+
+@pytest.mark.parametrize("form", ["static batch 1", "batch 1"])
+@pytest.mark.parametrize("lower", ["go_backwards", "bidirectional"])
+def test_a_layer_over_a_backward_one_at_a_batch_of_one_on_every_runtime(lower, form):
+    """Found by the fuzzer: with the batch statically 1, OpenVINO 2026.4 failed to compile the Pad that
+    appends the steps a backward layer's node did not run (it runs up to the longest row) before the
+    layer above reads them ("Can not create StaticMemory object"); a batch of 2 or a dynamic one compiled.
+    They are appended as a Concat of zeros there (targets.steps_appended_by_concat)."""
+    backward = (keras.layers.LSTM(UNITS, return_sequences=True, go_backwards=True) if lower == "go_backwards"
+                else keras.layers.Bidirectional(keras.layers.LSTM(UNITS, return_sequences=True)))
+    model, spec, _ = embedding_model(backward, keras.layers.LSTM(UNITS, return_sequences=True))
+    form_spec, batches = signatures.signature(spec, [post_padded_tokens(LENGTHS, STEPS, seed=5)], form)
+    onnx_model = convert(model, form_spec)
+    check_native(onnx_model, {"LSTM": 2 if lower == "go_backwards" else 3})
+    for runtime in runtimes.runtimes():
+        for rows in batches:
+            assert_matches_keras(model, onnx_model, form_spec, rows, runtime=runtime)
 
 
 def test_static_batch_one_guard_still_rejects_a_pre_padded_row():

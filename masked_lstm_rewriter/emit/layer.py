@@ -53,7 +53,7 @@ from typing import Optional
 import numpy as np
 from onnx import TensorProto
 
-from ..graph import const, gathered_rows, int64_const, int64_scalar, make_op
+from ..graph import const, filled, gathered_rows, int64_const, int64_scalar, make_op
 from ..layer import MaskedRecurrentLayer, RecurrentCell
 from ..plan.masks import BatchMajorRows, MaskTensors, first_steps
 from .node import cell_node, emit_node
@@ -140,15 +140,19 @@ def all_steps(g, y: str, masks: MaskTensors, zero_row: bool = False) -> str:
         return y
     steps = make_op(g, "Gather", make_op(g, "Shape", masks.mask_tm), int64_const(g, "time_axis", [0]))
     missing = make_op(g, "Sub", steps, make_op(g, "Cast", masks.longest, to=TensorProto.INT64))
-    return _zero_steps_appended(g, y, missing, zero_row)
+    return _zero_steps_appended(g, y, missing, zero_row, masks.steps_by_concat)
 
 
-def _zero_steps_appended(g, y: str, count, zero_row: bool = False) -> str:
-    """``y`` [S, B, H] with ``count`` (an int, or a [1] int64 tensor) steps of zeros after its own; of a ``y``
+def _zero_steps_appended(g, y: str, count, zero_row: bool = False, by_concat: bool = False) -> str:
+    """``y`` [S, B, H] with ``count`` (an int, or a [1] int64 tensor) steps of zeros after its own (a Pad, or
+    where ``by_concat``, a Concat of them: :attr:`..plan.masks.MaskTensors.steps_by_concat`); of a ``y``
     gathered from rows (:func:`..graph.gathered_rows`), ``count`` steps of the last row appended to the
     Gather's index, a zero row: the rows' own where ``zero_row`` (the schedule's, :class:`NodeOutputs`),
     else one appended to them. The fix-ups then still compose their indices with it (one copy either way)."""
     gathered = gathered_rows(g, y)
+    if gathered is None and by_concat:
+        others = make_op(g, "Slice", make_op(g, "Shape", y), int64_const(g, "one", [1]), int64_const(g, "three", [3]))
+        return make_op(g, "Concat", y, filled(g, make_op(g, "Concat", count, others, axis=0), np.float32(0)), axis=0)
     if gathered is None:
         return make_op(g, "Pad", y, _step_pads(g, count, 3))
     rows, index = gathered

@@ -14,12 +14,11 @@ import dataclasses
 from typing import Optional
 
 import numpy as np
-from onnx import numpy_helper
 from tf2onnx import utils
 
 from .. import targets
 from ..cells import CellKind, kind_of
-from ..graph import const, int64_const, int64_scalar, make_op
+from ..graph import const, filled, int64_const, int64_scalar, make_op
 from ..layer import RecurrentCell
 from ..plan.pairs import names_activations
 from ..plan.schedule import SegmentPlan, schedule_if
@@ -175,7 +174,7 @@ def zero_h(g, batch: str, directions: int, hidden: int) -> str:
     ``batch`` where a target may be OpenVINO (:func:`..targets.explicit_zero_state`)."""
     shape = make_op(g, "Concat", int64_const(g, "directions", [directions]), batch, int64_const(g, "hidden", [hidden]),
                     axis=0)
-    return make_op(g, "ConstantOfShape", shape, value=numpy_helper.from_array(np.zeros(1, np.float32)))
+    return filled(g, shape, np.float32(0))
 
 
 def _initial_states(cells: tuple) -> tuple:

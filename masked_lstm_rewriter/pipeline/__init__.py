@@ -101,7 +101,8 @@ def rewrite_layers(graph, layers, mask_mode: str, target, schedule: bool = False
     """Plan and emit each layer read (``connect``: how the source's consumers are pointed at the results)."""
     planner = MaskPlanner(graph, mask_mode, schedule, cut=targets.cut_to_longest(target),
                           zeros=targets.zeros_past_lengths(target), zero_state=targets.explicit_zero_state(target),
-                          cuts=Cuts(*targets.schedule_cuts(target)))
+                          cuts=Cuts(*targets.schedule_cuts(target)),
+                          concat_steps=targets.steps_appended_by_concat(target))
     masks = BatchMasks(graph, layers)
     for planned in pair_directions(layers, mask_mode, target, schedule):
         if isinstance(planned, DirectionPair) and _rewrite_pair(graph, planned, planner, masks, target, connect,

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from tf2onnx import utils
 
-from ..graph import axis_source, concatenated_beside, const_value, int64_const, make_op, producer, rank_of
+from ..graph import (axis_source, concatenated_beside, const_value, int64_const, make_op, producer, rank_of,
+                     static_dim)
 
 
 _ELEMENTWISE = {"Add", "AddV2", "Sub", "Mul", "RealDiv", "Maximum", "Minimum", "Equal", "NotEqual", "Greater",
@@ -38,7 +39,7 @@ def same_batch(graph, mask: str, x_tm: str, outputs: dict) -> bool:
 
     ``outputs``: tensor -> (its batch axis, the time-major input of the masked layer it is an
     output of), for the layers being rewritten (their outputs have their input's batch)."""
-    static = [_dim(graph, mask, 0), _dim(graph, x_tm, 1)]
+    static = [static_dim(graph, mask, 0), static_dim(graph, x_tm, 1)]
     if None not in static and static[0] == static[1]:
         return True
     return batch_root(graph, mask, 0, outputs) == batch_root(graph, x_tm, 1, outputs)
@@ -106,10 +107,6 @@ def _reduction(graph, node, axis):
     return (node.input[0], kept[axis]) if axis < len(kept) else None
 
 
-def _dim(graph, tensor, axis):
-    shape = graph.get_shape(tensor)
-    return shape[axis] if shape is not None and len(shape) > axis and shape[axis] is not None \
-        and shape[axis] > 0 else None
 
 
 class BatchMasks:

@@ -30,10 +30,10 @@ import dataclasses
 from typing import Optional
 
 import numpy as np
-from onnx import TensorProto, numpy_helper
+from onnx import TensorProto
 from tf2onnx import utils
 
-from ..graph import const, int64_const, int64_scalar, make_op, producer, transpose_perm
+from ..graph import const, filled, int64_const, int64_scalar, make_op, producer, static_dim, transpose_perm
 from .. import targets
 from .schedule import Cuts, SegmentPlan, plan_segments, schedulable
 
@@ -107,6 +107,8 @@ class MaskTensors:
     batch: str = ""              # [1] int64, B, read where no recurrent node's input is, for the nodes' zero
                                  # initial h (emit.node.zero_h; "": none, the op's default)
     longest: str = ""            # [1] int32, the steps the nodes run: the longest row's, at least 1 ("": every step)
+    steps_by_concat: bool = False  # the steps the nodes did not run are appended as a Concat of zeros, not a
+                                   # Pad (targets.steps_appended_by_concat: a static batch of 1)
     zeros_past_lengths: bool = False  # the nodes' Y is zeros past each row's length: no cut, and the target's
                                       # nodes write zeros there (targets.zeros_past_lengths; the schedule's
                                       # segments do too)
@@ -116,7 +118,7 @@ class MaskPlanner:
     """Emits, once per mask tensor, what the layers using it need."""
 
     def __init__(self, graph, mask_mode: str = "post", schedule: bool = False, cut: bool = False,
-                 zeros: bool = False, zero_state: bool = True, cuts: Optional[Cuts] = None):
+                 zeros: bool = False, zero_state: bool = True, cuts: Optional[Cuts] = None, concat_steps: bool = False):
         if mask_mode not in MASK_MODES:
             raise ValueError(f"mask_mode must be one of {MASK_MODES}, not {mask_mode!r}")
         self.graph = graph
@@ -126,6 +128,7 @@ class MaskPlanner:
         self.zeros = zeros        # the nodes write zeros past each row's length (targets.zeros_past_lengths)
         self.zero_state = zero_state  # give the nodes their zero initial h (targets.explicit_zero_state)
         self.cuts = cuts or Cuts(*targets.schedule_cuts(None))  # where the schedule cuts time
+        self.concat_steps = concat_steps  # at a static batch of 1 (targets.steps_appended_by_concat)
         self._cache = {}
 
     def tensors_for(self, mask: str, post_padded: bool, x_tm: str, schedule: bool = True) -> MaskTensors:
@@ -173,7 +176,8 @@ class MaskPlanner:
                            mask_tm=mask_tm, valid_steps=valid_steps, reorder=reorder,
                            batch_major=batch_major_rows(g, mask, batch_steps, batch),
                            batch=batch if self.zero_state else "", longest=longest,
-                           zeros_past_lengths=self.zeros and not longest)
+                           zeros_past_lengths=self.zeros and not longest,
+                           steps_by_concat=bool(longest) and self.concat_steps and static_dim(g, mask, 0) == 1)
 
     def _guard_post_padded(self, counts: str, lengths: str) -> str:
         """``lengths`` routed through a Split that fails unless every row is post-padded.
@@ -259,7 +263,7 @@ def batch_major_rows(g, mask: str, batch_steps: str, batch: str) -> BatchMajorRo
     also where a padded position reads zeros."""
     counted = make_op(g, "Cast", mask, to=TensorProto.INT64)
     upto = make_op(g, "CumSum", counted, int64_scalar(g, 1))
-    minus_ones = make_op(g, "ConstantOfShape", batch_steps, value=numpy_helper.from_array(np.array([-1], np.int64)))
+    minus_ones = filled(g, batch_steps, np.int64(-1))
     zero_step = make_op(g, "CumSum", minus_ones, int64_scalar(g, 0), reverse=1)  # b - B in row b
     carried = make_op(g, "Add", make_op(g, "Mul", upto, batch), zero_step)
     kept = make_op(g, "Where", mask, carried, zero_step)

@@ -47,7 +47,7 @@ import numpy as np
 from onnx import TensorProto
 from tf2onnx import utils
 
-from ..graph import int64_const, int64_scalar, make_if, make_op
+from ..graph import int64_const, int64_scalar, make_if, make_op, static_dim
 
 INT64_MAX = np.iinfo(np.int64).max
 
@@ -105,9 +105,8 @@ class SegmentPlan:
 
 def schedulable(graph, mask: str) -> bool:
     """Can a batch of this mask have ``MIN_BATCH`` rows or more (a static batch below cannot)?"""
-    shape = graph.get_shape(mask)
-    rows = shape[0] if shape else None
-    return rows is None or rows < 0 or rows >= MIN_BATCH
+    rows = static_dim(graph, mask, 0)
+    return rows is None or rows >= MIN_BATCH
 
 
 def plan_segments(graph, counts: str, guarded: str, steps: str, cuts: Cuts) -> SegmentPlan:

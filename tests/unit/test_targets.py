@@ -105,6 +105,11 @@ def test_nodes_run_up_to_the_longest_row_where_a_runtime_runs_every_step():
     assert not targets.cut_to_longest("onnxruntime")
 
 
+def test_steps_not_run_are_appended_by_a_concat_where_a_runtime_cannot_compile_the_pad():
+    assert targets.steps_appended_by_concat("openvino") and targets.steps_appended_by_concat(None)
+    assert not targets.steps_appended_by_concat("onnxruntime")
+
+
 def test_outputs_past_the_lengths_are_read_as_zeros_only_where_every_runtime_writes_them():
     assert targets.zeros_past_lengths("onnxruntime")
     assert not targets.zeros_past_lengths("openvino") and not targets.zeros_past_lengths(None)
