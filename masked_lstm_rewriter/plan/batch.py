@@ -107,8 +107,6 @@ def _reduction(graph, node, axis):
     return (node.input[0], kept[axis]) if axis < len(kept) else None
 
 
-
-
 class BatchMasks:
     """The mask each layer's node reads: its own where it provably has the input's batch
     (:func:`same_batch`), else broadcast to it (Keras broadcasts a [1, T] mask), once per mask and
