@@ -95,6 +95,7 @@ def run_worker(args) -> dict:
         totals["passed"] += result.passed
         totals["non-finite"] += result.non_finite
         totals["stock overflow"] += result.stock_overflow
+        totals["stock differs"] += result.stock_differs
         totals["openvino softplus"] += result.openvino_softplus
         totals["row rounding"] += result.row_rounding
         totals["ill-conditioned"] += len(result.ill_conditioned)
@@ -196,7 +197,8 @@ def print_summary(result) -> bool:
           f"{t['comparisons']} comparisons with Keras (both modes, both runtimes) in {result['seconds']:.0f}s")
     print(f"  passed {t['passed']}, mismatches {t['mismatches']}, crashes {t['crashes']}, "
           f"not compared (Keras's output overflowed) {t['non-finite']}, (a stock tf2onnx Loop, every "
-          f"layer refused or kept for OpenVINO, overflowed) {t['stock overflow']}, (OpenVINO's imprecise "
+          f"layer refused or kept for OpenVINO, overflowed) {t['stock overflow']}, (every layer refused, as far "
+          f"from Keras as stock tf2onnx's own model) {t.get('stock differs', 0)}, (OpenVINO's imprecise "
           f"Softplus in a softplus layer's Loop, where onnxruntime matched) {t['openvino softplus']}")
     print(f"  worst |keras - onnx| / max(1, |keras|): {result['worst']:.3g} (limit 1e-05; "
           f"{t['ill-conditioned']} ill-conditioned comparisons above it passed as no more than "

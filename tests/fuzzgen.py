@@ -589,6 +589,7 @@ class CaseResult:
     openvino_softplus: int = 0  # OpenVINO off where onnxruntime matched, in a model with a softplus Loop (_compare)
     row_rounding: int = 0       # off by no more than float32 rounding of the largest value the row holds (_compare)
     stock_overflow: int = 0     # ... or stock tf2onnx's model did too, or every layer was refused (see _compare)
+    stock_differs: int = 0      # a model of stock tf2onnx's Loops alone, as far from Keras as stock tf2onnx's (_compare)
     mismatches: list = dataclasses.field(default_factory=list)   # (mode, batch, |diff| or reason)
     non_post: int = 0           # batches (batch-1 signatures: rows) whose mask is not post-padded
     guard_fired: int = 0        # ... on which "post" failed with the guard's message
@@ -730,7 +731,9 @@ def _compare(result, mode, feed: Feed, got, referee, stock=False, softplus=False
     ``stock``: every layer was refused, so the model is stock tf2onnx's Loops, which write
     Keras's masked selects as arithmetic: a candidate state that overflows at a step Keras
     discards turns into NaN there (as in :func:`keras_outputs_and_overflow`, but inside the layer).
-    That is tf2onnx's, not the plugin's: counted apart, not compared.
+    That is tf2onnx's, not the plugin's: counted apart, not compared. So is a difference from Keras
+    beyond the referee's where the outputs equal stock tf2onnx's own conversion's (``stock_run``; found:
+    softplus-gated LSTMs whose values reach 6e13, 6% off in stock tf2onnx's Loops alike).
 
     ``softplus``: an OpenVINO run of a model with a softplus layer left as tf2onnx's Loop, whose
     onnxruntime run matched Keras on the same feed: OpenVINO's Softplus loses all precision below
@@ -772,6 +775,9 @@ def _compare(result, mode, feed: Feed, got, referee, stock=False, softplus=False
         result.ill_conditioned.append((mode, diff, keras_error, onnx_error))
     elif softplus:
         result.openvino_softplus += 1
+    elif stock and stock_run is not None and scaled_difference(stock_run(), got) <= ATOL:
+        result.stock_differs += 1
+        return True
     elif row_scaled_difference(expected, got) <= ATOL:
         result.row_rounding += 1
         return True

@@ -292,3 +292,17 @@ def test_stock_tf2onnx_native_op_openvino_cannot_compile_leaves_openvino_out():
     batches = (BatchCase(rows=2, steps=9, kind="post", seed=3654), BatchCase(rows=6, steps=9, kind="pre", seed=381))
     result = fuzzgen.check_case(case, batches)
     assert result.ok, fuzzgen.describe(case, batches, result)
+
+
+def test_a_model_of_refused_layers_off_keras_as_stock_tf2onnx_is_counted_apart():
+    """Found by ``tests/fuzz.py`` (keras3, seed 345): softplus-gated Bidirectional LSTMs, every layer
+    refused (so the model is stock tf2onnx's Loops), whose values reach 6e13; stock tf2onnx's own
+    conversion is 6% off Keras there, and the plugin's model equals it: tf2onnx's, counted apart."""
+    layer = LayerCase(kind="LSTM", units=4, direction="bidirectional", merge_mode="sum", activation="sigmoid",
+                      recurrent_activation="softplus", use_bias=False)
+    case = ModelCase(layers=(dataclasses.replace(layer, merge_mode="concat"), layer, layer), return_sequences=False,
+                     return_state=True, mask_source="explicit", initial_state=True, seed=13752, signature="dynamic",
+                     wiring="summary")
+    batches = (BatchCase(rows=4, steps=14, kind="post", seed=1024),)
+    result = fuzzgen.check_case(case, batches)
+    assert result.ok, fuzzgen.describe(case, batches, result)
