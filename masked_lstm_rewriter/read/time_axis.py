@@ -16,7 +16,7 @@ from typing import Optional
 
 from tf2onnx.tf_loader import find_function
 
-from ..graph import axis_source, concatenated_beside, const_value, producer, rank_of
+from ..graph import axis_source, concatenated_beside, const_value, producer, rank_of, static_dim
 from .body import BODY_MATCH_ATTR, BodyMatch
 
 
@@ -81,9 +81,9 @@ def _static_length(graph, tensor: str, axis: int) -> Optional[int]:
     outputs (whose shape TensorFlow leaves unknown), from the size its output list was reserved with,
     going back through the ops that keep the axis and through elementwise merges (a Bidirectional
     layer's sum, average or product of its halves)."""
-    shape = graph.get_shape(tensor)
-    if shape is not None and len(shape) > axis and shape[axis] is not None and shape[axis] >= 0:
-        return shape[axis]
+    known = static_dim(graph, tensor, axis)
+    if known is not None:
+        return known
     node = producer(graph, tensor)
     if node is None:
         return None
