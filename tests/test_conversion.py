@@ -195,11 +195,11 @@ def test_explicit_post_for_openvino_warns(caplog):
     assert mlr.make_rewriter().mask_mode == "post" and mlr.make_rewriter(runtime="onnxruntime").mask_mode == "post"
 
 
-def test_opsets_before_13_keep_the_loop_with_a_reason():
-    """The emitted nodes take their opset-13 forms: at an older opset the layer stays a valid Loop."""
+def test_opsets_before_11_keep_the_loop_with_a_reason():
+    """The emitted nodes need opset 11 (Range, Pad's inputs): at an older opset the layer stays a valid Loop."""
     model = MODELS["sequential"][0]()
-    onnx_model, report = mlr.convert(model, opset=12)
-    assert not report.rewritten and "opset 12: the native form is emitted for opset 13" in report.layers[0].detail
+    onnx_model, report = mlr.convert(model, opset=10)
+    assert not report.rewritten and "opset 10: the native form is emitted for opset 11" in report.layers[0].detail
     onnx.checker.check_model(onnx_model, full_check=True)
     assert_exact(model, onnx_model, POST)
 

@@ -101,7 +101,7 @@ def test_a_nan_never_passes():
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--opsets", "12"], "opsets must be within 13-18"),
+    (["--opsets", "10"], "opsets must be within 11-18"),
     (["--opsets", "x"], "opsets are numbers or ranges"),
     (["--path", "library,foo"], "paths are among library, cli, tf2onnx"),
     (["--jobs", "0"], "--jobs must be at least 1"),

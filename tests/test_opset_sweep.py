@@ -10,8 +10,8 @@ conversion, plugin or not. What stock tf2onnx makes of these recurrent layers, m
 | --- | --- | --- |
 | 1-6 | invalid: TensorFlow ops it cannot express there stay in the graph (``SelectV2``, ``TensorListFromTensor``); neither ``onnx.checker`` nor onnxruntime takes it | stock's graph, the report naming the opset |
 | 7-8 | a ``Loop`` that onnxruntime loads and runs exactly, which ``onnx.checker``'s full check rejects (shape inference of the ``Loop``) | stock's graph, the report naming the opset |
-| 9-12 | a valid ``Loop`` | stock's graph, the report naming the opset |
-| 13-18 | a valid ``Loop`` | the native op, valid, exact |
+| 9-10 | a valid ``Loop`` | stock's graph, the report naming the opset |
+| 11-18 | a valid ``Loop`` | the native op, valid, exact |
 
 Models: a masked LSTM (``"post"`` mode), a masked GRU (``"any"`` mode, fed pre-padded rows and
 rows with holes) and an unmasked SimpleRNN, each compared with Keras at every position wherever

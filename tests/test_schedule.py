@@ -117,10 +117,11 @@ def test_stacked_cells_in_one_loop(mode, caplog):
     assert any("(stacked cells): the length-aware schedule is left out" in r.getMessage() for r in caplog.records)
 
 
-@pytest.mark.parametrize("opset", [13, 18])
+@pytest.mark.parametrize("opset", [11, 12, 13, 18])
 def test_lowest_and_highest_opsets(opset):
-    """The plan's and the segments' nodes at the opsets where Squeeze and the Reduce ops change their
-    inputs: a Bidirectional layer (a forward and a reversed half) with its states."""
+    """The plan's and the segments' nodes at the opsets where their spelling changes (11: the lowest;
+    12: integer Max and GreaterOrEqual; 13: Squeeze's and Split's inputs; 18: ReduceMax's): a
+    Bidirectional layer (a forward and a reversed half) with its states."""
     layer = keras.layers.Bidirectional(keras.layers.LSTM(UNITS, return_sequences=True, return_state=True))
     model, spec, _ = embedding_model(layer)
     onnx_model = check_batches(model, spec, [[tokens(LONG_TAILED)], [tokens(SHORT_OF_T, 1)]], rewriter=SCHEDULED,
@@ -131,14 +132,14 @@ def test_lowest_and_highest_opsets(opset):
 
 
 @pytest.mark.usefixtures("plugin_off")
-@pytest.mark.parametrize("mode", ["post", "any"])
-def test_an_onnx_file_rewritten_with_the_schedule(mode):
+@pytest.mark.parametrize("mode, opset", [("post", 15), ("any", 15), ("post", 11), ("any", 12)])
+def test_an_onnx_file_rewritten_with_the_schedule(mode, opset):
     """An ONNX file of stock tf2onnx's Loops, rewritten with the schedule: its layers scheduled, and the
     outputs equal to Keras's on every runtime and to the file's own at every position, on batches
     that run the segments."""
     layer = keras.layers.Bidirectional(keras.layers.GRU(UNITS, return_sequences=True))
     model, spec, _ = embedding_model(layer)
-    stock = convert(model, spec, rewriter=None)
+    stock = convert(model, spec, rewriter=None, opset=opset)
     rewritten, report = mlr.rewrite_onnx(stock, mask_mode=mode, schedule=True)
     assert not report.left_as_loop and scheduled_layers(rewritten) == 2, str(report)
     for batch in ([tokens(LONG_TAILED)], [tokens(SHORT_OF_T, 1)]):
@@ -214,15 +215,18 @@ def test_static_small_batch_has_no_schedule():
     assert not any(n.op_type == "If" for n in onnx_model.graph.node)
 
 
-def test_post_guard_still_fails_on_a_scheduled_batch():
-    """The guard runs before the plan: a pre-padded row in a long-tailed batch fails loudly."""
+@pytest.mark.parametrize("opset", [11, 15])
+def test_post_guard_still_fails_on_a_scheduled_batch(opset):
+    """The guard runs before the plan: a pre-padded row in a long-tailed batch fails loudly, on every
+    runtime (before opset 13, the guard is spelled without Split's sizes input)."""
     model, spec, _ = embedding_model(keras.layers.LSTM(UNITS, return_sequences=True))
-    onnx_model = convert(model, spec, rewriter=SCHEDULED)
+    onnx_model = convert(model, spec, rewriter=SCHEDULED, opset=opset)
     batch = tokens(LONG_TAILED)
     batch[3] = np.roll(batch[3], 4)
-    with pytest.raises(Exception) as failure:
-        onnx_outputs(onnx_model, spec, [batch])
-    assert "not post-padded" in str(failure.value)
+    for runtime in runtimes.runtimes():
+        with pytest.raises(Exception) as failure:
+            onnx_outputs(onnx_model, spec, [batch], runtime)
+        assert "not post-padded" in str(failure.value), runtime
 
 
 @pytest.mark.parametrize("runtime", [None, "openvino"])

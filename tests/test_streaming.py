@@ -122,9 +122,9 @@ def built(factory, seed=0, **options):
 
 # --- converting and running ------------------------------------------------------------------------
 
-def convert_streaming(model, spec, mode="post", keep_wrong=False):
+def convert_streaming(model, spec, mode="post", keep_wrong=False, opset=15):
     with mlr.enable(mode, streaming=True, keep_wrong=keep_wrong):
-        onnx_model, _ = tf2onnx.convert.from_keras(model, input_signature=spec, opset=15)
+        onnx_model, _ = tf2onnx.convert.from_keras(model, input_signature=spec, opset=opset)
     return onnx_model
 
 
@@ -219,6 +219,16 @@ def test_chunk_by_chunk_equals_one_keras_call(kind, mode):
         check_chunks(model, onnx_model, spec, feeds, keras_states, runtime)
 
 
+@pytest.mark.parametrize("mode", ["post", "any"])
+def test_chunk_by_chunk_at_opset_11(mode):
+    model, spec, make_input, keras_states = built(embedding_lstm_gru)
+    onnx_model = convert_streaming(model, spec, mode, opset=11)
+    assert mlr.last_report().rewritten and onnx_model.opset_import[0].version == 11
+    feeds = {spec[0].name: make_input(valid_steps(mode))}
+    for runtime in runtimes.runtimes():
+        check_chunks(model, onnx_model, spec, feeds, keras_states, runtime)
+
+
 def test_names_and_dynamic_batch():
     model, spec, _, _ = built(embedding_lstm_gru)
     onnx_model = convert_streaming(model, spec)
@@ -230,10 +240,12 @@ def test_names_and_dynamic_batch():
         assert not batch.HasField("dim_value") and width.dim_value in (UNITS, 3), value
 
 
-def test_unmasked_layers_stream_too():
-    """Stock tf2onnx's native LSTM gets the state inputs and outputs as well as the plugin's nodes."""
+@pytest.mark.parametrize("opset", [11, 15])
+def test_unmasked_layers_stream_too(opset):
+    """Stock tf2onnx's native LSTM gets the state inputs and outputs as well as the plugin's nodes (at
+    opset 11 too, where their state nodes are spelled with axes as attributes)."""
     model, spec, make_input, keras_states = built(unmasked_lstm_gru)
-    onnx_model = convert_streaming(model, spec)
+    onnx_model = convert_streaming(model, spec, opset=opset)
     counts = {node.op_type for node in onnx_model.graph.node}
     assert {"LSTM", "GRU"} <= counts and "Loop" not in counts
     inputs, _ = streamed_names(onnx_model, spec)

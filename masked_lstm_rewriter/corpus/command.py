@@ -4,7 +4,7 @@
     python -m masked_lstm_rewriter.corpus                        # every entry, both Keras flavours
     python -m masked_lstm_rewriter.corpus --keras tf_keras       # one flavour
     python -m masked_lstm_rewriter.corpus --runtime openvino     # OpenVINO instead of onnxruntime (or: both)
-    python -m masked_lstm_rewriter.corpus --opsets 13-18         # at each opset instead of the entry's
+    python -m masked_lstm_rewriter.corpus --opsets 11-18         # at each opset instead of the entry's
     python -m masked_lstm_rewriter.corpus --path library,cli,tf2onnx -k gru
 
 Every entry of the corpus shipped with the package (or ``--corpus DIR``) is converted with the
@@ -57,7 +57,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--runtime", choices=RUNTIMES + ("both",), default="onnxruntime",
                         help="run the converted models on onnxruntime (default), openvino or both")
     parser.add_argument("--opsets", type=_opsets, default=None,
-                        help="convert at each of these opsets (13-18, or a list: 13,18) instead of the entry's "
+                        help="convert at each of these opsets (11-18, or a list: 11,18) instead of the entry's "
                              "(an ONNX file keeps its own)")
     parser.add_argument("--path", type=_paths, default=("library", "cli"),
                         help=f"conversion paths, comma-separated, among {', '.join(PATHS)} (default: library,cli)")

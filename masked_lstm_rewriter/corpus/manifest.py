@@ -34,7 +34,7 @@ FORMAT_VERSION = 3
 READS_VERSIONS = (2, 3)  # 2: no ONNX-file entries
 ONNX_SOURCE = "onnx"  # an ONNX-file entry's "source" (a Keras entry has none)
 ONNX_FILES_RUN_WITH = FLAVOURS[0]  # the flavour whose process checks the ONNX-file entries
-OPSETS = tuple(range(13, 19))  # the opsets the plugin supports
+OPSETS = tuple(range(11, 19))  # the opsets the plugin supports: emit.opset.MIN_OPSET to tf2onnx 1.17's last
 CONVERT_FLAGS = {"saved_model": "--saved-model", "keras": "--keras", "h5": "--keras"}
 REGENERATE = "python tools/make_corpus.py (in a checkout of masked-lstm-rewriter)"
 REGENERATE_OPS = "python tools/make_corpus.py --ops-only (in a checkout of masked-lstm-rewriter)"
@@ -86,14 +86,14 @@ def at_opsets(entries: list, opsets) -> list:
 
 
 def parse_opsets(text: str) -> tuple:
-    """``"13-18"`` or ``"13,15,18"`` -> (13, ..., 18); raises ValueError outside the supported range."""
+    """``"11-18"`` or ``"11,15,18"`` -> (11, ..., 18); raises ValueError outside the supported range."""
     opsets = []
     try:
         for part in text.split(","):
             first, _, last = part.strip().partition("-")
             opsets.extend(range(int(first), int(last or first) + 1))
     except ValueError:
-        raise ValueError(f"opsets are numbers or ranges such as 13-18 or 13,18, not {text!r}") from None
+        raise ValueError(f"opsets are numbers or ranges such as 11-18 or 11,18, not {text!r}") from None
     if not opsets or any(opset not in OPSETS for opset in opsets):
         raise ValueError(f"opsets must be within {OPSETS[0]}-{OPSETS[-1]}: {text!r}")
     return tuple(sorted(set(opsets)))

@@ -18,7 +18,7 @@ The ONNX-file entries (Loops written by stock tf2onnx or Keras 3's JAX export) n
 are collected once, in the Keras 3 process (the default): ``test_library`` rewrites the file with
 ``rewrite_onnx``, ``test_command_line`` with ``python -m masked_lstm_rewriter rewrite``.
 
-``MLR_CORPUS_OPSETS=13-18`` converts at each of those opsets instead of each entry's own (an ONNX
+``MLR_CORPUS_OPSETS=11-18`` converts at each of those opsets instead of each entry's own (an ONNX
 file keeps its own).
 Hide the GPU (``CUDA_VISIBLE_DEVICES=""``) where there is one: Keras's cuDNN kernels cannot be
 converted.

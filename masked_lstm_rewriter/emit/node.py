@@ -22,11 +22,9 @@ from ..graph import const, filled, int64_const, int64_scalar, make_op
 from ..layer import RecurrentCell
 from ..plan.pairs import names_activations
 from ..plan.schedule import SegmentPlan, schedule_if
+from .opset import MIN_OPSET
 from .read_alone import read_alone
 from .segments import segment_source, segments
-
-MIN_OPSET = 13  # Split and Squeeze take their sizes and axes as inputs, as the emitted nodes give them
-
 
 @dataclasses.dataclass(frozen=True)
 class RecurrentNode:

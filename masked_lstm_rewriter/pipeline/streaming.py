@@ -33,6 +33,7 @@ from onnx import TensorProto
 
 from .. import layer_names
 from ..cells import NATIVE_OPS, kind_of
+from ..emit.opset import spelled_for_opset
 from ..failure import Refusal
 from ..graph import int64_const, is_zeros, make_op, producer, skip_identity
 from ..report import pending_layers
@@ -140,7 +141,8 @@ def stream_native_nodes(graph) -> list:
         elif refused:
             problems.append(_cannot(scope, refused))
         else:
-            _stream_stock_node(graph, node, scope)
+            with spelled_for_opset(graph):
+                _stream_stock_node(graph, node, scope)
     return problems
 
 

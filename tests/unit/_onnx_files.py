@@ -26,7 +26,8 @@ from _harness import NATIVE_OPS, native_nodes, op_counts, runner  # noqa: F401  
 DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "testdata", "onnx_in")
 TF2ONNX_FILES = sorted(glob.glob(os.path.join(DATA, "tf2onnx", "*.onnx")))
 ONNXSIM_FILES = sorted(glob.glob(os.path.join(DATA, "onnxsim", "*.onnx")))  # the same, after onnx-simplifier
-TF2ONNX_116_FILES = sorted(glob.glob(os.path.join(DATA, "tf2onnx-1.16", "*.onnx")))  # tf2onnx 1.16.1, TensorFlow 2.19
+# earlier tf2onnx releases: 1.16.1 (TensorFlow 2.19), 1.15.1 (TensorFlow 2.13), 1.13.0 (TensorFlow 2.10, opsets 11-13)
+OLDER_TF2ONNX_FILES = sorted(glob.glob(os.path.join(DATA, "tf2onnx-1.1[0-9]", "*.onnx")))
 JAX_FILES = sorted(glob.glob(os.path.join(DATA, "jax", "*.onnx")))
 ATOL = 1e-5
 VOCAB = 10  # the stock files' Embedding size (tools/stock_onnx_catalogue.py)

@@ -107,5 +107,10 @@ def test_a_backward_layer_whose_output_is_not_reversed_back_is_refused(monkeypat
     check_refuses(CudnnOp(Loop(backward=True)), READ.format(op="CudnnRNNV3") + reason)
 
 
-def test_below_opset_13_the_op_is_refused_with_the_opset_and_the_fix():
-    check_refuses(CudnnOp(Loop(), opset=12), "opset 12")
+def test_below_opset_11_the_op_is_refused_with_the_opset_and_the_fix():
+    check_refuses(CudnnOp(Loop(), opset=10), "opset 10: the native form is emitted for opset 11 and later")
+
+
+@pytest.mark.parametrize("mode", ["post", "any"])
+def test_at_opset_11_the_op_becomes_the_same_native_node(mode):
+    check_rewrites(CudnnOp(Loop(kind="GRU", backward=True), opset=11), mode, natives=["GRU"])

@@ -10,7 +10,7 @@ asserted by their stable text (the wording ``masked_lstm_rewriter`` gives in its
   applied by arithmetic instead of a select;
 * the main graph's: a loop that may stop before its last step, weights that are not constants;
 * the emitter's and the plugin's: an LSTM cell state that a non-saturating recurrent activation
-  cannot hold, an activation the target runtime cannot compile, an opset before 13.
+  cannot hold, an activation the target runtime cannot compile, an opset before 11.
 
 Every refused loop is left exactly as tf2onnx made it: one Loop, no native op, one layer reported
 (``check_refuses`` of ``_harness.py`` on the While source's case, ``_graphs.WhileLoop``).
@@ -30,7 +30,7 @@ TRIP_COUNT = "the loop may stop before its last time step"
 NOT_CONSTANTS = "the weights are not constants"
 CELL_STATE = "the final cell state is used and recurrent activation Relu cannot hold it over padded steps"
 OPENVINO = "target openvino: OpenVINO's native GRU op compiles only Sigmoid, Tanh, Relu activations, not Softsign"
-OPSET = "opset 12: the native form is emitted for opset 13 and later"
+OPSET = "opset 10: the native form is emitted for opset 11 and later"
 MASK_USE = "the step reads a mask but does not select its output and states by it as Keras's layers do"
 
 
@@ -81,8 +81,8 @@ def test_runtime_refusal():
     assert "for openvino, convert with runtime='openvino'" in report.layers[0].detail
 
 
-def test_opset_before_13_is_refused():
-    check_refuses(G.WhileLoop(G.Loop("GRU"), opset=12), OPSET)
+def test_opset_before_11_is_refused():
+    check_refuses(G.WhileLoop(G.Loop("GRU"), opset=10), OPSET)
 
 
 def test_a_refused_loop_still_computes_the_layer():

@@ -19,16 +19,20 @@ from masked_lstm_rewriter.corpus.ops import scheduled_layers
 from masked_lstm_rewriter.onnx_file import model_io
 from _harness import (assert_same_outputs, available_runtimes, check_refuses, check_rewrites, fast_bidirectional,
                       native_nodes, run)
-from _onnx_files import (DATA, JAX_FILES, NATIVE_OPS, ONNXSIM_FILES, TF2ONNX_116_FILES, TF2ONNX_FILES, OnnxFile,
+from _onnx_files import (DATA, JAX_FILES, NATIVE_OPS, ONNXSIM_FILES, OLDER_TF2ONNX_FILES, TF2ONNX_FILES, OnnxFile,
                          feeds_for, name_of, op_counts)
 
 # JAX-backend exports that stay Loops, and why (the file says what its output is at masked steps)
 JAX_LOOPS = {}
-STACKED = {"keras3_stacked_cells_op15": 2, "tf_keras_stacked_cells_op15": 2}
 
 
 def _loops(model) -> int:
     return op_counts(model)["Loop"]
+
+
+def _layers(path: str, model) -> int:
+    """The recurrent layers of a stock file: one per Loop, but two in the stacked cells' one."""
+    return 2 if "_stacked_cells_" in name_of(path) else _loops(model)
 
 
 def _file_id(path: str) -> str:
@@ -36,10 +40,11 @@ def _file_id(path: str) -> str:
 
 
 @pytest.mark.parametrize("mode", ["post", "any"])
-@pytest.mark.parametrize("path", TF2ONNX_FILES + TF2ONNX_116_FILES + ONNXSIM_FILES, ids=_file_id)
+@pytest.mark.parametrize("path", TF2ONNX_FILES + OLDER_TF2ONNX_FILES + ONNXSIM_FILES, ids=_file_id)
 def test_stock_tf2onnx_files_become_native(path, mode):
-    """Files of stock tf2onnx 1.17 and 1.16, and of 1.17 after onnx-simplifier (which folds static shapes
-    into constants, a Bidirectional's reversal lengths among them). Rewritten without the schedule (whose
+    """Files of stock tf2onnx 1.17 (opsets 11-18), of 1.16, 1.15 and 1.13 (Keras 2.10, opsets 11-13), and
+    of 1.17 after onnx-simplifier (which folds static shapes into constants, a Bidirectional's reversal
+    lengths among them). Rewritten without the schedule (whose
     segments are forward nodes) for an onnxruntime that runs a masked bidirectional LSTM node no slower
     than two (``FAST``), a Bidirectional's two Loops are one bidirectional node in "post"; for any runtime
     with the schedule, two forward nodes (OpenVINO runs a masked bidirectional LSTM node slower than two)."""
@@ -48,7 +53,7 @@ def test_stock_tf2onnx_files_become_native(path, mode):
     with fast_bidirectional(runtime is not None):
         model, _ = check_rewrites(OnnxFile(original, runtime, schedule=runtime is None), mode)
     directions = [next(a.s for a in node.attribute if a.name == "direction") for node in native_nodes(model)]
-    assert sum(2 if d == b"bidirectional" else 1 for d in directions) == STACKED.get(name_of(path), _loops(original))
+    assert sum(2 if d == b"bidirectional" else 1 for d in directions) == _layers(path, original)
     assert (b"bidirectional" in directions) == (runtime is not None and "_bi" in name_of(path)), directions
 
 
@@ -203,10 +208,10 @@ def test_a_loop_that_may_stop_early_stays_as_it_was():
     assert rewritten.SerializeToString() == original.SerializeToString()
 
 
-def test_below_opset_13_every_loop_stays_with_the_reason():
+def test_below_opset_11_every_loop_stays_with_the_reason():
     original = onnx.load(os.path.join(DATA, "tf2onnx", "keras3_emb_lstm_seq_op13.onnx"))
-    original.opset_import[0].version = 12
-    check_refuses(OnnxFile(original), "opset 12")
+    original.opset_import[0].version = 10
+    check_refuses(OnnxFile(original), "opset 10: the native form is emitted for opset 11 and later")
 
 
 def test_a_loop_of_another_kind_is_left_alone():
