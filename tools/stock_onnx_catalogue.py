@@ -15,6 +15,11 @@ with ``TF2ONNX_MASKED_LSTM`` removed from the environment and ``TF_USE_LEGACY_KE
 flavour asked for (TensorFlow reads it once, at import), and checks at the end that the plugin
 was not loaded.
 
+Earlier tf2onnx releases make their files the same way, the script run in an environment of their
+own: ``testdata/onnx_in/tf2onnx-1.16`` with TensorFlow 2.19, ``tf2onnx-1.15`` with TensorFlow 2.13
+and ``tf2onnx-1.13`` with TensorFlow 2.10 (Python 3.10; ``--keras tf_keras`` then takes TensorFlow's
+built-in Keras 2).
+
 For each case and opset it writes, under ``--out`` (default ``/tmp/stock_catalogue``):
 
 * ``<flavour>_<case>_op<opset>.onnx``: the stock conversion (``tf2onnx.convert.from_keras`` of a
@@ -77,6 +82,12 @@ def ensure_flavour(flavour: str | None) -> None:
 # --------------------------------------------------------------------------------------------
 # describing Loops (needs only onnx and numpy)
 # --------------------------------------------------------------------------------------------
+
+def _np_dtype(onnx, code: int):
+    """numpy's dtype of an ONNX element type (onnx 1.12, beside TensorFlow 2.10, has only the mapping table)."""
+    convert = getattr(onnx.helper, "tensor_dtype_to_np_dtype", None)
+    return convert(code) if convert else onnx.mapping.TENSOR_TYPE_TO_NP_TYPE[code]
+
 
 MAX_CHAIN_DEPTH = 14
 MAX_CONST_SHOWN = 8
@@ -142,7 +153,7 @@ def subgraph_outer_names(node):
 def tensor_text(t, show_values=True):
     import onnx  # pylint: disable=import-outside-toplevel
     from onnx import numpy_helper  # pylint: disable=import-outside-toplevel
-    dtype = onnx.helper.tensor_dtype_to_np_dtype(t.data_type).name if t.data_type else "?"
+    dtype = _np_dtype(onnx, t.data_type).name if t.data_type else "?"
     dims = list(t.dims)
     text = f"{dtype}{dims}"
     if show_values:
@@ -173,7 +184,7 @@ def attr_value(attr):
     if isinstance(value, float):
         value = float(f"{value:.7g}")
     if attr.name == "to":
-        value = onnx.helper.tensor_dtype_to_np_dtype(value).name
+        value = _np_dtype(onnx, value).name
     return value
 
 
@@ -321,7 +332,7 @@ def type_text(vi):
     t = vi.type.tensor_type
     if not vi.type.HasField("tensor_type"):
         return str(vi.type).replace("\n", " ")
-    dtype = onnx.helper.tensor_dtype_to_np_dtype(t.elem_type).name if t.elem_type else "?"
+    dtype = _np_dtype(onnx, t.elem_type).name if t.elem_type else "?"
     if not t.HasField("shape"):
         return f"{dtype}[?rank]"
     dims = [d.dim_param if d.dim_param else (d.dim_value if d.HasField("dim_value") else "?")
@@ -648,6 +659,24 @@ def build_case(name, keras, tf, np):  # pylint: disable=too-many-locals,too-many
 
 # --------------------------------------------------------------------------------------------
 
+def _keras(flavour: str, tf):
+    """The Keras module of ``flavour``; for "tf_keras" under TensorFlow 2.15 and earlier, which has no
+    tf_keras package, its built-in Keras 2 (``tf.keras``), so that older tf2onnx releases can make files."""
+    if flavour != "tf_keras":
+        import keras  # pylint: disable=import-outside-toplevel
+        return keras
+    try:
+        import tf_keras  # pylint: disable=import-outside-toplevel
+        return tf_keras
+    except ImportError:
+        if int(tf.__version__.split(".")[1]) > 15:
+            raise
+        keras = tf.keras
+        if not hasattr(keras, "__version__"):
+            keras.__version__ = tf.__version__
+        return keras
+
+
 def run_cases(args):  # pylint: disable=too-many-locals
     import logging  # pylint: disable=import-outside-toplevel
     import numpy as np  # pylint: disable=import-outside-toplevel
@@ -655,10 +684,7 @@ def run_cases(args):  # pylint: disable=too-many-locals
     import onnxruntime as ort  # pylint: disable=import-outside-toplevel
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     import tf2onnx  # pylint: disable=import-outside-toplevel
-    if args.keras == "tf_keras":
-        import tf_keras as keras  # pylint: disable=import-outside-toplevel
-    else:
-        import keras  # pylint: disable=import-outside-toplevel
+    keras = _keras(args.keras, tf)
     tf.get_logger().setLevel(logging.ERROR)
     logging.getLogger("tf2onnx").setLevel(logging.ERROR)
     print(f"flavour {args.keras}: tensorflow {tf.__version__}, keras {keras.__version__}, "
