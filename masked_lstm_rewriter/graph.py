@@ -12,6 +12,9 @@ import numpy as np
 from onnx import numpy_helper
 from tf2onnx import utils
 
+# the stages import these from here
+from .nodes import const, dtype_of, filled, int64_const, int64_scalar, make_op, split  # noqa: F401
+
 
 def producer(graph, tensor: str):
     """The node of ``graph`` (not of a graph it is nested in) that computes ``tensor``, or None."""
@@ -320,31 +323,7 @@ def _one_element_slice(graph, node):
     return shape_element(graph, node.input[0], starts[0])
 
 
-# building: used by the planner and the emitter alike
-
-def make_op(g, kind: str, *inputs, **attr) -> str:
-    """The output of a new ``kind`` node of ``g`` over ``inputs``."""
-    return g.make_node(kind, list(inputs), attr=attr).output[0]
-
-
-def const(g, name: str, value) -> str:
-    """A new constant holding ``value`` (a numpy array, its dtype kept), named after ``name``."""
-    return g.make_const(utils.make_name(name), value).output[0]
-
-
-def int64_const(g, name: str, values) -> str:
-    """A new int64 constant (named after ``name``)."""
-    return g.make_const(utils.make_name(name), np.array(values, np.int64)).output[0]
-
-
-def filled(g, shape: str, value) -> str:
-    """A tensor of ``shape`` (a 1-D int64 tensor) holding ``value`` (a numpy scalar: its dtype is the tensor's)."""
-    return make_op(g, "ConstantOfShape", shape, value=numpy_helper.from_array(np.array([value])))
-
-
-def int64_scalar(g, value: int) -> str:
-    return g.make_const(utils.make_name("scalar"), np.array(value, np.int64)).output[0]
-
+# building: an If; the plain nodes are :mod:`.nodes`'s
 
 def make_if(graph, condition: str, name: str, then_branch, else_branch) -> list:
     """An If (named after ``name``) on ``condition`` whose branches are built by the two functions
@@ -384,10 +363,10 @@ def _set_outputs(branch, tensors: list) -> None:
         producer = branch.get_node_by_output_in_current_graph(tensor)
         if producer is None or producer.is_const() or tensor in outputs:
             node = branch.make_node("Identity", [tensor])
-            branch.set_dtype(node.output[0], branch.get_dtype(tensor) or _outer_dtype(branch, tensor))
+            branch.set_dtype(node.output[0], dtype_of(branch, tensor))
             tensor = node.output[0]
         if branch.get_dtype(tensor) is None:
-            branch.set_dtype(tensor, _outer_dtype(branch, tensor))
+            branch.set_dtype(tensor, dtype_of(branch.parent_graph, tensor))
         branch.set_shape(tensor, _rank_only(branch.get_shape(tensor)))
         outputs.append(tensor)
     branch.outputs = outputs
@@ -396,13 +375,3 @@ def _set_outputs(branch, tensors: list) -> None:
 def _rank_only(shape):
     """``shape`` with every dimension unknown: the branches of an If may differ in each dimension."""
     return None if shape is None else [-1] * len(shape)
-
-
-def _outer_dtype(branch, tensor: str):
-    graph = branch.parent_graph
-    while graph is not None:
-        dtype = graph.get_dtype(tensor)
-        if dtype is not None:
-            return dtype
-        graph = graph.parent_graph
-    return None

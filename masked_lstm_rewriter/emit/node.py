@@ -20,9 +20,9 @@ from .. import targets
 from ..cells import CellKind, kind_of
 from ..graph import const, filled, int64_const, int64_scalar, make_op
 from ..layer import RecurrentCell
+from ..nodes import MIN_OPSET
 from ..plan.pairs import names_activations
 from ..plan.schedule import SegmentPlan, schedule_if
-from .opset import MIN_OPSET
 from .read_alone import read_alone
 from .segments import segment_source, segments
 

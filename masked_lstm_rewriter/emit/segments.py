@@ -10,7 +10,7 @@ import dataclasses
 import numpy as np
 from tf2onnx import utils
 
-from ..graph import const, gathered_rows, int64_const, int64_scalar, make_op, producer, transpose_perm
+from ..graph import const, gathered_rows, int64_const, int64_scalar, make_op, producer, split, transpose_perm
 from ..plan.schedule import SegmentPlan
 
 
@@ -81,7 +81,7 @@ def _segment_inputs(g, source: SegmentSource, plan: SegmentPlan, sizes: str) -> 
         index = make_op(g, "Gather", flat, _time_major(g, plan.gather_x, source.index), axis=0)
     else:
         rows, index = make_op(g, "Flatten", source.tensor, axis=2), _time_major(g, plan.gather_x, source.tensor)
-    pieces = g.make_node("Split", [index, sizes], output_count=plan.segments, attr={"axis": 0}).output
+    pieces = split(g, index, sizes, plan.segments)
     return [make_op(g, "Gather", rows, piece, axis=0) for piece in pieces]
 
 
@@ -107,8 +107,7 @@ def _bounds(g, plan: SegmentPlan) -> tuple:
     """The plan's bounds cut, in one Split, into per segment its input's [3] shape, the [S] row-steps
     of all, and per segment its [1] rows."""
     count = plan.segments
-    pieces = g.make_node("Split", [plan.bounds, int64_const(g, "sizes", [3] * count + [count] + [1] * count)],
-                         output_count=2 * count + 1, attr={"axis": 0}).output
+    pieces = split(g, plan.bounds, int64_const(g, "sizes", [3] * count + [count] + [1] * count), 2 * count + 1)
     return pieces[:count], pieces[count], pieces[count + 1:]
 
 

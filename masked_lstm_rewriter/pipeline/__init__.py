@@ -19,7 +19,6 @@ from .. import targets
 from ..emit.bidirectional import emit_pair, emit_unmasked_pair
 from ..emit.layer import emit_layer
 from ..emit.node import opset_refusal
-from ..emit.opset import spelled_for_opset
 from ..emit.rewire import rewire
 from ..emit.unmasked import emit_unmasked_layer
 from ..failure import Refusal
@@ -65,9 +64,7 @@ def rewrite_graph(graph, ops, sources, mask_mode: str, target, schedule: bool = 
                 layers.append(layer)
         if layers:
             connect = returning_states(source.connect) if streaming else source.connect
-            with spelled_for_opset(graph):
-                prepared = source.prepare(graph, layers)
-            rewrite_layers(graph, prepared, mask_mode, target, schedule, connect)
+            rewrite_layers(graph, source.prepare(graph, layers), mask_mode, target, schedule, connect)
 
 
 def _schedule_allowed(graph, target) -> bool:
@@ -128,12 +125,11 @@ def _rewrite_pair(graph, pair: DirectionPair, planner: MaskPlanner, masks: Batch
     masked = forward.mask is not None
     snapshot = GraphSnapshot(graph, planner, masks)
     try:
-        with spelled_for_opset(graph):
-            if masked:
-                tensors = planner.tensors_for(masks.mask_for(forward), forward.mask_post_padded, forward.x)
-                emit_pair(graph, pair, tensors, connect)
-            else:
-                emit_unmasked_pair(graph, pair, connect)
+        if masked:
+            tensors = planner.tensors_for(masks.mask_for(forward), forward.mask_post_padded, forward.x)
+            emit_pair(graph, pair, tensors, connect)
+        else:
+            emit_unmasked_pair(graph, pair, connect)
     except Exception as error:  # pylint: disable=broad-except
         snapshot.restore()
         logger.warning("%s and %s: not one bidirectional node, each emitted alone: %s", forward.describe(),
@@ -179,8 +175,7 @@ def _rewrite(graph, layer, snapshot: GraphSnapshot, emit, mask_mode: str, masked
     """Emit one layer (``emit(layer)`` -> the other runtimes' vetoes); on any failure, restore the
     graph and refuse the layer."""
     try:
-        with spelled_for_opset(graph):
-            vetoes = emit(layer)
+        vetoes = emit(layer)
     except Exception as error:  # pylint: disable=broad-except
         snapshot.restore()  # the loop stands exactly as tf2onnx made it
         refuse(layer.layer, failed_rewrite(error, layer.while_node), mask_mode,

@@ -33,7 +33,6 @@ from onnx import TensorProto
 
 from .. import layer_names
 from ..cells import NATIVE_OPS, kind_of
-from ..emit.opset import spelled_for_opset
 from ..failure import Refusal
 from ..graph import int64_const, is_zeros, make_op, producer, skip_identity
 from ..report import pending_layers
@@ -141,8 +140,7 @@ def stream_native_nodes(graph) -> list:
         elif refused:
             problems.append(_cannot(scope, refused))
         else:
-            with spelled_for_opset(graph):
-                _stream_stock_node(graph, node, scope)
+            _stream_stock_node(graph, node, scope)
     return problems
 
 

@@ -33,7 +33,7 @@ import numpy as np
 from onnx import TensorProto
 from tf2onnx import utils
 
-from ..graph import const, filled, int64_const, int64_scalar, make_op, producer, static_dim, transpose_perm
+from ..graph import const, filled, int64_const, int64_scalar, make_op, producer, split, static_dim, transpose_perm
 from .. import targets
 from .schedule import Cuts, SegmentPlan, plan_segments, schedulable
 
@@ -197,7 +197,7 @@ class MaskPlanner:
         size = make_op(g, "ReduceSum", falls, int64_const(g, "axes", [0, 1]), keepdims=0)
         # OpenVINO's error names the output tensor, onnxruntime's the node: both carry the message
         name = utils.make_name(GUARD_MESSAGE)
-        return g.make_node("Split", [lengths, size], attr={"axis": 0}, name=name, outputs=[name]).output[0]
+        return split(g, lengths, size, 1, name=name)[0]
 
     def _reorder(self, mask_tm: str) -> Reorder:
         """Index tensors that compact each row's valid steps to the front and map outputs back.
