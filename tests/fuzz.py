@@ -66,6 +66,7 @@ def run_worker(args) -> dict:
     batch_kinds = collections.Counter()
     forms = collections.Counter()  # signature forms converted with
     wirings = collections.Counter()
+    opsets = collections.Counter()
     failures = []
     worst = [0.0]
     worst_ill = [0.0]  # largest (ONNX vs float64) / (the error allowed for) among ill-conditioned passes
@@ -82,6 +83,7 @@ def run_worker(args) -> dict:
         batch_kinds.update(batch.kind for batch in batches)
         forms[case.signature] += 1
         wirings[case.wiring] += 1
+        opsets[fuzzgen.opset_for(case)] += 1
         try:
             result = fuzzgen.check_case(case, batches)
         except Exception as error:  # pylint: disable=broad-except  (a crash is a finding, keep going)
@@ -118,7 +120,7 @@ def run_worker(args) -> dict:
     fuzz()  # pylint: disable=no-value-for-parameter
     return {"flavour": fuzzgen.FLAVOUR, "totals": dict(totals), "worst": worst[0], "worst_ill": worst_ill[0],
             "loops": dict(loops), "batch_kinds": dict(batch_kinds), "signatures": dict(forms),
-            "wirings": dict(wirings), "failures": failures,
+            "wirings": dict(wirings), "opsets": dict(opsets), "failures": failures,
             "seconds": time.monotonic() - start}
 
 
@@ -208,6 +210,7 @@ def print_summary(result) -> bool:
           f"returned numbers or another error {t['guard missed']}")
     print("  batch kinds: " + ", ".join(f"{k} {n}" for k, n in sorted(result["batch_kinds"].items())))
     print("  signatures: " + ", ".join(f"{k} {n}" for k, n in sorted(result.get("signatures", {}).items())))
+    print("  opsets: " + ", ".join(f"{k} {n}" for k, n in sorted(result.get("opsets", {}).items())))
     print("  wirings: " + ", ".join(f"{k} {n}" for k, n in sorted(result.get("wirings", {}).items()))
           + f"; cases also compared on OpenVINO: {t.get('on openvino', 0)}; without a mask: {t.get('unmasked', 0)}")
     loops = result["loops"]

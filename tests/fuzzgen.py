@@ -302,6 +302,16 @@ def for_onnxruntime(case: ModelCase) -> bool:
     return _hashed_choice(repr(case) + "/onnxruntime", (True, False))
 
 
+OPSETS = (15,) * 4 + (11, 12, 13, 18)  # tf2onnx's default for half; where the emitted spellings change
+
+
+def opset_for(case: ModelCase) -> int:
+    """The opset ``case`` is converted at: tf2onnx's default (15) for half the cases, else 11 or 12
+    (nodes spelled as before opset 13), 13 or 18, by a stable hash of the case (salted so that the
+    derandomized CI sample holds every one)."""
+    return _hashed_choice(repr(case) + "/at opset", OPSETS)
+
+
 def rewriter_for(case: ModelCase, mode: str):
     """The rewriter ``case`` is converted with in ``mode``: with the schedule or not (:func:`scheduled`),
     for onnxruntime (:func:`for_onnxruntime`) or for any runtime."""
@@ -650,7 +660,7 @@ def convert_and_report(model, spec, mode, case: ModelCase, result: CaseResult):
     except the refused ones, which must stay Loops for their reason; anything else left as a Loop
     is recorded as a failure. It is not for OpenVINO when the conversion says a layer is not (the
     schedule; an activation OpenVINO does not compile)."""
-    onnx_model = convert(model, spec, rewriter=rewriter_for(case, mode))
+    onnx_model = convert(model, spec, rewriter=rewriter_for(case, mode), opset=opset_for(case))
     report = mlr.last_report()
     for layer in report.left_as_loop:
         if layer.detail not in REFUSED_REASONS and CELL_STATE_REFUSAL not in layer.detail:
@@ -681,10 +691,12 @@ def openvino_conversion(model, spec, mode, onnx_model, for_openvino, case: Model
         return None, False
     converted, kept = onnx_model, False
     if not for_openvino:
-        converted = convert(model, spec, rewriter=mlr.make_rewriter(mode, runtime="openvino"))
+        converted = convert(model, spec, rewriter=mlr.make_rewriter(mode, runtime="openvino"),
+                            opset=opset_for(case))
         kept = bool(mlr.last_report().left_as_loop)
     uncompiled = uncompiled_nodes(converted, "openvino") if case.partly_unmasked else []
-    if uncompiled and len(uncompiled) <= len(uncompiled_nodes(convert(model, spec, rewriter=None), "openvino")):
+    stock = convert(model, spec, rewriter=None, opset=opset_for(case))
+    if uncompiled and len(uncompiled) <= len(uncompiled_nodes(stock, "openvino")):
         return None, False
     return converted, kept
 
@@ -822,7 +834,7 @@ def check_case(case: ModelCase, batches) -> CaseResult:
     @functools.lru_cache(maxsize=None)
     def stock_session(on_openvino: bool):
         """Stock tf2onnx's conversion, made only if a feed needs it (_compare's stock_run)."""
-        stock_model = convert(model, spec, rewriter=None)
+        stock_model = convert(model, spec, rewriter=None, opset=opset_for(case))
         return openvino_session(stock_model) if on_openvino else session(stock_model)
     with_layers = _with_layer_outputs(model)
     for batch in batches:
@@ -891,7 +903,8 @@ def _check_feed(result, sessions, spec, feed: Feed, referee, guarded, stock, sto
 
 def describe(case: ModelCase, batches, result: CaseResult) -> str:
     """A failure report that can be pasted into tests/test_fuzz_regressions.py."""
-    lines = [f"case = {case!r}", f"batches = {tuple(batches)!r}"]
+    lines = [f"case = {case!r}", f"batches = {tuple(batches)!r}",
+             f"  converted at opset {opset_for(case)}"]
     lines += [f"  mismatch ({mode}) on {batch!r}: max |diff| {diff:.3g}" for mode, batch, diff in result.mismatches]
     lines += [f"  guard missed on {batch!r}: {what}" for batch, what in result.guard_missed]
     lines += [f"  left as Loop: {reason} (x{count})" for reason, count in result.loops.items()]

@@ -238,6 +238,13 @@ def test_the_ci_sample_has_every_conversion_route():
     assert set(routes) == {(True, True), (True, False), (False, True), (False, False)}, routes
 
 
+def test_the_ci_sample_converts_at_every_opset_the_fuzzer_picks():
+    """About half the sample's models at tf2onnx's default opset, the others at 11, 12, 13 and 18."""
+    opsets = collections.Counter(fuzzgen.opset_for(case) for case in ci_sample())
+    assert set(opsets) == set(fuzzgen.OPSETS), opsets
+    assert 0.3 <= opsets[15] / sum(opsets.values()) <= 0.7, opsets
+
+
 def test_the_ci_sample_has_every_wiring():
     """Stacks, a lower sequence read elsewhere too, parallel layers, a residual summary, a pooled
     concatenation and a mask above an unmasked layer are all in the CI sample."""
