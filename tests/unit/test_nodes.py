@@ -111,3 +111,9 @@ def test_openvino_does_not_fail_a_reshape_to_another_length():
     np.testing.assert_array_equal(_outputs(model, feeds, "openvino")[0], feeds["x"])
     with pytest.raises(Exception, match="cannot be reshaped"):
         _outputs(model, feeds, "onnxruntime")
+
+
+def test_the_corpus_takes_every_opset_from_the_lowest_the_nodes_support():
+    from masked_lstm_rewriter.corpus import manifest  # pylint: disable=import-outside-toplevel
+    from masked_lstm_rewriter.nodes import MIN_OPSET  # pylint: disable=import-outside-toplevel
+    assert manifest.OPSETS[0] == MIN_OPSET
