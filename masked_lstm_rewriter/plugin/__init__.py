@@ -31,6 +31,7 @@ from ..plan.masks import MASK_MODES
 from ..report import finish_conversion, note_known_wrong
 from ..sources import SOURCES
 from ..sources.tf_while import is_main_graph
+from .stock_wrong import float_equality
 from .unconverted import unconverted_ops, unconverted_problem
 
 logger = logging.getLogger("masked_lstm_rewriter")
@@ -96,7 +97,7 @@ def _make_rewriter(mask_mode: Optional[str], runtime: Optional[str], schedule: b
         not_streamed = stream_native_nodes(graph) if streaming and main else []  # before any node of ours
         rewrite_graph(graph, ops, SOURCES, mask_mode, runtime, schedule, streaming)
         if main:
-            problems = time_distributed.traced_over_batch(graph, ops)
+            problems = time_distributed.traced_over_batch(graph, ops) + float_equality(graph, ops)
             if streaming:
                 problems += not_streamed + cannot_stream(graph)
             else:
