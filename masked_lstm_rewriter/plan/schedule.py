@@ -45,9 +45,8 @@ import dataclasses
 
 import numpy as np
 from onnx import TensorProto
-from tf2onnx import utils
 
-from ..graph import int64_const, int64_scalar, make_if, make_op, static_dim
+from ..graph import const, int64_const, int64_scalar, make_if, make_op, static_dim
 
 INT64_MAX = np.iinfo(np.int64).max
 
@@ -139,7 +138,7 @@ def plan_segments(graph, counts: str, guarded: str, steps: str, cuts: Cuts) -> S
         return [use, bounds, *_indices(g, lengths, steps, order, first, active, covered)]
 
     def placeholders(g):
-        false = g.make_const(utils.make_name("no_schedule"), np.array([False])).output[0]
+        false = const(g, "no_schedule", np.array([False]))
         return [false, int64_const(g, "placeholder", [0] * (5 * cuts.segments)), *_no_indices(g)]
 
     use, bounds, rows, in_segments, gather_x = schedule_if(graph, big, "plan", plan, placeholders)
@@ -232,7 +231,7 @@ def _compute_segments(g, lengths: str, batch: str, cuts: Cuts) -> tuple:
     # [k, j]: j > k excluded, by a value within int32 (OpenVINO computes int64 as int32)
     below = np.triu(np.full((segments, segments), -(1 << 30), np.int64), 1)
     lifted = make_op(g, "Add", make_op(g, "Unsqueeze", make_op(g, "Sub", quantiles, index), int64_const(g, "axes", [0])),
-                 g.make_const(utils.make_name("not_before"), below).output[0])
+                 const(g, "not_before", below))
     rising = make_op(g, "Add", _reduce_max(g, lifted, 1), index)
     ceiling = make_op(g, "Add", longest, int64_const(g, "ceiling", [k - segments for k in range(segments)]))
     first = make_op(g, "Min", rising, ceiling)                                    # [S] first step of each segment
