@@ -105,14 +105,9 @@ def _chosen_by_comparison(g, kind: str, inputs: list, **kwargs):
 
 def _constant(g, tensor: str, kind: str, required: bool = True):
     """The values of a constant of ``g`` or of a graph around it, as a list of ints."""
-    graph = g
-    while graph is not None:
-        node = graph.get_node_by_output(tensor, search_in_parent_graphs=False)
-        if node is not None:
-            if node.is_const():
-                return [int(v) for v in np.asarray(node.get_tensor_value(as_list=False)).reshape(-1)]
-            break
-        graph = graph.parent_graph
+    node = g.get_node_by_output(tensor)  # tf2onnx looks in the graphs around ``g`` too
+    if node is not None and node.is_const():
+        return [int(v) for v in np.asarray(node.get_tensor_value(as_list=False)).reshape(-1)]
     if required:
         raise ValueError(f"opset {g.opset}: a {kind} of computed axes, which an attribute cannot hold before "
                          f"opset {AXES_AS_INPUTS}")
