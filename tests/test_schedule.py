@@ -402,16 +402,50 @@ def test_openvino_reuses_a_compiled_model_over_batches_that_grow():
     after them when a run's shapes outgrow the runs before (its outputs then read as other values,
     with no error), unless a point of shape inference comes first (emit.node's Reshape)."""
     pytest.importorskip("openvino")
-    model, spec, _ = embedding_model(keras.layers.Bidirectional(keras.layers.LSTM(UNITS, return_sequences=True)),
-                                     keras.layers.LSTM(UNITS, return_sequences=True, return_state=True))
-    onnx_model = convert(model, spec, rewriter=SCHEDULED)
+    model, spec, onnx_model = _bidirectional_and_states_model()
     compiled = runtimes.openvino_compiled(onnx_model)
     request = compiled.create_infer_request()
-    for index, lengths in enumerate([[5, 0, 3], LONG_TAILED, [STEPS] * 9, LONG_TAILED + FEW_ROWS, [2, 1], TIES]):
+    for index, lengths in enumerate(GROWING_AND_SHRINKING):
         batch = tokens(lengths, index)
         taken = all(schedule_taken(onnx_model, {spec[0].name: batch}))
         assert taken == (len(lengths) >= MIN_BATCH and lengths != [STEPS] * 9), lengths
-        got = request.infer({spec[0].name: batch})
-        for output, expected in zip(onnx_model.graph.output, oracle_outputs(model, [batch])):
-            error = np.max(np.abs(np.asarray(got[compiled.output(output.name)]) - expected))
-            assert error <= 1e-5, (lengths, output.name, error)
+        _assert_openvino_matches(model, onnx_model, compiled, batch, request.infer({spec[0].name: batch}))
+
+
+def test_openvino_in_throughput_mode_runs_requests_side_by_side_exactly():
+    """The same model compiled as OpenVINO's docs advise for a server (``PERFORMANCE_HINT=THROUGHPUT``:
+    two streams here), four requests in flight over those batches, three times over: each result is
+    Keras's, whichever stream ran it and whatever ran beside it."""
+    ov = pytest.importorskip("openvino")
+    model, spec, onnx_model = _bidirectional_and_states_model()
+    core = ov.Core()
+    compiled = core.compile_model(core.read_model(onnx_model.SerializeToString(), b""), "CPU",
+                                  dict(runtimes.OPENVINO_CONFIG, PERFORMANCE_HINT="THROUGHPUT"))
+    batches = [tokens(lengths, index) for index, lengths in enumerate(GROWING_AND_SHRINKING * 3)]
+    results = {}
+    queue = ov.AsyncInferQueue(compiled, 4)
+    queue.set_callback(lambda request, index: results.__setitem__(
+        index, {output: request.get_tensor(output).data.copy() for output in compiled.outputs}))
+    for index, batch in enumerate(batches):
+        queue.start_async({spec[0].name: batch}, index)
+    queue.wait_all()
+    for index, batch in enumerate(batches):
+        _assert_openvino_matches(model, onnx_model, compiled, batch, results[index])
+
+
+# batches whose shapes grow and shrink, the segments' and the single node's in turn
+GROWING_AND_SHRINKING = [[5, 0, 3], LONG_TAILED, [STEPS] * 9, LONG_TAILED + FEW_ROWS, [2, 1], TIES]
+
+
+def _bidirectional_and_states_model():
+    """(model, spec, scheduled ONNX model): a Bidirectional LSTM under an LSTM returning its states."""
+    model, spec, _ = embedding_model(keras.layers.Bidirectional(keras.layers.LSTM(UNITS, return_sequences=True)),
+                                     keras.layers.LSTM(UNITS, return_sequences=True, return_state=True))
+    return model, spec, convert(model, spec, rewriter=SCHEDULED)
+
+
+def _assert_openvino_matches(model, onnx_model, compiled, batch, got):
+    """Every output OpenVINO gave (``got``: output port -> array) equals Keras's on ``batch`` within 1e-5."""
+    for output, expected in zip(onnx_model.graph.output, oracle_outputs(model, [batch])):
+        error = np.max(np.abs(np.asarray(got[compiled.output(output.name)]) - expected))
+        assert error <= 1e-5, (batch.shape, output.name, error)
