@@ -53,7 +53,8 @@ class RecurrentCell:
         LSTM returns it as a graph output.)"""
         if len(self.streamed_states) == 2:
             return True
-        return self.final_c is not None and bool(self.graph.find_output_consumers(self.final_c))
+        return self.final_c is not None and (bool(self.graph.find_output_consumers(self.final_c))
+                                             or self.final_c in self.graph.outputs)
 
     @property
     def initial_h(self) -> Optional[str]:

@@ -20,6 +20,10 @@ own: ``testdata/onnx_in/tf2onnx-1.16`` with TensorFlow 2.19, ``tf2onnx-1.15`` wi
 and ``tf2onnx-1.13`` with TensorFlow 2.10 (Python 3.10; ``--keras tf_keras`` then takes TensorFlow's
 built-in Keras 2).
 
+``--litert`` converts each model the way a LiteRT (TensorFlow Lite) user reaches ONNX instead: the
+model to a ``.tflite`` flatbuffer at a static shape, then ``tf2onnx.convert.from_tflite``
+(``testdata/onnx_in/tf2onnx-litert``).
+
 For each case and opset it writes, under ``--out`` (default ``/tmp/stock_catalogue``):
 
 * ``<flavour>_<case>_op<opset>.onnx``: the stock conversion (``tf2onnx.convert.from_keras`` of a
@@ -522,12 +526,12 @@ def signature_shape(name):
     return (None, None)
 
 
-def build_case(name, keras, tf, np):  # pylint: disable=too-many-locals,too-many-statements,too-many-branches
-    """(model, input_signature, feeds) of case ``name``."""
+def build_case(name, keras, tf, np, shape=None):  # pylint: disable=too-many-locals,too-many-statements,too-many-branches
+    """(model, input_signature, feeds) of case ``name``; ``shape``: its (batch, steps) instead of the case's own."""
     keras.utils.set_random_seed(1234)
     L = keras.layers
     rng = np.random.default_rng(7)
-    shape = signature_shape(name)
+    shape = shape or signature_shape(name)
     batch, steps = (shape[0] or 3), (shape[1] or 6)
     lengths = LENGTHS[:batch]
 
@@ -659,6 +663,33 @@ def build_case(name, keras, tf, np):  # pylint: disable=too-many-locals,too-many
 
 # --------------------------------------------------------------------------------------------
 
+LITERT_SHAPE = (4, 6)  # LiteRT converts static shapes (a dynamic one needs TensorFlow ops tf2onnx cannot read)
+
+
+def litert_conversion(model, opset, path, tf, tf2onnx):
+    """``model`` (built with static input shapes) converted to a LiteRT flatbuffer (``<stem>.tflite`` beside
+    ``path``), then by ``tf2onnx.convert.from_tflite`` (``python -m tf2onnx.convert --tflite``): the ONNX model."""
+    converter = tf.lite.TFLiteConverter.from_keras_model(model)
+    flatbuffer = os.path.splitext(path)[0] + ".tflite"
+    with open(flatbuffer, "wb") as handle:
+        handle.write(converter.convert())
+    onnx_model, _ = tf2onnx.convert.from_tflite(flatbuffer, opset=opset, output_path=path)
+    return onnx_model
+
+
+def save_keras_outputs(path, onnx_model, specs, feeds, expected, np) -> None:
+    """``<stem>.npz`` beside ``path``: the check batch as the file's inputs (``post.in.<name>``: LiteRT names
+    input ``x`` ``serving_default_x:0``, in an order of its own) and Keras's outputs on it (``post.out.<k>``),
+    the layout of the JAX exports' stored outputs."""
+    names = [graph_input.name for graph_input in onnx_model.graph.input]
+    arrays = {}
+    for spec, value in zip(specs, feeds):
+        (name,) = [n for n in names if n in (spec.name, f"serving_default_{spec.name}:0")]
+        arrays[f"post.in.{name}"] = value
+    arrays.update({f"post.out.{k}": np.asarray(value) for k, value in enumerate(expected)})
+    np.savez(os.path.splitext(path)[0] + ".npz", **arrays)
+
+
 def _keras(flavour: str, tf):
     """The Keras module of ``flavour``; for "tf_keras" under TensorFlow 2.15 and earlier, which has no
     tf_keras package, its built-in Keras 2 (``tf.keras``), so that older tf2onnx releases can make files."""
@@ -706,12 +737,18 @@ def run_cases(args):  # pylint: disable=too-many-locals
             path = os.path.join(args.out, stem + ".onnx")
             entry = {"case": case, "model": text, "opset": opset}
             try:
-                model, specs, feeds = build_case(case, keras, tf, np)
-                onnx_model, _ = tf2onnx.convert.from_keras(model, input_signature=specs, opset=opset,
-                                                           output_path=path)
+                if args.litert:
+                    model, specs, feeds = build_case(case, keras, tf, np, LITERT_SHAPE)
+                    onnx_model = litert_conversion(model, opset, path, tf, tf2onnx)
+                else:
+                    model, specs, feeds = build_case(case, keras, tf, np)
+                    onnx_model, _ = tf2onnx.convert.from_keras(model, input_signature=specs, opset=opset,
+                                                               output_path=path)
                 expected = model([tf.constant(v) for v in feeds] if len(feeds) > 1 else tf.constant(feeds[0]),
                                  training=False)
                 expected = expected if isinstance(expected, (list, tuple)) else [expected]
+                if args.litert:  # Keras's outputs beside the file: tf2onnx's file of a stack does not load
+                    save_keras_outputs(path, onnx_model, specs, feeds, expected, np)
                 sess = ort.InferenceSession(onnx_model.SerializeToString(), providers=["CPUExecutionProvider"])
                 got = sess.run(None, {i.name: v for i, v in zip(sess.get_inputs(), feeds)})
                 entry["onnx_inputs"] = [i.name for i in sess.get_inputs()]
@@ -756,6 +793,8 @@ def main(argv=None):
     parser.add_argument("--print", action="store_true", help="also print each description")
     parser.add_argument("--describe", metavar="ONNX", nargs="+", help="only describe these ONNX files")
     parser.add_argument("--list", action="store_true", help="list the cases")
+    parser.add_argument("--litert", action="store_true",
+                        help=f"convert through a LiteRT flatbuffer (tf2onnx --tflite), at the static shape {LITERT_SHAPE}")
     args = parser.parse_args(argv)
     if args.list:
         for name, (opsets, flavours, text) in CASES.items():

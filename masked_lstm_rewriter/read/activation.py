@@ -3,7 +3,7 @@
 
 :func:`read_activation` recognises ``Sigmoid``, ``Tanh``, ``Relu``, ``Softsign``, ``Elu``,
 ``Softplus`` and both flavours' ``hard_sigmoid`` (Keras 3: ``relu6(x + 3) / 6``; tf_keras:
-``clip(alpha * x + beta, 0, 1)``) and returns them as ONNX spells them (``HardSigmoid`` with its
+``clip(alpha * x + beta, 0, 1)``, its lower bound a ``Relu`` through LiteRT) and returns them as ONNX spells them (``HardSigmoid`` with its
 alpha and beta). Which of them a runtime computes correctly is :mod:`..targets`' business.
 """
 
@@ -55,14 +55,14 @@ def read_activation(graph, tensor: str) -> tuple[Activation, str]:
     node = producer(graph, tensor)
     if node is None:
         return Activation("Affine", 1.0, 0.0), tensor
-    if node.type in _SINGLE_OP_ACTIVATIONS:
-        return _SINGLE_OP_ACTIVATIONS[node.type], node.input[0]
     if node.type == "HardSigmoid":  # ONNX's own op, as a file may hold it
         return Activation("HardSigmoid", alpha=float(node.get_attr_value("alpha", 0.2)),
                           beta=float(node.get_attr_value("beta", 0.5))), node.input[0]
     hard = _read_hard_sigmoid_keras3(graph, node) or _read_hard_sigmoid_tf_keras(graph, node)
     if hard is not None:
         return hard
+    if node.type in _SINGLE_OP_ACTIVATIONS:
+        return _SINGLE_OP_ACTIVATIONS[node.type], node.input[0]
     return Activation("Affine", 1.0, 0.0), tensor
 
 
@@ -97,13 +97,13 @@ def _is_clip(graph, node, low: float, high: float) -> bool:
 
 def _read_hard_sigmoid_tf_keras(graph, node):
     """tf_keras: ``clip_by_value(alpha * x + beta, 0, 1)`` = Maximum(Minimum(., 1), 0) (ONNX: Max, Min,
-    or one Clip)."""
+    or one Clip; through LiteRT, the Maximum a Relu)."""
     if _is_clip(graph, node, 0.0, 1.0):
         add = producer(graph, node.input[0])
     else:
-        if node.type not in ("Maximum", "Max"):
+        if node.type not in ("Maximum", "Max", "Relu"):
             return None
-        found = _scalar_operand(graph, node, lambda v: v == 0.0)
+        found = (0.0, node.input[0]) if node.type == "Relu" else _scalar_operand(graph, node, lambda v: v == 0.0)
         minimum = producer(graph, found[1]) if found else None
         if minimum is None or minimum.type not in ("Minimum", "Min"):
             return None

@@ -158,9 +158,10 @@ class Product:
     node: object = dataclasses.field(default=None, compare=False)  # the MatMul or Gemm
 
 
-def _is_onnx_split(node) -> bool:
-    """ONNX's ``Split`` (the tensor first, its axis an attribute), not TensorFlow's (the axis first)."""
-    return node.get_attr("num_split") is None
+def _is_onnx_split(graph, node) -> bool:
+    """ONNX's ``Split`` (the tensor first, its axis an attribute), not TensorFlow's (the axis first, a
+    scalar: ONNX's Split made from it may still carry its ``num_split`` before tf2onnx writes the model)."""
+    return node.get_attr("num_split") is None or scalar_value(graph, node.input[0]) is None
 
 
 _KNOWN = weakref.WeakKeyDictionary()  # body graph -> {tensor: what the loop feeds it} (declare_known)
@@ -204,7 +205,7 @@ class LinearReader:
             return self._read_sum(node)
         if node.type == "Squeeze":
             return self._read_batch_squeeze(node)
-        if node.type == "Split" and not _is_onnx_split(node):
+        if node.type == "Split" and not _is_onnx_split(self.graph, node):
             return self._read_split_output(node, tensor)
         if node.type in ("SplitV", "StridedSlice", "Split", "Slice"):
             whole = self.read(node.input[0])
@@ -438,7 +439,7 @@ class LinearReader:
             return None
         if node.is_const():
             return ConstRef(value=node.get_tensor_value(as_list=False))
-        if node.type in ("Split", "Slice", "Reshape", "Expand") and (node.type != "Split" or _is_onnx_split(node)):
+        if node.type in ("Split", "Slice", "Reshape", "Expand") and (node.type != "Split" or _is_onnx_split(self.graph, node)):
             whole, steps = self.const_ref(node.input[0]), self._onnx_const_steps(node, tensor)
             return None if whole is None or steps is None else functools.reduce(ConstRef.then, steps, whole)
         if node.type == "Split":

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Read a recurrent layer off an ONNX ``Loop``: a file written by tf2onnx or by Keras's JAX export.
+"""Read a recurrent layer off an ONNX ``Loop``: a file written by tf2onnx (from Keras, a SavedModel or a
+LiteRT flatbuffer) or by Keras's JAX export.
 
 The loop's body is one step of the layer:
 
@@ -12,8 +13,10 @@ The loop's body is one step of the layer:
 * it computes each cell's new states with the algebra the cell kinds read (:mod:`..cells`);
 * a masked layer keeps each state where the mask is off: ``Where(m, new, old)``, or tf2onnx's
   spelling of TensorFlow's select, ``Cast(m) * new + Cast(Not(m)) * old``;
-* it returns the step's output as a scan output, and may carry it as a loop variable too;
-* it runs exactly T steps (:func:`_check_trip_count`).
+* it returns the step's output as a scan output (through reshapes that give it its own shape back),
+  and may carry it as a loop variable too, or a copy of that variable reshaped (:class:`Mirror`:
+  how tf2onnx's files made from LiteRT keep a last output);
+* it runs exactly T steps (:func:`.onnx_trip.check_loop_trip_count`).
 
 That is read into the same :class:`~..layer.MaskedRecurrentLayer` a While loop gives, or the
 :class:`~..failure.Refusal` saying what was not understood and where. A loop whose body reads no
@@ -25,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional, Union
 
+import numpy as np
 from onnx import TensorProto
 
 from ..failure import Refusal
@@ -48,6 +52,17 @@ class LoopLayer(MaskedRecurrentLayer):
 
     x_batch_major: Optional[str] = None  # the input, batch-major, where the loop reads it projected and
                                          # transposed: the source makes it time-major before emission
+    mirrors: tuple = ()                  # (Mirror, ...): Loop outputs that hold another's final value reshaped
+
+
+@dataclasses.dataclass(frozen=True)
+class Mirror:
+    """A loop variable the step sets to another's new value reshaped, and reads nowhere: tf2onnx's files
+    made from LiteRT keep a layer's last output so, as a one-step list ([1, B, H])."""
+
+    output: str          # the Loop output holding it
+    source: str          # the Loop output it is a reshape of
+    shape: tuple         # its static shape
 
 
 @dataclasses.dataclass(frozen=True)
@@ -168,15 +183,34 @@ def _is_counter(graph, loop, body, index: int) -> bool:
 
 
 def _same_value(graph, tensor: str) -> str:
-    """``tensor`` through Identity and casts to float32 of what is float32 already (jax2onnx writes one
-    after each state's select)."""
+    """``tensor`` through Identity, casts to float32 of what is float32 already (jax2onnx writes one
+    after each state's select) and reshapes that give it back its own shape (tf2onnx's files made from
+    LiteRT write each step as ``Squeeze(Reshape(h, [1, B, H]))``)."""
     node = producer(graph, tensor)
-    while node is not None and (node.type == "Identity" or (
-            node.type == "Cast" and node.get_attr_value("to") == TensorProto.FLOAT
-            and graph.get_dtype(node.input[0]) == TensorProto.FLOAT)):
-        tensor = node.input[0]
+    while node is not None:
+        if node.type == "Identity" or (node.type == "Cast" and node.get_attr_value("to") == TensorProto.FLOAT
+                                       and graph.get_dtype(node.input[0]) == TensorProto.FLOAT):
+            tensor = node.input[0]
+        else:
+            source = _reshaped_from(graph, tensor)
+            if source is None:
+                return tensor
+            tensor = source
         node = producer(graph, tensor)
     return tensor
+
+
+RESHAPES = ("Reshape", "Squeeze", "Unsqueeze")
+
+
+def _reshaped_from(graph, tensor: str) -> Optional[str]:
+    """The tensor that a chain of reshapes ends in ``tensor`` from, where both shapes are known, static
+    and equal (a reshape keeps the elements' order: the same value), else None."""
+    start = _unreshaped(graph, tensor)
+    shape = graph.get_shape(tensor)
+    if start == tensor or shape is None or any(d is None or d < 0 for d in shape):
+        return None
+    return start if graph.get_shape(start) == shape else None
 
 
 def _read_layer(graph, loop, body, reads: _StepReads) -> LoopLayer:
@@ -190,8 +224,9 @@ def _read_layer(graph, loop, body, reads: _StepReads) -> LoopLayer:
     counters = {i for i in variables if _is_counter(graph, loop, body, i)}
     invariants = {i for i in variables if passes_through(body, i)}
     projection = _declare_outer_values(graph, loop, body, invariants, x_tm, x_item)
-    carried, zero_output = _carried(graph, loop, body, [i for i in variables if i not in counters | invariants],
-                                    mask_item)
+    mirrors = _mirrors(graph, loop, body, [i for i in variables if i not in counters | invariants], mask_item)
+    carried, zero_output = _carried(graph, loop, body,
+                                    [i for i in variables if i not in counters | invariants | set(mirrors)], mask_item)
     sequence, out_select, h_top = _read_output(graph, loop, body, carried, mask_item)
     output_index = zero_output if zero_output is not None else \
         _output_variable(graph, loop, body, carried, h_top, out_select)
@@ -200,7 +235,10 @@ def _read_layer(graph, loop, body, reads: _StepReads) -> LoopLayer:
     cells = resolve_cells(graph, loop, read_cells(body, x_item, stack, states), lambda i: loop.output[i - 2])
     output_carried, starts_from_state = _output_carried(graph, loop, body, carried, out_select, h_top, cells[-1],
                                                         sequence)
-    sequence_output = _check_outputs_used(graph, loop, body, set(states) | {output_index} - {None}, sequence)
+    roles = set(states) | {output_index} - {None}
+    if any(mirror.source not in {loop.output[i - 2] for i in roles} for mirror in mirrors.values()):
+        raise Refusal("a loop output mirrors a loop variable that is neither a state nor the output", loop)
+    sequence_output = _check_outputs_used(graph, loop, body, roles | set(mirrors), sequence)
     time_axis = time_axis_of(graph, [x_tm, _outside_name(loop, body, reads.x.input[0])])
     check_loop_trip_count(graph, loop, body, counters, invariants, time_axis)
     mask, mask_layout = None, "batch"
@@ -218,6 +256,7 @@ def _read_layer(graph, loop, body, reads: _StepReads) -> LoopLayer:
         output_starts_from_state=starts_from_state,
         sequence_outputs=[] if sequence_output is None else [sequence_output], writes_sequence=sequence is not None,
         last_output=None if output_index is None else loop.output[output_index - 2], mask_layout=mask_layout,
+        mirrors=tuple(mirrors.values()),
         **_layer_input(graph, x_tm, x_tm if x_reversed or x_tm != reads.x.input[0] else None, projection))
 
 
@@ -274,6 +313,42 @@ def _multiplies(body, x_item: str) -> bool:
                for node in body.get_nodes() for _, item in reader.addends(node) or ())
 
 
+def _mirrors(graph, loop, body, variables: list, mask_item) -> dict:
+    """{loop variable: Mirror} of the ``variables`` that mirror another (:class:`Mirror`): the step reads
+    it nowhere and sets it to a reshape of the new value of another variable (the select that keeps
+    that one at masked steps), to a static shape; and both start as zeros, so that it is that
+    reshape after any number of steps, none included."""
+    mirrors, names = {}, body.input_names
+    for i in variables:
+        new = next_value(body, i)
+        source = _same_value(body, _unreshaped(body, new))
+        select = None if mask_item is None else read_select(body, source, mask_item)
+        old = None if select is None else skip_identity(body, select.old)
+        j = names.index(old) if old in names else None
+        if j in variables and j != i and _same_value(body, next_value(body, j)) == source and \
+                not body.find_output_consumers(names[i]) and _same_size(body, new, source) \
+                and is_zeros(graph, loop.input[i]) and is_zeros(graph, loop.input[j]):
+            mirrors[i] = Mirror(loop.output[i - 2], loop.output[j - 2], tuple(body.get_shape(new)))
+    return mirrors
+
+
+def _same_size(graph, tensor: str, other: str) -> bool:
+    """Have both tensors static shapes with as many elements?"""
+    shapes = [graph.get_shape(t) for t in (tensor, other)]
+    if any(not shape or any(d is None or d <= 0 for d in shape) for shape in shapes):
+        return False
+    return int(np.prod(shapes[0])) == int(np.prod(shapes[1]))
+
+
+def _unreshaped(graph, tensor: str) -> str:
+    """``tensor`` back through Reshape, Squeeze, Unsqueeze and Identity (the same elements in the same order)."""
+    node = producer(graph, tensor)
+    while node is not None and node.type in RESHAPES + ("Identity",):
+        tensor = node.input[0]
+        node = producer(graph, tensor)
+    return tensor
+
+
 def _carried(graph, loop, body, variables: list, mask_item) -> tuple:
     """(loop variable -> its new value at a valid step, for the variables the step computes; the
     variable carrying an output that is zeros at masked steps, or None). A masked layer must keep
@@ -320,18 +395,23 @@ def _check_outputs_used(graph, loop, body, variables: set, sequence) -> Optional
     scans = len(body.input_names) - 2
     roles = {i - 2 for i in variables}
     position = None if sequence is None else scans + list(body.outputs[scans + 1:]).index(sequence)
-    used = {i for i, out in enumerate(loop.output) if graph.find_output_consumers(out)}
+    used = {i for i, out in enumerate(loop.output) if _is_used(graph, out)}
     unexpected = sorted(used - roles - {position})
     if unexpected:
         raise Refusal(f"loop outputs {unexpected} are used outside the layer", loop)
     return None if position is None else loop.output[position]
 
 
+def _is_used(graph, tensor: str) -> bool:
+    """Does a node read ``tensor``, or is it a graph output?"""
+    return bool(graph.find_output_consumers(tensor)) or tensor in graph.outputs
+
+
 def _read_output(graph, loop, body, carried: dict, mask_item) -> tuple:
     """(the scan output holding the step's output, or None; its select, or None; the top cell's new h)."""
     scans = len(body.input_names) - 2
     used = [tensor for k, tensor in enumerate(body.outputs[scans + 1:])
-            if graph.find_output_consumers(loop.output[scans + k])]
+            if _is_used(graph, loop.output[scans + k])]
     if len(used) > 1:
         raise Refusal(f"the loop returns {len(used)} sequences (a recurrent layer returns one)", loop)
     if used:

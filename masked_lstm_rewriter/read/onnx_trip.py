@@ -2,13 +2,16 @@
 """How many steps an ONNX ``Loop`` runs: prove it is the number of time steps of its input.
 
 A Loop runs while its trip count is not reached and its condition holds. tf2onnx bounds Keras's
-loops by ``T`` and ``t + 1 < T`` (Keras 3 both, tf_keras the condition alone), jax2onnx by the trip
-count alone; either way each test must hold for every step before the last.
+loops by ``T`` and ``t + 1 < T`` (Keras 3 both, tf_keras the condition alone; from a LiteRT file,
+the condition and the largest int64 as the trip count), jax2onnx by the trip count alone; either
+way each test must hold for every step before the last.
 """
 
 from __future__ import annotations
 
 from typing import Optional
+
+import numpy as np
 
 from ..failure import Refusal
 from ..graph import const_value, producer, skip_casts, skip_identity
@@ -26,7 +29,8 @@ def check_loop_trip_count(graph, loop, body, counters: set, invariants: set, tim
     test ``t + 1 < T`` must stop it after the last step (the condition a step returns decides
     whether the next one runs)."""
     trip = loop.input[0]
-    if trip and not is_step_count(graph, trip, time_axis):
+    counted = bool(trip) and is_step_count(graph, trip, time_axis)
+    if trip and not counted and not _never_reached(graph, trip, time_axis):
         raise Refusal(TRIP_COUNT_REASON, loop)
     start = loop.input[1] if len(loop.input) > 1 else ""
     if start and not _holds_for_steps(graph, start, lambda t: _is_const_offset(graph, t) == 0,
@@ -54,8 +58,17 @@ def check_loop_trip_count(graph, loop, body, counters: set, invariants: set, tim
 
     if not _holds_for_steps(body, condition, holds_before_the_last, bound, passing=body.input_names[1]):
         raise Refusal(TRIP_COUNT_REASON, loop)
-    if not trip and 1 not in offsets:  # nothing stops it after step T - 1 (``t < T`` runs step T too)
+    if not counted and 1 not in offsets:  # nothing stops it after step T - 1 (``t < T`` runs step T too)
         raise Refusal(TRIP_COUNT_REASON, loop)
+
+
+def _never_reached(graph, trip: str, time_axis: TimeAxis) -> bool:
+    """Is the trip count a constant the loop cannot reach before its last step: the largest int64 (how
+    tf2onnx writes "no trip count" in files made from LiteRT), or at least the static number of steps?
+    The stop condition then decides alone."""
+    value = _is_const_offset(graph, trip)
+    return value is not None and (value == np.iinfo(np.int64).max or
+                                  (time_axis.steps is not None and value >= time_axis.steps))
 
 
 def _holds_for_steps(graph, tensor: str, is_step, is_bound, passing: Optional[str] = None) -> bool:

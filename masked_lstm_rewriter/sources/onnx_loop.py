@@ -12,9 +12,9 @@ rewrite as they were."""
 
 from __future__ import annotations
 
-from ..emit.rewire import rewire
+from ..emit.rewire import replace_tensor, rewire
 from ..failure import Refusal
-from ..graph import make_op
+from ..graph import int64_const, make_op
 from ..read.body import is_masked_recurrent_body
 from ..read.onnx_loop import loop_layer_name, read_onnx_loop, reads_a_mask
 from .source import Candidate, Source, prepare_masks
@@ -48,15 +48,43 @@ def connect(graph, layer, outputs, states) -> None:
     the Loop output it replaces: the file keeps what it does not rewrite as it was, that body included
     (where its Loop is rewritten too, nothing reads the Identity and the file leaves it out). Where a
     node of the main graph that stays reads it too, the file gives the new tensor that name already."""
+    held = _hold_graph_outputs(graph, layer.while_node)
+    _read_mirrors_reshaped(graph, layer)
     main = [(node, list(node.input)) for node in graph.get_nodes()]
     nested = _subgraph_readers(graph)
     rewire(graph, layer, outputs, states)
+    _restore_graph_outputs(graph, held)
     named = {old for old, _ in _renamed([(node, inputs) for node, inputs in main
                                          if graph.get_node_by_name(node.name) is node])}
     for old, new in dict(_renamed(nested)).items():
         if old not in named:
             graph.make_node("Identity", [new], outputs=[old], shapes=[graph.get_shape(new)],
                             dtypes=[graph.get_dtype(new)])
+
+
+def _hold_graph_outputs(graph, loop) -> dict:
+    """{name: an Identity reading it} for each of the Loop's outputs that is a graph output (a conversion
+    from LiteRT, once optimized, may return one as it is): rewiring points that reader at the result."""
+    return {name: graph.make_node("Identity", [name]) for name in loop.output if name in graph.outputs}
+
+
+def _restore_graph_outputs(graph, held: dict) -> None:
+    """Each graph output :func:`_hold_graph_outputs` held, made again under its own name from what its
+    reader reads now."""
+    for name, reader in held.items():
+        result = reader.input[0]
+        graph.remove_node(reader.name)
+        if result != name:
+            graph.make_node("Identity", [result], outputs=[name], shapes=[graph.get_shape(result)],
+                            dtypes=[graph.get_dtype(result)])
+
+
+def _read_mirrors_reshaped(graph, layer) -> None:
+    """What reads a Loop output that mirrors another (:class:`..read.onnx_loop.Mirror`) reads that one
+    reshaped instead, which rewiring then points at the emitted result."""
+    for mirror in layer.mirrors:
+        replace_tensor(graph, mirror.output,
+                       make_op(graph, "Reshape", mirror.source, int64_const(graph, "mirror_shape", mirror.shape)))
 
 
 def _renamed(readers: list) -> list:

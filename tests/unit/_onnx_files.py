@@ -29,6 +29,9 @@ ONNXSIM_FILES = sorted(glob.glob(os.path.join(DATA, "onnxsim", "*.onnx")))  # th
 # earlier tf2onnx releases: 1.16.1 (TensorFlow 2.19), 1.15.1 (TensorFlow 2.13), 1.13.0 (TensorFlow 2.10, opsets 11-13)
 OLDER_TF2ONNX_FILES = sorted(glob.glob(os.path.join(DATA, "tf2onnx-1.1[0-9]", "*.onnx")))
 JAX_FILES = sorted(glob.glob(os.path.join(DATA, "jax", "*.onnx")))
+# tf2onnx's files made from LiteRT flatbuffers (``tf2onnx --tflite``, static shapes): where onnxruntime
+# cannot load tf2onnx's file (a stack of layers), Keras's outputs are stored beside it (:func:`stored_outputs`)
+LITERT_FILES = sorted(glob.glob(os.path.join(DATA, "tf2onnx-litert", "*.onnx")))
 ATOL = 1e-5
 VOCAB = 10  # the stock files' Embedding size (tools/stock_onnx_catalogue.py)
 POST_BATCHES = ([7, 3, 1, 0], [5, 5, 2, 7])  # row lengths: a full row (7 steps) and an empty one
@@ -36,6 +39,24 @@ POST_BATCHES = ([7, 3, 1, 0], [5, 5, 2, 7])  # row lengths: a full row (7 steps)
 
 def name_of(path: str) -> str:
     return os.path.splitext(os.path.basename(path))[0]
+
+
+def stored_path(path: str) -> str:
+    """Where the outputs Keras gave on the file's batches are stored, if they are (``<stem>.npz``)."""
+    return os.path.splitext(path)[0] + ".npz"
+
+
+def stored_outputs(path: str) -> list:
+    """[(batch name, feeds, Keras's outputs)] stored beside the file at ``path``: arrays named
+    ``<batch>.in.<input>`` and ``<batch>.out.<k>``."""
+    stored = np.load(stored_path(path))
+    found = []
+    for batch in sorted({key.split(".")[0] for key in stored.files}):
+        feeds = {key.split(".in.", 1)[1]: stored[key] for key in stored.files if key.startswith(f"{batch}.in.")}
+        outputs = sorted((int(key.rsplit(".", 1)[1]), stored[key]) for key in stored.files
+                         if key.startswith(f"{batch}.out."))
+        found.append((batch, feeds, [value for _, value in outputs]))
+    return found
 
 
 def _valid(lengths, steps, layout):

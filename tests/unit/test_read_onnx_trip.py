@@ -26,7 +26,8 @@ OUTER = [
     node("Greater", ["T", "zero"], ["T_greater"]),
     node("Less", ["one", "T"], ["T_above_one"]),
 ]
-OUTER_CONSTS = [const("zero", 0), const("one", 1), const("four", 4), const("five", 5), const("zero_1", [0]),
+OUTER_CONSTS = [const("zero", 0), const("one", 1), const("four", 4), const("five", 5), const("six", 6),
+                const("int64_max", np.iinfo(np.int64).max), const("zero_1", [0]),
                 const("one_1", [1]), const("true", True), const("false", False)]
 BODY_CONSTS = [const("one_b", 1), const("two_b", 2), const("five_b", 5), const("six_b", 6), const("true_b", True)]
 
@@ -134,6 +135,20 @@ def test_trip_count_of_another_axis_is_refused():
 def test_no_trip_count_and_a_condition_passed_through_is_refused():
     """Nothing bounds the loop at all."""
     assert_refused(trip_loop("passed through", trip=""))
+
+
+@pytest.mark.parametrize("trip", ["int64_max", "six"])
+def test_a_trip_count_never_reached_leaves_the_stop_condition_to_decide(trip):
+    """The largest int64 (tf2onnx's files made from LiteRT), or a constant above the static T: as if there
+    were no trip count, the condition must stop the loop after its last step."""
+    assert_runs_t_steps(trip_loop("iter + 1 < T", trip=trip))
+    assert_refused(trip_loop("passed through", trip=trip))   # nothing stops it (not run: it would not end)
+    assert_refused(trip_loop("iter < T", trip=trip))          # one step too many
+
+
+def test_a_constant_trip_count_above_t_needs_the_static_t():
+    assert_refused(trip_loop("iter + 1 < T", trip="six", static=False))
+    assert_runs_t_steps(trip_loop("iter + 1 < T", trip="int64_max", static=False))
 
 
 # --- the initial condition: Less(0, T), true, or absent ---------------------------------------------

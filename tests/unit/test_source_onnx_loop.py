@@ -19,8 +19,8 @@ from masked_lstm_rewriter.corpus.ops import scheduled_layers
 from masked_lstm_rewriter.onnx_file import model_io
 from _harness import (assert_same_outputs, available_runtimes, check_refuses, check_rewrites, fast_bidirectional,
                       native_nodes, run)
-from _onnx_files import (DATA, JAX_FILES, NATIVE_OPS, ONNXSIM_FILES, OLDER_TF2ONNX_FILES, TF2ONNX_FILES, OnnxFile,
-                         feeds_for, name_of, op_counts)
+from _onnx_files import (DATA, JAX_FILES, LITERT_FILES, NATIVE_OPS, ONNXSIM_FILES, OLDER_TF2ONNX_FILES, TF2ONNX_FILES,
+                         OnnxFile, feeds_for, name_of, op_counts, stored_outputs, stored_path)
 
 # JAX-backend exports that stay Loops, and why (the file says what its output is at masked steps)
 JAX_LOOPS = {}
@@ -39,12 +39,19 @@ def _file_id(path: str) -> str:
     return f"{os.path.basename(os.path.dirname(path))}/{name_of(path)}"
 
 
+# the LiteRT-made files onnxruntime loads: their own outputs are the reference
+LOADABLE_LITERT_FILES = [path for path in LITERT_FILES if not os.path.exists(stored_path(path))]
+
+
 @pytest.mark.parametrize("mode", ["post", "any"])
-@pytest.mark.parametrize("path", TF2ONNX_FILES + OLDER_TF2ONNX_FILES + ONNXSIM_FILES, ids=_file_id)
+@pytest.mark.parametrize("path", TF2ONNX_FILES + OLDER_TF2ONNX_FILES + ONNXSIM_FILES + LOADABLE_LITERT_FILES,
+                         ids=_file_id)
 def test_stock_tf2onnx_files_become_native(path, mode):
-    """Files of stock tf2onnx 1.17 (opsets 11-18), of 1.16, 1.15 and 1.13 (Keras 2.10, opsets 11-13), and
-    of 1.17 after onnx-simplifier (which folds static shapes into constants, a Bidirectional's reversal
-    lengths among them). Rewritten without the schedule (whose
+    """Files of stock tf2onnx 1.17 (opsets 11-18), of 1.16, 1.15 and 1.13 (Keras 2.10, opsets 11-13), of
+    1.17 after onnx-simplifier (which folds static shapes into constants, a Bidirectional's reversal
+    lengths among them), and of 1.17 from LiteRT flatbuffers (its own spellings: the largest int64 as
+    the trip count, a last output kept as a one-step list, tf_keras's hard_sigmoid clipped by a Relu).
+    Rewritten without the schedule (whose
     segments are forward nodes) for an onnxruntime that runs a masked bidirectional LSTM node no slower
     than two (``FAST``), a Bidirectional's two Loops are one bidirectional node in "post"; for any runtime
     with the schedule, two forward nodes (OpenVINO runs a masked bidirectional LSTM node slower than two)."""
@@ -72,16 +79,32 @@ def test_jax_exports_become_native_and_equal_keras(path, mode):
     rows with a full and an empty row, and in "any" rows padded elsewhere."""
     original = onnx.load(path)
     rewritten, report = check_rewrites(OnnxFile(original), mode, natives=_loops(original))
-    stored = np.load(os.path.splitext(path)[0] + ".npz")
-    batches = sorted({key.split(".")[0] for key in stored.files})
-    for batch in batches:
+    _assert_equals_stored_keras(path, rewritten, mode)
+    assert report.rewritten
+
+
+def _assert_equals_stored_keras(path: str, rewritten, mode: str) -> None:
+    """``rewritten`` gives the Keras outputs stored beside the file at ``path``, on every runtime (in
+    "post", on its post-padded batches)."""
+    for batch, feeds, expected in stored_outputs(path):
         if batch == "nonpost" and mode == "post":
             continue
-        feeds = {key.split(".in.", 1)[1]: stored[key] for key in stored.files if key.startswith(f"{batch}.in.")}
-        expected = [stored[f"{batch}.out.{k}"] for k in range(len(original.graph.output))]
         for runtime in available_runtimes():
-            assert_same_outputs(expected, run(rewritten, feeds, runtime), f"Keras (JAX) {batch}, {runtime}")
-    assert report.rewritten
+            assert_same_outputs(expected, run(rewritten, feeds, runtime), f"Keras {batch}, {runtime}")
+
+
+@pytest.mark.parametrize("mode", ["post", "any"])
+@pytest.mark.parametrize("path", [p for p in LITERT_FILES if p not in LOADABLE_LITERT_FILES], ids=name_of)
+def test_litert_stacks_onnxruntime_cannot_load_become_native_and_equal_keras(path, mode):
+    """tf2onnx's file of a stack of layers from a LiteRT flatbuffer does not load in onnxruntime (shape
+    inference of the upper Loop's body fails): rewritten, every layer is native and the model gives
+    Keras's outputs (stored beside it) at every position, on a batch with a full and an empty row."""
+    original = onnx.load(path)
+    with pytest.raises(onnxruntime.capi.onnxruntime_pybind11_state.Fail, match="TypeInferenceError"):
+        run(original, stored_outputs(path)[0][1])
+    rewritten, report = mlr.rewrite_onnx(original, mask_mode=mode)
+    assert _loops(rewritten) == 0 and len(report.rewritten) == _layers(path, original), str(report)
+    _assert_equals_stored_keras(path, rewritten, mode)
 
 
 def test_a_jax_output_that_starts_from_the_initial_state_keeps_it_before_the_first_valid_step():
@@ -123,6 +146,26 @@ def test_a_masked_output_that_repeats_another_state_stays_a_loop():
     original = onnx.load(os.path.join(DATA, "jax", "init_state_lstm_seq_t6.onnx"))
     check_refuses(OnnxFile(_masked_output_repeats_the_other_state(original)),
                   "the output at masked steps repeats another value")
+
+
+def _mirror_starting_from(model, value: float):
+    """``model`` (a LiteRT-made file whose Loop keeps its last output as a one-step list, the variable
+    after the two counters) whose list starts filled with ``value``."""
+    doctored = onnx.ModelProto()
+    doctored.CopyFrom(model)
+    loop = next(n for n in doctored.graph.node if n.op_type == "Loop")
+    start = next(i for i in doctored.graph.initializer if i.name == loop.input[4])
+    start.CopyFrom(numpy_helper.from_array(np.full(numpy_helper.to_array(start).shape, value, np.float32), start.name))
+    return doctored
+
+
+def test_a_last_output_kept_as_a_list_is_read_only_where_it_starts_as_zeros():
+    """LiteRT keeps a layer's last output as a one-step list the step overwrites with the output; read
+    as that output reshaped, which it is after any number of steps only where both start as zeros."""
+    original = onnx.load(os.path.join(DATA, "tf2onnx-litert", "keras3_emb_lstm_last_op15.onnx"))
+    check_rewrites(OnnxFile(_mirror_starting_from(original, 0.0)), "post", natives=1)
+    _, report = check_refuses(OnnxFile(_mirror_starting_from(original, 1.0)), "loop variable")
+    assert "is not kept at masked steps" in report.left_as_loop[0].detail, str(report)
 
 
 def _upper_cell_not_native(model):
