@@ -19,7 +19,7 @@ import logging
 import threading
 from typing import Optional
 
-from tf2onnx import tfonnx
+from tf2onnx import optimizer, tfonnx
 
 from .. import layer_names, targets
 from ..failure import known_wrong
@@ -158,20 +158,41 @@ def _with_rewriter(original):
         rewriters = list(custom_rewriter or [])
         if _enabled_rewriter is not None and not any(_is_ours(r) for r in rewriters):
             rewriters.append(_enabled_rewriter)
+        ours = next((rewriter for rewriter in rewriters if _is_ours(rewriter)), None)
+        litert = _from_litert(args, kwargs)
+        if litert:  # tf2onnx converts the bodies before the rewriters run: ours runs after the conversion
+            rewriters = [rewriter for rewriter in rewriters if not _is_ours(rewriter)]
         _CONVERSION.wrapped, _CONVERSION.error = True, None
         try:
             graph = original(g, custom_op_handlers, inputs_as_nchw, outputs_as_nchw, continue_on_error,
-                             rewriters or custom_rewriter, *args, **kwargs)
+                             rewriters if rewriters or litert else custom_rewriter, *args, **kwargs)
+            if ours is not None and litert and is_main_graph(graph):
+                graph = _rewritten_after_conversion(graph, ours)
         finally:
             _CONVERSION.wrapped = False
         if _CONVERSION.error is not None:
             error, _CONVERSION.error = _CONVERSION.error, None
             raise error
-        ours = next((rewriter for rewriter in rewriters if _is_ours(rewriter)), None)
         if ours is not None and is_main_graph(graph):  # a body's loops are converted in the main graph's pass
             _check_converted(graph, ours.keep_wrong)
         return graph
     return process_parsed_graph
+
+
+def _rewritten_after_conversion(graph, rewriter):
+    """``graph``, converted by tf2onnx from a LiteRT flatbuffer, optimized by tf2onnx's optimizers (which
+    fold what it writes before them: transposed weights, identities) and then rewritten, as an ONNX
+    file of it would be. tf2onnx optimizes the result once more, as every conversion."""
+    graph = optimizer.optimize_graph(graph)
+    rewriter(graph, graph.get_nodes())
+    return graph
+
+
+def _from_litert(args: tuple, kwargs: dict) -> bool:
+    """Is tf2onnx converting a LiteRT flatbuffer (``process_parsed_graph``'s ``is_tflite``, after
+    ``initialized_tables``)? Its recurrent layers are read as the ``Loop`` tf2onnx makes of each
+    (:mod:`..sources.onnx_loop`): before that, the loop's body is already ONNX and its list ops gone."""
+    return bool(kwargs.get("is_tflite", args[1] if len(args) > 1 else False))
 
 
 def _check_converted(graph, keep_wrong: bool) -> None:

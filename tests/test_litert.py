@@ -1,0 +1,94 @@
+# SPDX-License-Identifier: Apache-2.0
+"""LiteRT flatbuffers in (``tf2onnx.convert.from_tflite``, ``python -m masked_lstm_rewriter --tflite``):
+tf2onnx converts a ``.tflite`` file's loop bodies before any rewriter runs, so the plugin reads each
+recurrent layer off the ``Loop`` tf2onnx makes of it (plugin/__init__.py, sources/onnx_loop.py).
+Keras is the oracle, at every position, on a batch with a full row, an empty row and rows of other
+lengths; in "post" the guard fails on a batch that is not post-padded."""
+
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+import tensorflow as tf
+import tf2onnx
+
+from kerasutil import ATOL, keras, op_counts, post_padded_tokens, randomize_weights
+from runtimes import RUNNERS, runtimes
+
+import masked_lstm_rewriter as mlr
+
+BATCH, STEPS = 5, 7
+LENGTHS = [7, 3, 0, 1, 6]
+
+
+def _model(name):
+    """A masked model with static shapes (LiteRT converts those), one output."""
+    keras.utils.set_random_seed(0)
+    tokens = keras.Input((STEPS,), batch_size=BATCH, dtype="int32", name="tokens")
+    x = keras.layers.Embedding(50, 6, mask_zero=True)(tokens)
+    layers = keras.layers
+    if name == "lstm_last":       # LiteRT keeps the last output as a one-step list
+        y = layers.LSTM(8)(x)
+    elif name == "bidirectional_gru":
+        y = layers.Bidirectional(layers.GRU(8, return_sequences=True))(x)
+    elif name == "stack":         # tf2onnx's file of it does not load in onnxruntime
+        y = layers.GRU(8)(layers.LSTM(8, return_sequences=True)(x))
+    else:                         # "final_c": a Loop output that is the graph's output itself
+        y = layers.LSTM(8, return_state=True)(x)[2]
+    return randomize_weights(keras.Model(tokens, y))
+
+
+def _flatbuffer(model, folder) -> str:
+    path = os.path.join(folder, "model.tflite")
+    with open(path, "wb") as handle:
+        handle.write(tf.lite.TFLiteConverter.from_keras_model(model).convert())
+    return path
+
+
+def _run(onnx_model, tokens, runtime):
+    return RUNNERS[runtime](onnx_model, {onnx_model.graph.input[0].name: tokens})[0]
+
+
+@pytest.mark.parametrize("mode", ["post", "any"])
+@pytest.mark.parametrize("name", ["lstm_last", "bidirectional_gru", "stack", "final_c"])
+def test_a_litert_file_converts_native_and_equal_to_keras(name, mode, tmp_path):
+    model = _model(name)
+    with mlr.enable(mask_mode=mode):
+        onnx_model, _ = tf2onnx.convert.from_tflite(_flatbuffer(model, str(tmp_path)), opset=15)
+    report = mlr.last_report()
+    assert report.layers and not report.left_as_loop and op_counts(onnx_model)["Loop"] == 0, str(report)
+    tokens = post_padded_tokens(LENGTHS, STEPS)
+    expected = np.asarray(model(tokens))
+    for runtime in runtimes():
+        np.testing.assert_allclose(_run(onnx_model, tokens, runtime), expected, atol=ATOL, rtol=0, err_msg=runtime)
+    if mode == "post":
+        pre_padded = tokens[:, ::-1].copy()
+        with pytest.raises(Exception, match=re.escape(mlr.GUARD_MESSAGE)):
+            _run(onnx_model, pre_padded, "onnxruntime")
+
+
+def test_the_command_line_converts_a_litert_file(tmp_path):
+    """``python -m masked_lstm_rewriter --tflite`` (tf2onnx's own option) reports the layer native."""
+    model = _model("lstm_last")
+    output = str(tmp_path / "model.onnx")
+    result = subprocess.run([sys.executable, "-m", "masked_lstm_rewriter", "--tflite",
+                             _flatbuffer(model, str(tmp_path)), "-o", output],
+                            capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "1 native, 0 left as Loop" in result.stderr + result.stdout
+    tokens = post_padded_tokens(LENGTHS, STEPS)
+    np.testing.assert_allclose(_run(onnx.load(output), tokens, "onnxruntime"), np.asarray(model(tokens)), atol=ATOL)
+
+
+def test_a_bare_custom_rewriter_says_why_a_litert_loop_stays(tmp_path):
+    """Passed as ``custom_rewriter`` alone, the rewriter sees the LiteRT loop before tf2onnx makes its
+    Loop: the report names the layer, says so and what to do, rather than report no layer."""
+    onnx_model, _ = tf2onnx.convert.from_tflite(_flatbuffer(_model("lstm_last"), str(tmp_path)), opset=15,
+                                                custom_rewriter=[mlr.rewrite_masked_lstm])
+    (layer,) = mlr.last_report().layers
+    assert not layer.rewritten and layer.masked and "a LiteRT loop" in layer.detail and "enable()" in layer.detail
+    assert op_counts(onnx_model)["Loop"] == 1
