@@ -46,6 +46,7 @@ from .quantize import schedule_for
 
 PROG = "masked_lstm_rewriter"
 INPUT_OPTIONS = ("--saved-model", "--keras", "--graphdef", "--input", "--tflite", "--tfjs", "--checkpoint")
+MODEL_FILES = {".keras": "--keras", ".h5": "--keras", ".hdf5": "--keras", ".tflite": "--tflite"}  # MODEL's suffix
 MASK_MODES = ("post", "any")          # masks.MASK_MODES, without importing TensorFlow for --help
 RUNTIMES = ("onnxruntime", "openvino")  # emit.TARGETS, likewise
 MASK_MODE_ENV, RUNTIME_ENV = "TF2ONNX_MASKED_LSTM", "TF2ONNX_MASKED_LSTM_TARGET"
@@ -65,8 +66,8 @@ as native ONNX LSTM, GRU and RNN ops; rewrite the recurrent Loops of an ONNX fil
 (by stock tf2onnx, or by Keras's JAX export) into those ops; or check a converted model against the
 Keras model or the ONNX file it was rewritten from (rewrite ONNX --help for its options).
 
-MODEL                   a .keras or .h5 file (short for --keras FILE) or a SavedModel directory
-                        (short for --saved-model DIR); or give tf2onnx's own input option
+MODEL                   a .keras or .h5 file (short for --keras FILE), a .tflite file (--tflite FILE)
+                        or a SavedModel directory (--saved-model DIR); or tf2onnx's own input option
 -o, --output FILE       the ONNX file to write (written only if the conversion succeeds)
 
 plugin options:
@@ -232,8 +233,7 @@ def _short_output(args: list) -> list:
 
 
 def _expand_model(args: list) -> list:
-    """MODEL, the first argument that is no option or option's value, as tf2onnx's ``--keras FILE`` or
-    ``--saved-model DIR``."""
+    """MODEL (the first argument no option takes) as tf2onnx's ``--saved-model DIR`` or its suffix's option."""
     position = model_position(args)
     if position is None:
         return args
@@ -246,11 +246,11 @@ def _expand_model(args: list) -> list:
         return ["--saved-model", model] + rest
     if model.lower().endswith(".onnx"):
         raise UsageError(f"{model}: an ONNX file; to rewrite its Loops: python -m {PROG} rewrite {model} -o OUT.onnx")
-    if model.lower().endswith((".keras", ".h5", ".hdf5")):
-        return ["--keras", model] + rest
+    if os.path.splitext(model.lower())[1] in MODEL_FILES:
+        return [MODEL_FILES[os.path.splitext(model.lower())[1]], model] + rest
     if not os.path.exists(model):
         raise UsageError(f"{model}: no such file or directory")
-    raise UsageError(f"{model}: not a .keras or .h5 file or a SavedModel directory (for a GraphDef, use "
+    raise UsageError(f"{model}: not a .keras, .h5 or .tflite file or a SavedModel directory (for a GraphDef, use "
                      "--graphdef FILE --inputs ... --outputs ...)")
 
 

@@ -71,6 +71,9 @@ def load(path, custom_objects: Optional[dict] = None):
     path = os.fspath(path)
     if not os.path.exists(path):
         raise SourceError(f"{path}: no such file or directory")
+    if path.lower().endswith(".tflite"):
+        raise SourceError(f"{path}: a LiteRT flatbuffer, not a Keras model: convert it with "
+                          f"python -m masked_lstm_rewriter --tflite {path} -o MODEL.onnx")
     if not path.lower().endswith(KERAS_FILES):
         raise SourceError(f"{path}: not a Keras model file ({', '.join(KERAS_FILES)}) or a SavedModel directory")
     objects = {**(_GIVEN[-1] if _GIVEN else {}), **(custom_objects or {})}

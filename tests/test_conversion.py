@@ -150,6 +150,10 @@ def test_unreadable_inputs_are_one_line_errors(tmp_path):
     (tmp_path / "notes.txt").write_text("not a model")
     with pytest.raises(ValueError, match="not a Keras model file"):
         mlr.convert(tmp_path / "notes.txt")
+    (tmp_path / "model.tflite").write_bytes(b"TFL3")
+    with pytest.raises(ValueError, match="a LiteRT flatbuffer, not a Keras model: convert it with python -m "
+                                         "masked_lstm_rewriter --tflite"):
+        mlr.convert(tmp_path / "model.tflite")
     with pytest.raises(ValueError, match="no such file"):
         mlr.convert(tmp_path / "missing.keras")
     (tmp_path / "broken.keras").write_bytes(b"not a zip")

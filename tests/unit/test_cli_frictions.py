@@ -292,3 +292,14 @@ def test_rewrite_names_a_bad_mask_mode_variable(tmp_path, capsys, monkeypatch):
     assert one_error_line(capsys.readouterr().err) == f"{ERROR}{MASK_MODE_ENV} must be one of post, any " \
                                                       "(or empty), not 'x'"
     assert cli.main(["rewrite", STOCK, "-o", str(tmp_path / "out.onnx"), "--mask-mode", "any"]) == 0
+
+
+@pytest.mark.parametrize("model, option", [("m.keras", "--keras"), ("m.H5", "--keras"), ("m.tflite", "--tflite")])
+def test_model_is_short_for_the_option_of_its_suffix(model, option):
+    assert cli._expand_model([model, "-o", "out.onnx"]) == [option, model, "-o", "out.onnx"]
+
+
+def test_a_model_of_another_kind_is_named_with_the_kinds_taken(tmp_path):
+    (tmp_path / "model.pb").write_bytes(b"")
+    with pytest.raises(cli.UsageError, match=r"not a \.keras, \.h5 or \.tflite file or a SavedModel directory"):
+        cli._expand_model([str(tmp_path / "model.pb")])
