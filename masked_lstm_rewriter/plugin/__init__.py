@@ -180,10 +180,11 @@ def _with_rewriter(original):
 
 
 def _rewritten_after_conversion(graph, rewriter):
-    """``graph``, converted by tf2onnx from a LiteRT flatbuffer, optimized by tf2onnx's optimizers (which
-    fold what it writes before them: transposed weights, identities) and then rewritten, as an ONNX
-    file of it would be. tf2onnx optimizes the result once more, as every conversion."""
-    graph = optimizer.optimize_graph(graph)
+    """``graph``, converted by tf2onnx from a LiteRT flatbuffer, rewritten as an ONNX file of it would be:
+    where it holds a ``Loop``, first optimized by tf2onnx's optimizers (which fold what it writes before
+    them: transposed weights, identities). tf2onnx optimizes the result once more, as every conversion."""
+    if any(node.type == "Loop" for node in graph.get_nodes()):
+        graph = optimizer.optimize_graph(graph)
     rewriter(graph, graph.get_nodes())
     return graph
 
