@@ -224,7 +224,7 @@ def _read_layer(graph, loop, body, reads: _StepReads) -> LoopLayer:
     counters = {i for i in variables if _is_counter(graph, loop, body, i)}
     invariants = {i for i in variables if passes_through(body, i)}
     projection = _declare_outer_values(graph, loop, body, invariants, x_tm, x_item)
-    mirrors = _mirrors(graph, loop, body, [i for i in variables if i not in counters | invariants], mask_item)
+    mirrors = _mirrors(graph, loop, body, [i for i in variables if i not in counters | invariants])
     carried, zero_output = _carried(graph, loop, body,
                                     [i for i in variables if i not in counters | invariants | set(mirrors)], mask_item)
     sequence, out_select, h_top = _read_output(graph, loop, body, carried, mask_item)
@@ -313,21 +313,21 @@ def _multiplies(body, x_item: str) -> bool:
                for node in body.get_nodes() for _, item in reader.addends(node) or ())
 
 
-def _mirrors(graph, loop, body, variables: list, mask_item) -> dict:
+def _mirrors(graph, loop, body, variables: list) -> dict:
     """{loop variable: Mirror} of the ``variables`` that mirror another (:class:`Mirror`): the step reads
-    it nowhere and sets it to a reshape of the new value of another variable (the select that keeps
-    that one at masked steps), to a static shape; and both start as zeros, so that it is that
-    reshape after any number of steps, none included."""
-    mirrors, names = {}, body.input_names
+    it nowhere and sets it to another variable's new value reshaped to another static shape (a variable
+    that takes that value itself is the layer's, :func:`_output_variable`); and both start as zeros,
+    so that it is that reshape after any number of steps, none included."""
+    mirrors = {}
     for i in variables:
         new = next_value(body, i)
         source = _same_value(body, _unreshaped(body, new))
-        select = None if mask_item is None else read_select(body, source, mask_item)
-        old = None if select is None else skip_identity(body, select.old)
-        j = names.index(old) if old in names else None
-        if j in variables and j != i and _same_value(body, next_value(body, j)) == source and \
-                not body.find_output_consumers(names[i]) and _same_size(body, new, source) \
-                and is_zeros(graph, loop.input[i]) and is_zeros(graph, loop.input[j]):
+        if body.find_output_consumers(body.input_names[i]) or not is_zeros(graph, loop.input[i]) or \
+                not _same_size(body, new, source) or body.get_shape(new) == body.get_shape(source):
+            continue
+        j = next((j for j in variables if j != i and _same_value(body, next_value(body, j)) == source
+                  and is_zeros(graph, loop.input[j])), None)
+        if j is not None:
             mirrors[i] = Mirror(loop.output[i - 2], loop.output[j - 2], tuple(body.get_shape(new)))
     return mirrors
 
