@@ -47,7 +47,8 @@ def connect(graph, layer, outputs, states) -> None:
     """:func:`..emit.rewire.rewire`, then an ``Identity`` naming each new tensor a subgraph now reads after
     the Loop output it replaces: the file keeps what it does not rewrite as it was, that body included
     (where its Loop is rewritten too, nothing reads the Identity and the file leaves it out). Where a
-    node of the main graph that stays reads it too, the file gives the new tensor that name already."""
+    node of the main graph that stays reads it too, the file gives the new tensor that name already.
+    A Loop output that is a graph output keeps its name; one that mirrors another is that one reshaped."""
     held = _hold_graph_outputs(graph, layer.while_node)
     _read_mirrors_reshaped(graph, layer)
     main = [(node, list(node.input)) for node in graph.get_nodes()]
