@@ -246,8 +246,8 @@ def _expand_model(args: list) -> list:
         return ["--saved-model", model] + rest
     if model.lower().endswith(".onnx"):
         raise UsageError(f"{model}: an ONNX file; to rewrite its Loops: python -m {PROG} rewrite {model} -o OUT.onnx")
-    if os.path.splitext(model.lower())[1] in MODEL_FILES:
-        return [MODEL_FILES[os.path.splitext(model.lower())[1]], model] + rest
+    if option := MODEL_FILES.get(os.path.splitext(model.lower())[1]):
+        return [option, model] + rest
     if not os.path.exists(model):
         raise UsageError(f"{model}: no such file or directory")
     raise UsageError(f"{model}: not a .keras, .h5 or .tflite file or a SavedModel directory (for a GraphDef, use "

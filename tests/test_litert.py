@@ -16,19 +16,22 @@ import pytest
 import tensorflow as tf
 import tf2onnx
 
-from kerasutil import ATOL, keras, op_counts, post_padded_tokens, randomize_weights
+from kerasutil import ATOL, keras, native_layers, op_counts, post_padded_tokens, randomize_weights
 from runtimes import RUNNERS, runtimes
 
 import masked_lstm_rewriter as mlr
 
 BATCH, STEPS = 5, 7
 LENGTHS = [7, 3, 0, 1, 6]
+# the Keras layers each model's native nodes hold (a Bidirectional's halves count twice)
+NATIVE = {"lstm_last": {"LSTM": 1}, "bidirectional_gru": {"GRU": 2}, "stack": {"LSTM": 1, "GRU": 1},
+          "final_c": {"LSTM": 1}, "unmasked_gru_last": {"GRU": 1}}
 
 
-def _model(name):
-    """A masked model with static shapes (LiteRT converts those), one output."""
+def _model(name, batch=BATCH):
+    """A model with static shapes (LiteRT converts those) and one output, masked but for "unmasked_gru_last"."""
     keras.utils.set_random_seed(0)
-    tokens = keras.Input((STEPS,), batch_size=BATCH, dtype="int32", name="tokens")
+    tokens = keras.Input((STEPS,), batch_size=batch, dtype="int32", name="tokens")
     x = keras.layers.Embedding(50, 6, mask_zero=name != "unmasked_gru_last")(tokens)
     layers = keras.layers
     if name in ("lstm_last", "unmasked_gru_last"):  # LiteRT keeps the last output as a one-step list
@@ -53,22 +56,37 @@ def _run(onnx_model, tokens, runtime):
     return RUNNERS[runtime](onnx_model, {onnx_model.graph.input[0].name: tokens})[0]
 
 
-@pytest.mark.parametrize("mode", ["post", "any"])
-@pytest.mark.parametrize("name", ["lstm_last", "bidirectional_gru", "stack", "final_c", "unmasked_gru_last"])
-def test_a_litert_file_converts_native_and_equal_to_keras(name, mode, tmp_path):
-    model = _model(name)
+def _check_litert(name, mode, folder, batches, batch=BATCH, opset=15):
+    """Converted through ``enable()``: every layer native (counted), no Loop left, Keras's outputs on
+    every runtime for each of ``batches`` (row lengths); in "post", the guard fails on rows padded first."""
+    model = _model(name, batch)
     with mlr.enable(mask_mode=mode):
-        onnx_model, _ = tf2onnx.convert.from_tflite(_flatbuffer(model, str(tmp_path)), opset=15)
+        onnx_model, _ = tf2onnx.convert.from_tflite(_flatbuffer(model, folder), opset=opset)
     report = mlr.last_report()
-    assert report.layers and not report.left_as_loop and op_counts(onnx_model)["Loop"] == 0, str(report)
-    tokens = post_padded_tokens(LENGTHS, STEPS)
-    expected = np.asarray(model(tokens))
-    for runtime in runtimes():
-        np.testing.assert_allclose(_run(onnx_model, tokens, runtime), expected, atol=ATOL, rtol=0, err_msg=runtime)
-    if mode == "post" and report.masked:
-        pre_padded = tokens[:, ::-1].copy()
-        with pytest.raises(Exception, match=re.escape(mlr.GUARD_MESSAGE)):
-            _run(onnx_model, pre_padded, "onnxruntime")
+    assert not report.left_as_loop and op_counts(onnx_model)["Loop"] == 0, str(report)
+    assert native_layers(onnx_model) == NATIVE[name], str(report)
+    for lengths in batches:
+        tokens = post_padded_tokens(lengths, STEPS, seed=len(lengths) + lengths[0])
+        expected = np.asarray(model(tokens))
+        for runtime in runtimes():
+            np.testing.assert_allclose(_run(onnx_model, tokens, runtime), expected, atol=ATOL, rtol=0,
+                                       err_msg=f"{runtime}, rows {lengths}")
+        if mode == "post" and report.masked and 0 < min(lengths) and max(lengths) < STEPS:
+            with pytest.raises(Exception, match=re.escape(mlr.GUARD_MESSAGE)):
+                _run(onnx_model, tokens[:, ::-1].copy(), "onnxruntime")
+
+
+@pytest.mark.parametrize("mode", ["post", "any"])
+@pytest.mark.parametrize("name", list(NATIVE))
+def test_a_litert_file_converts_native_and_equal_to_keras(name, mode, tmp_path):
+    _check_litert(name, mode, str(tmp_path), [LENGTHS, [2, 5, 1, 3, 4]])
+
+
+@pytest.mark.parametrize("name", ["lstm_last", "stack"])
+def test_a_litert_file_of_batch_one_at_opset_11(name, tmp_path):
+    """Mobile models are often of one row: LiteRT then reshapes the [1, 4H] recurrent term to [4H].
+    Single rows, full, partial and empty, at the lowest opset the native ops are emitted for."""
+    _check_litert(name, "post", str(tmp_path), [[STEPS], [3], [0]], batch=1, opset=11)
 
 
 def test_the_command_line_converts_a_litert_file(tmp_path):

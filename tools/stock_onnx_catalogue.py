@@ -794,7 +794,7 @@ def main(argv=None):
     parser.add_argument("--describe", metavar="ONNX", nargs="+", help="only describe these ONNX files")
     parser.add_argument("--list", action="store_true", help="list the cases")
     parser.add_argument("--litert", action="store_true",
-                        help=f"convert through a LiteRT flatbuffer (tf2onnx --tflite), at the static shape {LITERT_SHAPE}")
+                        help=f"convert through a LiteRT flatbuffer (tf2onnx --tflite), static shape {LITERT_SHAPE}")
     args = parser.parse_args(argv)
     if args.list:
         for name, (opsets, flavours, text) in CASES.items():

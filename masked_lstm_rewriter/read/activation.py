@@ -3,8 +3,9 @@
 
 :func:`read_activation` recognises ``Sigmoid``, ``Tanh``, ``Relu``, ``Softsign``, ``Elu``,
 ``Softplus`` and both flavours' ``hard_sigmoid`` (Keras 3: ``relu6(x + 3) / 6``; tf_keras:
-``clip(alpha * x + beta, 0, 1)``, its lower bound a ``Relu`` through LiteRT) and returns them as ONNX spells them (``HardSigmoid`` with its
-alpha and beta). Which of them a runtime computes correctly is :mod:`..targets`' business.
+``clip(alpha * x + beta, 0, 1)``, its lower bound a ``Relu`` through LiteRT) and returns them as
+ONNX spells them (``HardSigmoid`` with its alpha and beta). Which of them a runtime computes
+correctly is :mod:`..targets`' business.
 """
 
 from __future__ import annotations

@@ -203,7 +203,7 @@ class LinearReader:
             return self.read(node.input[0])
         if node.type in SUM_OPS:
             return self._read_sum(node)
-        if node.type == "Squeeze":
+        if node.type in ("Squeeze", "Reshape"):
             return self._read_batch_squeeze(node)
         if node.type == "Split" and not _is_onnx_split(self.graph, node):
             return self._read_split_output(node, tensor)
@@ -337,13 +337,17 @@ class LinearReader:
 
     def _read_batch_squeeze(self, node) -> LinearForm:
         """With a static batch of 1, TensorFlow squeezes a [1, N] term (all its unit axes, or
-        axis 0) and the sum broadcasts it back: row by row, the same form."""
-        axes = node.get_attr_value("squeeze_dims", []) or node.get_attr_value("axis", []) or \
-            node.get_attr_value("axes", []) or (self._const_list(node.input[1]) if len(node.input) > 1 else [])
+        axis 0; LiteRT reshapes it to [N]) and the sum broadcasts it back: row by row, the same form."""
         shape = self.graph.get_shape(node.input[0])
-        if shape is None or len(shape) != 2 or shape[0] != 1 or list(axes) not in ([], [0], [-2]):
+        if shape is None or len(shape) != 2 or shape[0] != 1:
             return self._stop(node)
-        return self.read(node.input[0])
+        if node.type == "Reshape":
+            squeezed = self._const_list(node.input[1]) in ([shape[1]], [-1]) and shape[1] is not None
+        else:
+            axes = node.get_attr_value("squeeze_dims", []) or node.get_attr_value("axis", []) or \
+                node.get_attr_value("axes", []) or (self._const_list(node.input[1]) if len(node.input) > 1 else [])
+            squeezed = list(axes) in ([], [0], [-2])
+        return self.read(node.input[0]) if squeezed else self._stop(node)
 
     def _splitv_columns(self, node, tensor: str) -> Optional[tuple]:
         """(begin, end) of the columns output ``tensor`` of a ``SplitV`` on the last axis keeps.
@@ -439,7 +443,7 @@ class LinearReader:
             return None
         if node.is_const():
             return ConstRef(value=node.get_tensor_value(as_list=False))
-        if node.type in ("Split", "Slice", "Reshape", "Expand") and (node.type != "Split" or _is_onnx_split(self.graph, node)):
+        if node.type in ("Slice", "Reshape", "Expand") or (node.type == "Split" and _is_onnx_split(self.graph, node)):
             whole, steps = self.const_ref(node.input[0]), self._onnx_const_steps(node, tensor)
             return None if whole is None or steps is None else functools.reduce(ConstRef.then, steps, whole)
         if node.type == "Split":

@@ -113,6 +113,8 @@ def evaluate(graph, tensor, feeds):
     if node.type == "Squeeze":
         axes = node.get_attr_value("squeeze_dims", [])
         return np.squeeze(args[0], tuple(axes) if axes else None)
+    if node.type == "Reshape":
+        return np.reshape(args[0], args[1])
     raise NotImplementedError(node.type)
 
 
@@ -184,6 +186,24 @@ def test_batch_one_term_squeezed_and_broadcast_back(axes):
     squeezed = graph.make_node("Squeeze", [matmul(graph, "h1", "R")], attr={"squeeze_dims": axes}).output[0]
     assert_reads_as_evaluated(graph, graph.make_node("BiasAdd", [gemm(graph, "x1", "W", squeezed), "b"]).output[0],
                               x="x1", h="h1")
+
+
+@pytest.mark.parametrize("shape", [[2 * UNITS], [-1]])
+def test_batch_one_term_reshaped_to_a_vector_and_broadcast_back(shape):
+    """Static batch 1 through LiteRT: Gemm(x, W, Reshape(h @ R, [N]))."""
+    graph = body_graph()
+    flat = graph.make_const("flat", np.array(shape, np.int64)).output[0]
+    reshaped = graph.make_node("Reshape", [matmul(graph, "h1", "R"), flat]).output[0]
+    assert_reads_as_evaluated(graph, graph.make_node("BiasAdd", [gemm(graph, "x1", "W", reshaped), "b"]).output[0],
+                              x="x1", h="h1")
+
+
+def test_a_term_of_several_rows_reshaped_is_not_read():
+    """Reshaping h @ R of a batch of rows mixes them: not a term of each row."""
+    graph = body_graph()
+    flat = graph.make_const("flat", np.array([-1], np.int64)).output[0]
+    reshaped = graph.make_node("Reshape", [matmul(graph, "h", "R"), flat]).output[0]
+    assert stop_of(LinearReader(graph, "x", "h"), reshaped).type == "Reshape"
 
 
 def stop_of(reader, tensor):
