@@ -195,6 +195,42 @@ def test_a_loop_body_that_reads_a_rewritten_sequence_reads_it_by_its_old_name(sh
             assert_same_outputs(run(original, feeds), run(rewritten, feeds, runtime), f"rows {lengths}, {runtime}")
 
 
+def _at_opset(model, opset: int):
+    """``model`` moved to ``opset`` by onnx's version converter (axes become inputs, ops get new versions)."""
+    return onnx.version_converter.convert_version(model, opset)
+
+
+def _optimized_by_onnxruntime(model, tmp_path):
+    """``model`` as onnxruntime saves it after its basic graph optimizations (constants folded, in Loop bodies too)."""
+    options = onnxruntime.SessionOptions()
+    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    onnxruntime.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return onnx.load(options.optimized_model_filepath)
+
+
+@pytest.mark.parametrize("mode", ["post", "any"])
+@pytest.mark.parametrize("path, change", [
+    ("tf2onnx/keras3_emb_bilstm_concat_op11.onnx", "opset21"),
+    ("tf2onnx/tf_keras_masking_lstm_stack_states_op11.onnx", "opset21"),
+    ("tf2onnx/tf_keras_emb_gru_ra_false_seq_op12.onnx", "opset18"),
+    ("jax/stacked_lstm_gru.onnx", "opset18"),
+    ("jax/emb_lstm_state.onnx", "opset18"),
+    ("tf2onnx/keras3_emb_lstm_backwards_op15.onnx", "onnxruntime"),
+    ("tf2onnx/tf_keras_emb_gru_seq_op15.onnx", "onnxruntime"),
+], ids=lambda value: name_of(value) if value.endswith(".onnx") else value)
+def test_files_other_tools_changed_after_their_producer_become_native(path, change, mode, tmp_path):
+    """A file moved to another opset by onnx's version converter (tf2onnx's up to 21, Keras's JAX export
+    down from 23 to 18), or saved by onnxruntime after its basic optimizations, spells the same loops
+    with other op versions and folded constants: rewritten, it gives the changed file's outputs."""
+    original = onnx.load(os.path.join(DATA, path))
+    changed = (_optimized_by_onnxruntime(original, tmp_path) if change == "onnxruntime"
+               else _at_opset(original, int(change[len("opset"):])))
+    runtime = "onnxruntime" if mode == "post" else None
+    model, _ = check_rewrites(OnnxFile(changed, runtime, schedule=runtime is None), mode)
+    assert _loops(model) == 0 and len(native_nodes(model)) >= 1
+
+
 def _by_outputs(model) -> dict:
     return {tuple(node.output): node.SerializeToString() for node in model.graph.node}
 
