@@ -83,6 +83,9 @@ class _WarnedOnce(logging.Filter):
         return True
 
 
+LITERT_INTERPRETER_DEPRECATED = r"\s*Warning: tf\.lite\.Interpreter is deprecated"
+
+
 def rename(text: str, renames: dict) -> str:
     for hidden, shown in renames.items():
         text = text.replace(hidden, shown)
@@ -118,7 +121,10 @@ def command_logging(verbose: int, quiet: bool, renames: dict):
     if verbose:
         tf2onnx.setLevel(logging.DEBUG if verbose > 1 else VERBOSE)
     try:
-        yield
+        with warnings.catch_warnings():
+            if not verbose:  # tf2onnx reads a .tflite file with it: nothing the user can act on
+                warnings.filterwarnings("ignore", LITERT_INTERPRETER_DEPRECATED, UserWarning)
+            yield
     finally:
         logger.removeHandler(ours)
         logging.getLogger().removeHandler(others)

@@ -1,10 +1,12 @@
 # SPDX-License-Identifier: Apache-2.0
 """The command line's logging (cli_logging.command_logging): the plugin's records in its format,
-and a warning already shown in the run not shown again; under --quiet, nothing shown as the program exits."""
+and a warning already shown in the run not shown again; TensorFlow's deprecation of the LiteRT
+interpreter tf2onnx reads a .tflite file with shown only with -v; under --quiet, nothing shown as the program exits."""
 
 import logging
 import subprocess
 import sys
+import warnings
 
 import pytest
 
@@ -26,6 +28,18 @@ def test_a_warning_is_shown_once_per_run_and_other_records_as_they_come(capsys):
     with command_logging(verbose=0, quiet=False, renames={}):  # a new run shows it again
         logger.warning("another")
     assert capsys.readouterr().err.splitlines() == ["masked_lstm_rewriter: WARNING: another"]
+
+
+LITERT_DEPRECATION = ("    Warning: tf.lite.Interpreter is deprecated and is scheduled for deletion in\n"
+                      "    TF 2.20. Please use the LiteRT interpreter from the ai_edge_litert package.")
+
+
+@pytest.mark.parametrize("verbose, shown", [(0, ["another"]), (1, [LITERT_DEPRECATION, "another"])])
+def test_the_litert_interpreter_deprecation_shows_only_when_verbose(verbose, shown, recwarn):
+    with command_logging(verbose=verbose, quiet=False, renames={}):
+        warnings.warn(LITERT_DEPRECATION, UserWarning)
+        warnings.warn("another", UserWarning)
+    assert [str(warning.message) for warning in recwarn] == shown
 
 
 _EXIT_NOISE = """
