@@ -107,6 +107,7 @@ class MaskedRecurrentLayer:
 
     left_as = "a Loop"  # what tf2onnx keeps when the layer is not rewritten
     remedy = None       # what a user can do instead then, besides what the reason says
+    note = None         # what the report says of the layer rewritten, besides how (a difference from its source)
 
     @property
     def top(self) -> RecurrentCell:

@@ -7,13 +7,15 @@ from __future__ import annotations
 import dataclasses
 
 from ..graph import make_op
+from ..layer import MaskedRecurrentLayer
 from ..read.cudnn import CudnnLayer
 from .rewire import KerasOutputs, replace_tensor
 
 
-def with_time_major_input(graph, layer: CudnnLayer) -> CudnnLayer:
-    """``layer`` reading its batch-major input through a Transpose, as the emitter reads every layer.
-    Made before any layer is emitted, so that rewriting the layer below renames what it reads."""
+def with_time_major_input(graph, layer: MaskedRecurrentLayer) -> MaskedRecurrentLayer:
+    """``layer`` (an op's: cuDNN's, LiteRT's) reading its batch-major input through a Transpose, as the
+    emitter reads every layer. Made before any layer is emitted, so that rewriting the layer below
+    renames what it reads."""
     x = make_op(graph, "Transpose", layer.x_source, perm=[1, 0, 2])
     return dataclasses.replace(layer, x_time_major=x)
 

@@ -193,6 +193,9 @@ def _rewritten(layer, vetoes: list, mask_mode: str, masked: bool, partner=None) 
     for veto in vetoes:
         logger.info("%s%s%s: for %s, %s (%s)", what, layer.describe(), veto.what, veto.runtime, veto.remedy, veto.reason)
         detail += f"; for {veto.runtime}, {veto.remedy}"
+    if layer.note:
+        logger.info("%s%s: %s", what, layer.describe(), layer.note)
+        detail += f"; {layer.note}"
     record(layer.layer, True, detail, mask_mode, tuple(dict.fromkeys(veto.runtime for veto in vetoes)), masked)
 
 

@@ -128,11 +128,17 @@ def cannot_stream(graph) -> list:
     return [_cannot(name, reason) for name, reason in left if not layer_names.inside_time_distributed(name)]
 
 
-def stream_native_nodes(graph) -> list:
-    """Give each native node stock tf2onnx made (before the plugin emits any) the state inputs and
-    outputs of a streamed layer; a sentence per node that cannot stream."""
+def native_nodes(graph) -> set:
+    """The names of the native recurrent nodes of ``graph``."""
+    return {node.name for node in graph.get_nodes() if node.type in NATIVE_OPS}
+
+
+def stream_native_nodes(graph, ours: frozenset = frozenset()) -> list:
+    """Give each native node stock tf2onnx made (before the plugin emits any; ``ours``: the names of
+    those it emitted already, for a LiteRT file's ops) the state inputs and outputs of a streamed
+    layer; a sentence per node that cannot stream."""
     problems = []
-    for node in [n for n in graph.get_nodes() if n.type in NATIVE_OPS]:
+    for node in [n for n in graph.get_nodes() if n.type in NATIVE_OPS and n.name not in ours]:
         scope = _stock_scope(graph, node)
         refused = _stock_refusal(graph, node)
         if layer_names.inside_time_distributed(scope):

@@ -26,10 +26,11 @@ from ..failure import known_wrong
 from ..keywords import NOT_GIVEN, renamed
 from ..patches import generic_path, keras_export, opaque_ifs, tf2onnx_keras, time_distributed
 from ..pipeline import rewrite_graph
-from ..pipeline.streaming import cannot_stream, note_frozen_states, stream_native_nodes
+from ..pipeline.streaming import cannot_stream, native_nodes, note_frozen_states, stream_native_nodes
 from ..plan.masks import MASK_MODES
 from ..report import finish_conversion, note_known_wrong
-from ..sources import SOURCES
+from ..sources import LITERT_OP_SOURCES, SOURCES
+from ..sources.litert_lstm import zero_states
 from ..sources.tf_while import is_main_graph
 from .stock_wrong import float_equality
 from .unconverted import unconverted_ops, unconverted_problem
@@ -89,12 +90,14 @@ def _make_rewriter(mask_mode: Optional[str], runtime: Optional[str], schedule: b
                    keep_wrong: bool = False, streaming: bool = False):
     """:func:`make_rewriter`, its runtime argument given as ``keyword`` (named by its errors)."""
     mask_mode = resolve_mask_mode(mask_mode, runtime, keyword)
+    emitted_for_litert_ops = set()  # the native nodes rewrite_litert_ops emitted in the conversion under way
 
     def rewrite_masked_lstm(graph, ops):
         for source in SOURCES:
             source.observe(graph)
         main = is_main_graph(graph)
-        not_streamed = stream_native_nodes(graph) if streaming and main else []  # before any node of ours
+        # before any node of ours (but those emitted for LiteRT ops)
+        not_streamed = stream_native_nodes(graph, frozenset(emitted_for_litert_ops)) if streaming and main else []
         rewrite_graph(graph, ops, SOURCES, mask_mode, runtime, schedule, streaming)
         if main:
             problems = time_distributed.traced_over_batch(graph, ops) + float_equality(graph, ops)
@@ -104,12 +107,24 @@ def _make_rewriter(mask_mode: Optional[str], runtime: Optional[str], schedule: b
                 note_frozen_states()
             wrong = known_wrong(problems, keep_wrong)
             finish_conversion()
+            emitted_for_litert_ops.clear()
             layer_names.forget()
             if wrong is not None:
                 _fail(wrong)
         return graph.get_nodes()
 
+    def rewrite_litert_ops(graph, ops):
+        """A rewriter of the LiteRT ops tf2onnx has no ONNX form for (LITERT_OP_SOURCES), for a flatbuffer's
+        conversion, where the one above runs on the converted graph."""
+        if is_main_graph(graph):
+            before = native_nodes(graph)
+            rewrite_graph(graph, ops, LITERT_OP_SOURCES, mask_mode, runtime, schedule, streaming)
+            emitted_for_litert_ops.clear()
+            emitted_for_litert_ops.update(native_nodes(graph) - before)
+        return graph.get_nodes()
+
     setattr(rewrite_masked_lstm, _MARK, True)
+    rewrite_masked_lstm.rewrite_litert_ops = rewrite_litert_ops
     rewrite_masked_lstm.mask_mode = mask_mode
     rewrite_masked_lstm.runtime = rewrite_masked_lstm.target = runtime  # .target: the attribute's old name
     rewrite_masked_lstm.schedule = schedule
@@ -162,6 +177,9 @@ def _with_rewriter(original):
         litert = _from_litert(args, kwargs)
         if litert:  # tf2onnx converts the bodies before the rewriters run: ours runs after the conversion
             rewriters = [rewriter for rewriter in rewriters if not _is_ours(rewriter)]
+            if ours is not None:  # its ops tf2onnx has no form for are read as its rewriters run
+                zero_states(g)
+                rewriters.append(ours.rewrite_litert_ops)
         _CONVERSION.wrapped, _CONVERSION.error = True, None
         try:
             graph = original(g, custom_op_handlers, inputs_as_nchw, outputs_as_nchw, continue_on_error,

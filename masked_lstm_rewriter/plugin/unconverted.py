@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import onnx
 
+LITERT_PREFIX = "TFL_"  # how tf2onnx names a LiteRT flatbuffer's ops
 ONNX_DOMAINS = ("", "ai.onnx")  # ops of other domains are custom ones (--custom-ops, --extra_opset)
 
 
@@ -46,7 +47,10 @@ def unconverted_problem(ops: list) -> str:
     elif any(op.startswith(("String", "Regex", "StaticRegex")) for op in ops):
         hint = ("string preprocessing (TextVectorization): compute it outside the model and convert the model "
                 "that takes its output")
+    elif all(op.startswith(LITERT_PREFIX) for op in ops):
+        hint = "the plugin's warning above says why it did not read them; convert the Keras model instead"
     else:
         hint = "compute them outside the model, or map them with tf2onnx's custom_ops"
-    return (f"tf2onnx has no ONNX form for TensorFlow op(s) {', '.join(ops)}, left in the model as they are "
+    origin = "LiteRT" if all(op.startswith(LITERT_PREFIX) for op in ops) else "TensorFlow"
+    return (f"tf2onnx has no ONNX form for {origin} op(s) {', '.join(ops)}, left in the model as they are "
             f"(no ONNX runtime loads it): {hint}")

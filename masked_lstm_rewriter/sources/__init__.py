@@ -10,9 +10,11 @@ Adding a source is a new module defining a ``SOURCE`` and one line here.
 
 from __future__ import annotations
 
-from . import cudnn, litert, onnx_loop, tf_while
+from . import cudnn, litert, litert_lstm, onnx_loop, tf_while
 from .source import Candidate, Source
 
 SOURCES = (tf_while.SOURCE, cudnn.SOURCE, onnx_loop.SOURCE, litert.SOURCE)
 ONNX_FILE_SOURCES = (onnx_loop.SOURCE,)  # an ONNX file holds no TensorFlow op
-__all__ = ["SOURCES", "ONNX_FILE_SOURCES", "Candidate", "Source"]
+# read on the graph tf2onnx parses from a LiteRT flatbuffer, before it converts any op (plugin.enable)
+LITERT_OP_SOURCES = (litert_lstm.SOURCE,)
+__all__ = ["SOURCES", "ONNX_FILE_SOURCES", "LITERT_OP_SOURCES", "Candidate", "Source"]
