@@ -190,8 +190,8 @@ class _Plan:
 def verify(model, onnx_model, *, runtime="onnxruntime", tolerance: Optional[float] = None, seed: int = 0,
            rows: int = ROWS, steps: int = STEPS, progress: Optional[Callable] = None,
            runtimes=NOT_GIVEN, custom_objects: Optional[dict] = None) -> Verification:
-    """Run the reference ``model`` (a Keras model, a ``.keras``/``.h5`` path, a SavedModel directory,
-    or the original ONNX model: an ``.onnx`` path or ``onnx.ModelProto``) and ``onnx_model`` (a path
+    """Run the reference ``model`` (a Keras model, a ``.keras``/``.h5`` path, a SavedModel directory, a
+    ``.tflite`` path, or the original ONNX model: an ``.onnx`` path or ``onnx.ModelProto``) and ``onnx_model`` (a path
     or ``onnx.ModelProto``) on the same batches, ``onnx_model`` on ``runtime`` ("onnxruntime",
     "openvino", a list of them, or "all": each one installed), and compare every output (see the
     module docstring). ``tolerance``: the largest |ONNX - reference| accepted; None: 1e-5, or for an
@@ -353,8 +353,8 @@ def openvino_runner(proto, output_names: Optional[list] = None) -> Callable:
 def add_arguments(parser):
     """``verify``'s arguments on an ``argparse`` parser (the command line's subcommand)."""
     parser.add_argument("model", metavar="REFERENCE",
-                        help="the model it came from: a Keras .keras or .h5 file, a SavedModel directory, or "
-                             "the original .onnx file (run on onnxruntime)")
+                        help="the model it came from: a Keras .keras or .h5 file, a SavedModel directory, a "
+                             "LiteRT .tflite file, or the original .onnx file (run on onnxruntime)")
     parser.add_argument("onnx", metavar="ONNX", help="the ONNX model converted or rewritten from it")
     parser.add_argument("--runtime", choices=RUNTIMES + ("all",), default="onnxruntime",
                         help="where to run the ONNX model (all: each one installed; default: onnxruntime)")

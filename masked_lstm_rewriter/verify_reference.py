@@ -12,6 +12,9 @@ order, and what it knows of the layers reading its inputs (:class:`.verify_hints
   as the ONNX model does (fed zero states when it streams).
 * :class:`SavedModelReference`: a SavedModel directory; TensorFlow runs its ``serving_default``
   signature (the graph tf2onnx converts).
+* :class:`LiteRTReference`: a LiteRT (``.tflite``) file, run by LiteRT's interpreter on the shapes
+  it was made for; the ONNX model's graph says how to feed it. Its variable tensors (a fused LSTM's
+  states, which LiteRT carries from one run to the next) are reset before each batch.
 * :class:`OnnxReference`: an ONNX model (an ``.onnx`` file or an ``onnx.ModelProto``), typically
   the one :func:`..rewrite_onnx` rewrote; onnxruntime runs it, and its own graph says how to feed
   it: the table a ``Gather`` takes token ids into, the constant an ``Equal`` compares features
@@ -36,6 +39,7 @@ from .verify_batches import InputSpec, model_inputs, state_inputs, state_output,
 from .verify_hints import InputHints, keras_mask_value, keras_vocabulary, onnx_mask_value, onnx_vocabulary
 
 ONNX_FILES = (".onnx",)
+LITERT_FILES = (".tflite",)
 
 
 class Reference(InputHints):
@@ -174,6 +178,53 @@ class OnnxReference(Reference):
         return 0.0 if value is None else value  # what Keras's Masking reads as padding by default
 
 
+class LiteRTReference(Reference):
+    """LiteRT's interpreter running a ``.tflite`` file (``ai_edge_litert``'s where installed, else
+    TensorFlow's), on the shapes the file was made for. It knows nothing of its layers: the ONNX
+    model's graph says how to feed it. Its outputs are taken by the ONNX model's names (tf2onnx keeps
+    LiteRT's), else in its own order."""
+
+    def __init__(self, path: str, onnx_output_names: list):
+        from .keras_source import SourceError  # pylint: disable=import-outside-toplevel
+        try:
+            self.interpreter = litert_interpreter(path)
+            self.interpreter.allocate_tensors()
+        except Exception as error:  # noqa: BLE001  pylint: disable=broad-except  (LiteRT raises several kinds)
+            raise SourceError(f"{path}: LiteRT could not load it ({first_line(error)})") from error
+        self.inputs = self.interpreter.get_input_details()
+        super().__init__(path, [InputSpec(d["name"], np.dtype(d["dtype"]), tuple(int(n) for n in d["shape"]))
+                                for d in self.inputs])
+        outputs = {d["name"]: d["index"] for d in self.interpreter.get_output_details()}
+        self.outputs = [outputs[name] for name in onnx_output_names] if set(onnx_output_names) <= set(outputs) \
+            else list(outputs.values())
+
+    def run(self, inputs: list) -> list:
+        self.interpreter.reset_all_variables()  # from zeros, not from the states the previous batch left
+        for detail, value in zip(self.inputs, inputs):
+            self.interpreter.set_tensor(detail["index"], np.asarray(value).astype(detail["dtype"]))
+        self.interpreter.invoke()
+        return [np.array(self.interpreter.get_tensor(index)) for index in self.outputs]
+
+    @property
+    def notes(self) -> list:
+        return ["LiteRT's variable tensors (a fused LSTM's states, which LiteRT carries from one run to the next) "
+                "are reset before each batch, so that it starts from zeros as Keras does"]
+
+
+def litert_interpreter(path: str):
+    """A LiteRT interpreter of the file at ``path``: ``ai_edge_litert``'s where installed, else
+    TensorFlow's (whose deprecation warning, which names the other, is not shown)."""
+    try:
+        from ai_edge_litert.interpreter import Interpreter  # pylint: disable=import-outside-toplevel
+    except ImportError:
+        import warnings  # pylint: disable=import-outside-toplevel
+        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            return tf.lite.Interpreter(model_path=path)
+    return Interpreter(model_path=path)
+
+
 def load_reference(model, onnx_output_names: list, custom_objects: Optional[dict] = None) -> Reference:
     """The :class:`Reference` for ``model``: a Keras model object or file (loaded with
     ``custom_objects``), a SavedModel directory, or an ONNX model (a path ending in ``.onnx``, or
@@ -185,12 +236,14 @@ def load_reference(model, onnx_output_names: list, custom_objects: Optional[dict
         path = os.fspath(model)
         if path.lower().endswith(ONNX_FILES):
             return OnnxReference(load_onnx(path)[0], path, onnx_output_names)
+        if path.lower().endswith(LITERT_FILES) and os.path.isfile(path):
+            return LiteRTReference(path, onnx_output_names)
         if keras_source.is_saved_model(path):
             return SavedModelReference(path, onnx_output_names)
         if os.path.isfile(path) and not path.lower().endswith(keras_source.KERAS_FILES):
             raise keras_source.SourceError(f"{path}: not a reference model: a Keras file "
-                                           f"({', '.join(keras_source.KERAS_FILES)}), a SavedModel directory "
-                                           "or an ONNX file (.onnx)")
+                                           f"({', '.join(keras_source.KERAS_FILES)}), a SavedModel directory, "
+                                           "a LiteRT file (.tflite) or an ONNX file (.onnx)")
         return KerasReference(keras_source.load(path, custom_objects), path)
     if not keras_source.is_keras_model(model):
         raise TypeError(f"expected a Keras model, an onnx.ModelProto or a path, not {type(model).__name__}")

@@ -22,6 +22,7 @@ from tf2onnx.graph import Graph
 import masked_lstm_rewriter as mlr
 from masked_lstm_rewriter.read.litert_lstm import LITERT_LSTM, LiteRTLayer, read_litert_lstm
 from masked_lstm_rewriter.failure import Refusal
+from masked_lstm_rewriter.keras_source import SourceError
 from _harness import assert_same_outputs, available_runtimes, check_rewrites, op_counts, runner
 from _onnx_files import name_of
 
@@ -50,7 +51,8 @@ class LiteRTFile:
         return model, mlr.last_report()
 
     def feeds(self, batch: str) -> dict:
-        return {key.split(".in.", 1)[1]: self.stored[key] for key in self.stored.files if key.startswith(f"{batch}.in.")}
+        prefix = f"{batch}.in."
+        return {key[len(prefix):]: self.stored[key] for key in self.stored.files if key.startswith(prefix)}
 
     def batches(self, layout: str) -> list:
         return [(self.feeds("post"), {"Keras": [self.stored["post.out.0"]]})] if layout == "post" else []
@@ -65,7 +67,7 @@ def test_fused_lstm_files_become_native_and_equal_keras(path):
 
 
 def test_the_command_line_converts_a_fused_lstm_file(tmp_path):
-    """``python -m masked_lstm_rewriter model.tflite``: exit 0, both halves of a Bidirectional native, Keras's outputs."""
+    """``python -m masked_lstm_rewriter model.tflite``: exit 0, a Bidirectional's halves native, Keras's outputs."""
     path, output = os.path.join(DATA, "bidirectional.tflite"), tmp_path / "model.onnx"
     result = subprocess.run([sys.executable, "-m", "masked_lstm_rewriter", path, "-o", str(output)],
                             capture_output=True, text=True, timeout=300, check=False)
@@ -74,6 +76,26 @@ def test_the_command_line_converts_a_fused_lstm_file(tmp_path):
     case = LiteRTFile(path)
     assert_same_outputs([case.stored["post.out.0"]], runner(onnx.load(output), "onnxruntime")(case.feeds("post")),
                         "the command line's file")
+
+
+@pytest.mark.parametrize("name", ["stack", "lstm_gru"])
+def test_verify_takes_the_litert_file_as_its_reference(name):
+    """``verify(model.tflite, model.onnx)``: every batch matches; LiteRT carries a fused LSTM's states from one
+    run to the next, so the reference starts each batch from zeros again (without that, batches after the
+    first differed by 0.09)."""
+    path = os.path.join(DATA, f"{name}.tflite")
+    model, _ = LiteRTFile(path).rewrite("post")
+    result = mlr.verify(path, model, runtime=list(available_runtimes()))
+    assert result.ok and len(result.checks) >= 3, result.format()
+    assert any("reset before each batch" in note for note in result.notes), result.notes
+
+
+def test_verify_says_in_one_line_that_a_file_is_no_litert_model(tmp_path):
+    path = tmp_path / "model.tflite"
+    path.write_bytes(b"not a flatbuffer")
+    model, _ = LiteRTFile(os.path.join(DATA, "sequence.tflite")).rewrite("post")
+    with pytest.raises(SourceError, match=r"model\.tflite: LiteRT could not load it \("):
+        mlr.verify(str(path), model)
 
 
 def test_where_litert_clips_the_cell_state_the_native_lstm_gives_keras_values():
@@ -156,7 +178,8 @@ def test_a_time_major_op_reads_its_input_as_it_is():
     ({"cell_clip": 3.0}, "it clips the cell state at 3, which the native LSTM cannot do"),
     ({"proj_clip": 1.0}, "an attribute no Keras layer sets: proj_clip"),
     ({"fused_activation_function": b"RELU"}, "its activation is RELU"),
-    ({"inputs": lambda names: names[:9] + names[:3] + names[9:]}, "the op has other inputs than a Keras LSTM's (18, not 15)"),
+    ({"inputs": lambda names: names[:9] + names[:3] + names[9:]},
+     "the op has other inputs than a Keras LSTM's (18, not 15)"),
     ({"weight_dtype": np.float16}, "a weight is not float32 (float16: 'w0')"),
     ({"state": 0.5}, "a state does not start from zeros"),
     ({"quantized": True}, "its weights are quantized (LiteRT's converter with optimizations)"),
