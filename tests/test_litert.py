@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """LiteRT flatbuffers in (``tf2onnx.convert.from_tflite``, ``python -m masked_lstm_rewriter --tflite``):
 tf2onnx converts a ``.tflite`` file's loop bodies before any rewriter runs, so the plugin reads each
-recurrent layer off the ``Loop`` tf2onnx makes of it (plugin/__init__.py, sources/onnx_loop.py).
+recurrent layer off the ``Loop`` tf2onnx makes of it (plugin/__init__.py, sources/onnx_loop.py); a tf_keras
+LSTM without a mask LiteRT fuses into one op, read as tf2onnx's rewriters run (sources/litert_lstm.py).
 Keras is the oracle, at every position, on a batch with a full row, an empty row and rows of other
 lengths; in "post" the guard fails on a batch that is not post-padded."""
 
@@ -25,16 +26,20 @@ BATCH, STEPS = 5, 7
 LENGTHS = [7, 3, 0, 1, 6]
 # the Keras layers each model's native nodes hold (a Bidirectional's halves count twice)
 NATIVE = {"lstm_last": {"LSTM": 1}, "bidirectional_gru": {"GRU": 2}, "stack": {"LSTM": 1, "GRU": 1},
-          "final_c": {"LSTM": 1}, "unmasked_gru_last": {"GRU": 1}}
+          "final_c": {"LSTM": 1}, "unmasked_gru_last": {"GRU": 1}, "unmasked_lstm": {"LSTM": 2}}
+UNMASKED = ("unmasked_gru_last", "unmasked_lstm")
 
 
 def _model(name, batch=BATCH):
-    """A model with static shapes (LiteRT converts those) and one output, masked but for "unmasked_gru_last"."""
+    """A model with static shapes (LiteRT converts those) and one output, masked but for the UNMASKED ones
+    (tf_keras's "unmasked_lstm" LiteRT fuses into one op, UNIDIRECTIONAL_SEQUENCE_LSTM)."""
     keras.utils.set_random_seed(0)
     tokens = keras.Input((STEPS,), batch_size=batch, dtype="int32", name="tokens")
-    x = keras.layers.Embedding(50, 6, mask_zero=name != "unmasked_gru_last")(tokens)
+    x = keras.layers.Embedding(50, 6, mask_zero=name not in UNMASKED)(tokens)
     layers = keras.layers
-    if name in ("lstm_last", "unmasked_gru_last"):  # LiteRT keeps the last output as a one-step list
+    if name == "unmasked_lstm":
+        y = layers.Bidirectional(layers.LSTM(8, return_sequences=True), merge_mode="sum")(x)
+    elif name in ("lstm_last", "unmasked_gru_last"):  # LiteRT keeps the last output as a one-step list
         y = (layers.LSTM if name == "lstm_last" else layers.GRU)(8)(x)
     elif name == "bidirectional_gru":
         y = layers.Bidirectional(layers.GRU(8, return_sequences=True))(x)
