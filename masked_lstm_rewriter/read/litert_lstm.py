@@ -26,6 +26,7 @@ from typing import Optional, Union
 
 import numpy as np
 
+from ..cells.lstm import KIND as LSTM
 from ..failure import Refusal
 from ..graph import is_zeros
 from ..layer import MaskedRecurrentLayer, RecurrentCell
@@ -35,9 +36,9 @@ LITERT_LSTM = "TFL_UNIDIRECTIONAL_SEQUENCE_LSTM"
 DEQUANTIZE = "TFL_DEQUANTIZE"  # how tf2onnx parses a quantized weight
 LEFT_AS = "LiteRT's fused LSTM op, which tf2onnx cannot convert"
 KERAS_CELL_CLIP = 10.0  # what LiteRT's converter gives a Keras LSTM
-GATES = ("i", "f", "c", "o")  # LiteRT's order of the weights and biases, Keras's gate names
-INPUTS = 1 + 3 * len(GATES) + 2  # the input, three blocks of weights per gate, the two states
-_ACTIVATIONS = (Activation("Sigmoid"), Activation("Tanh"), Activation("Tanh"))
+GATES = LSTM.keras_gates  # LiteRT's order of the weights and biases is Keras's: i, f, c, o
+INPUTS = 1 + 3 * len(GATES) + LSTM.states  # the input, three blocks of weights per gate, the states
+_ACTIVATIONS = tuple(Activation(name) for name in LSTM.default_activations)  # sigmoid, tanh, tanh
 
 
 @dataclasses.dataclass
@@ -133,10 +134,10 @@ def _read_cell(graph, node, x: str) -> RecurrentCell:
             raise Refusal("a state does not start from zeros, as Keras's layer does", graph.get_node_by_output(state))
     kernel, recurrent, bias = (blocks[k * len(GATES):(k + 1) * len(GATES)] for k in range(3))
     return RecurrentCell(
-        kind="LSTM", hidden_size=int(hidden), kernel={g: w.T for g, w in zip(GATES, kernel)},
+        kind=LSTM.name, hidden_size=int(hidden), kernel={g: w.T for g, w in zip(GATES, kernel)},
         recurrent={g: r.T for g, r in zip(GATES, recurrent)}, bias=dict(zip(GATES, bias)), recurrent_bias={},
-        activations=_ACTIVATIONS, attributes=(), graph=graph, h_at=(node, INPUTS - 2), c_at=(node, INPUTS - 1),
-        zero_initial_state=True, final_h=None, final_c=None)
+        activations=_ACTIVATIONS, attributes=(), graph=graph, h_at=(node, INPUTS - LSTM.states),
+        c_at=(node, INPUTS - 1), zero_initial_state=True, final_h=None, final_c=None)
 
 
 def _constant(graph, name: str) -> np.ndarray:
