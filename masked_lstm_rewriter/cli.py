@@ -37,7 +37,7 @@ from typing import Optional
 from . import cli_input, dependencies
 from .cli_args import QUIET, model_position, split_command
 from .cli_input import (UsageError, bad_input, environment_choice, keras_on_tensorflow, model_file_problem, pop_choice,
-                        pop_switch)
+                        pop_switch, with_litert_hint)
 from .cli_logging import command_logging, progress, quiet_run, rename, silence_exit, verbosity
 from .cli_quantize import MODES, pop_quantize
 from .cli_signals import STOPPED, Interrupted, output_written, stopped_by_signals
@@ -377,7 +377,7 @@ def _conversion_failed(error: BaseException, args: list, renames: dict) -> None:
     problem = bad_input(_option(args, "--keras"), error, message)
     if problem:  # a custom class whose module was not given, a tf_keras .h5 file under Keras 3
         raise UsageError(problem) from error
-    raise Failed(1, f"conversion failed: {message}") from error
+    raise Failed(1, f"conversion failed: {with_litert_hint(message, _option(args, '--tflite'))}") from error
 
 
 def _replace_option(args: list, name: str, value: str) -> list:

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """The command line's checks of the files and values it is given, made before TensorFlow loads, its
-hint for a Keras file the Keras in use cannot read, and its ``--custom-objects`` modules.
+hints for a Keras file the Keras in use cannot read and a LiteRT file tf2onnx cannot, and its
+``--custom-objects`` modules.
 
 A ``.keras`` file must be a zip archive holding a ``config.json``, a ``.h5`` / ``.hdf5`` file must
 carry the HDF5 signature: anything else (a truncated download, a text file with a model's name)
@@ -25,6 +26,7 @@ LEGACY_KERAS_ENV = "TF_USE_LEGACY_KERAS"
 # how Keras 3 fails on a layer saved by tf_keras (Keras 2), e.g. LSTM's {'time_major': False}
 LEGACY_KERAS_SIGNS = ("Unrecognized keyword arguments passed to",)
 CUSTOM_OBJECTS = "--custom-objects"
+LITERT_VARIABLE_OPS = ("VAR_HANDLE", "READ_VARIABLE", "ASSIGN_VARIABLE")  # a stateful layer's states in LiteRT
 
 
 class UsageError(Exception):
@@ -88,6 +90,29 @@ def legacy_keras_hint(model_path: Optional[str], message: str) -> Optional[str]:
     if not any(sign in message for sign in LEGACY_KERAS_SIGNS):
         return None
     return f"a tf_keras (Keras 2) .h5 file: run with {LEGACY_KERAS_ENV}=1"
+
+
+def with_litert_hint(message: str, tflite_path: Optional[str]) -> str:
+    """``message``, and where the ``.tflite`` file converted holds LiteRT resource variables (a stateful
+    layer's states, which tf2onnx cannot parse: it fails with "list index out of range"), what to do."""
+    if not tflite_path or not litert_ops(tflite_path) & set(LITERT_VARIABLE_OPS):
+        return message
+    return (f"{message}; {tflite_path} holds LiteRT resource variables (a stateful layer's states), which tf2onnx "
+            "cannot read: convert the Keras model instead (with --streaming to take the states as inputs)")
+
+
+def litert_ops(path: str) -> set:
+    """The names of the builtin ops a LiteRT flatbuffer uses (empty where it cannot be read)."""
+    try:
+        from tf2onnx.tflite.BuiltinOperator import BuiltinOperator  # pylint: disable=import-outside-toplevel
+        from tf2onnx.tflite.Model import Model  # pylint: disable=import-outside-toplevel
+        with open(path, "rb") as handle:
+            model = Model.GetRootAsModel(handle.read(), 0)
+        names = {code: name for name, code in vars(BuiltinOperator).items() if not name.startswith("_")}
+        codes = (model.OperatorCodes(k) for k in range(model.OperatorCodesLength()))
+        return {names.get(max(code.BuiltinCode(), code.DeprecatedBuiltinCode())) for code in codes}
+    except Exception:  # noqa: BLE001  pylint: disable=broad-except  (a file flatbuffers cannot read: no hint)
+        return set()
 
 
 def pop_choice(args: list, name: str, variable: str, choices: tuple) -> tuple:

@@ -107,6 +107,18 @@ def test_the_command_line_converts_a_litert_file(tmp_path):
     np.testing.assert_allclose(_run(onnx.load(output), tokens, "onnxruntime"), np.asarray(model(tokens)), atol=ATOL)
 
 
+def test_the_command_line_says_what_to_do_with_a_stateful_litert_file(tmp_path):
+    """LiteRT keeps a stateful layer's states in resource variables, which tf2onnx fails to parse ("list index
+    out of range", stock or not): the command line says so, and to convert the Keras model instead."""
+    tokens = keras.Input((STEPS,), batch_size=BATCH, dtype="int32")
+    model = keras.Model(tokens, keras.layers.LSTM(4, stateful=True)(keras.layers.Embedding(50, 6)(tokens)))
+    result = subprocess.run([sys.executable, "-m", "masked_lstm_rewriter", _flatbuffer(model, str(tmp_path)), "-o",
+                             str(tmp_path / "model.onnx")], capture_output=True, text=True, check=False)
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert "holds LiteRT resource variables (a stateful layer's states)" in result.stderr, result.stderr[-2000:]
+    assert not (tmp_path / "model.onnx").exists()
+
+
 def test_a_bare_custom_rewriter_says_why_a_litert_loop_stays(tmp_path):
     """Passed as ``custom_rewriter`` alone, the rewriter sees the LiteRT loop before tf2onnx makes its
     Loop: the report names the layer, says so and what to do, rather than report no layer."""

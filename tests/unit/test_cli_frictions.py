@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """The command line's frictions, in process and without Keras: ``-q`` / ``--quiet``, progress lines
 and no tf2onnx INFO lines by default, model files checked before TensorFlow loads (a truncated
-``.keras``, a text file named ``.h5``), the tf_keras ``.h5`` hint, output paths (empty, under a
+``.keras``, a text file named ``.h5``), the tf_keras ``.h5`` hint, the LiteRT hint, output paths (empty, under a
 file), a signal arriving once the output is in place, and environment variables named in errors.
 
 The conversions here are of a tiny SavedModel built with TensorFlow alone (no Keras); the
@@ -303,3 +303,14 @@ def test_a_model_of_another_kind_is_named_with_the_kinds_taken(tmp_path):
     (tmp_path / "model.pb").write_bytes(b"")
     with pytest.raises(cli.UsageError, match=r"not a \.keras, \.h5 or \.tflite file or a SavedModel directory"):
         cli._expand_model([str(tmp_path / "model.pb")])
+
+
+def test_the_litert_hint_is_given_only_for_a_file_with_resource_variables(tmp_path):
+    """A LiteRT file of fused LSTMs holds none (no hint); nor does a file flatbuffers cannot read. (A stateful
+    model's file, which holds them, is made with Keras: tests/test_litert.py.)"""
+    fused = os.path.join(os.path.dirname(DATA), "litert_fused", "sequence.tflite")
+    assert "UNIDIRECTIONAL_SEQUENCE_LSTM" in cli_input.litert_ops(fused)
+    garbage = tmp_path / "model.tflite"
+    garbage.write_bytes(b"not a flatbuffer")
+    for path in (fused, str(garbage), None):
+        assert cli_input.with_litert_hint("list index out of range", path) == "list index out of range"
