@@ -13,9 +13,11 @@ input's layout; go_backwards and a ``Bidirectional``'s backward half are reversa
 
 Read into the description a loop gives (no mask, forward, zeros as initial states), the native ``LSTM``
 computes Keras's layer. LiteRT's op also clips the cell state to [-cell_clip, cell_clip] (the converter
-sets 10 for a Keras layer, which Keras does not do); ONNX's ``LSTM`` cannot, so the two differ where a
-cell state passes 10, and the report says so. Other clips, peepholes, projections, layer normalization
-and a coupled input gate (what no Keras layer fuses into), and quantized weights are refused.
+sets 10 for a Keras layer, which Keras does not do; ONNX's ``LSTM`` cannot) and carries its states from
+one run to the next (variable tensors), so the two differ where a cell state passes 10 or where a run
+follows another without a reset, and the report says so (the layer's ``note``). Other clips, peepholes,
+projections, layer normalization and a coupled input gate (what no Keras layer fuses into), and quantized
+weights are refused.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ class LiteRTLayer(MaskedRecurrentLayer):
     """A layer read from LiteRT's fused op: its sequence as the op returns it (the op's output)."""
 
     batch_major: bool = True   # the op's input and output are [B, T, ...] (not ``time_major``)
-    note: Optional[str] = None
+    note: Optional[str] = None  # how the LiteRT file differs from Keras, for the report
     left_as = LEFT_AS
 
     def batch_axes(self) -> dict:
@@ -72,9 +74,9 @@ def _read(graph, node) -> LiteRTLayer:
     batch_major = not node.get_attr_value("time_major", 0)
     x = node.input[0]
     cell = _read_cell(graph, node, x)
-    note = None if clip == 0 else (
-        f"LiteRT's op also clips the cell state to [-{clip:g}, {clip:g}], which Keras does not: the native LSTM "
-        "computes Keras's layer, and differs from the LiteRT file where a cell state passes that")
+    differences = ["carries its states from one run to the next (unless its variables are reset)"] + \
+        ([f"clips the cell state to [-{clip:g}, {clip:g}]"] if clip else [])
+    note = f"LiteRT's op {' and '.join(differences)}, which Keras does not: the native LSTM computes Keras's layer"
     return LiteRTLayer(
         layer=litert_layer_name(node), while_node=node, cells=(cell,), direction="forward", x_reader=None,
         x_source=x, mask=None, mask_post_padded=False, output_carried=True, sequence_outputs=[],

@@ -31,7 +31,8 @@ DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.absp
 FILES = sorted(glob.glob(os.path.join(DATA, "*.tflite")))
 # the native nodes of each file's model: its fused LSTMs (a Bidirectional's two), and a GRU that stays a loop
 NATIVES = {"bidirectional": 2, "bidirectional_sum_last": 2, "stack": 2, "lstm_gru": 2}
-CLIP_NOTE = "LiteRT's op also clips the cell state to [-10, 10], which Keras does not"
+CLIP_NOTE = "carries its states from one run to the next (unless its variables are reset) and clips the cell state " \
+    "to [-10, 10], which Keras does not"
 
 
 class LiteRTFile:
@@ -104,7 +105,7 @@ def test_where_litert_clips_the_cell_state_the_native_lstm_gives_keras_values():
     case = LiteRTFile(os.path.join(DATA, "clip.tflite"))
     assert np.abs(case.stored["litert.out.0"] - case.stored["post.out.0"]).max() > 0.5  # LiteRT's differ
     _, report = check_rewrites(case, "post", natives=1)
-    assert CLIP_NOTE in report.layers[0].detail and "differs from the LiteRT file" in report.layers[0].detail
+    assert CLIP_NOTE in report.layers[0].detail and "the native LSTM computes Keras's layer" in report.layers[0].detail
 
 
 @pytest.mark.parametrize("name", ["sequence", "stack"])
@@ -165,8 +166,9 @@ def test_the_reader_takes_a_keras_layers_op_and_says_litert_clips():
     np.testing.assert_array_equal(layer.top.kernel["f"], weights["w1"].T)      # LiteRT's order: i, f, c, o
     np.testing.assert_array_equal(layer.top.recurrent["o"], weights["w7"].T)
     np.testing.assert_array_equal(layer.top.bias["c"], weights["w10"])
-    assert layer.note and "[-10, 10]" in layer.note
-    assert read_litert_lstm(*_parsed_op(cell_clip=0.0)).note is None
+    assert layer.note and "[-10, 10]" in layer.note and "from one run to the next" in layer.note
+    unclipped = read_litert_lstm(*_parsed_op(cell_clip=0.0)).note
+    assert "clips" not in unclipped and "from one run to the next" in unclipped
 
 
 def test_a_time_major_op_reads_its_input_as_it_is():
