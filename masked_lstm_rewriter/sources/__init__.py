@@ -15,6 +15,6 @@ from .source import Candidate, Source
 
 SOURCES = (tf_while.SOURCE, cudnn.SOURCE, onnx_loop.SOURCE, litert.SOURCE)
 ONNX_FILE_SOURCES = (onnx_loop.SOURCE,)  # an ONNX file holds no TensorFlow op
-# read on the graph tf2onnx parses from a LiteRT flatbuffer, before it converts any op (plugin.enable)
+# read as tf2onnx's rewriters run on the graph of a LiteRT flatbuffer, before its ops become ONNX (plugin.enable)
 LITERT_OP_SOURCES = (litert_lstm.SOURCE,)
 __all__ = ["SOURCES", "ONNX_FILE_SOURCES", "LITERT_OP_SOURCES", "Candidate", "Source"]
