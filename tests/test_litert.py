@@ -87,10 +87,11 @@ def test_a_litert_file_converts_native_and_equal_to_keras(name, mode, tmp_path):
     _check_litert(name, mode, str(tmp_path), [LENGTHS, [2, 5, 1, 3, 4]])
 
 
-@pytest.mark.parametrize("name", ["lstm_last", "stack"])
+@pytest.mark.parametrize("name", ["lstm_last", "stack", "unmasked_lstm"])
 def test_a_litert_file_of_batch_one_at_opset_11(name, tmp_path):
-    """Mobile models are often of one row: LiteRT then reshapes the [1, 4H] recurrent term to [4H].
-    Single rows, full, partial and empty, at the lowest opset the native ops are emitted for."""
+    """Mobile models are often of one row: LiteRT then reshapes the [1, 4H] recurrent term to [4H] (and
+    in tf_keras fuses the unmasked LSTM into one op). Single rows, full, partial and empty, at the lowest
+    opset the native ops are emitted for."""
     _check_litert(name, "post", str(tmp_path), [[STEPS], [3], [0]], batch=1, opset=11)
 
 

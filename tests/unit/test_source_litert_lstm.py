@@ -42,13 +42,13 @@ class LiteRTFile:
     replaces = LITERT_LSTM
     atol, rtol = 1e-5, 0.0
 
-    def __init__(self, path: str, **options):
-        self.path, self.options = path, options
+    def __init__(self, path: str, opset: int = 15, **options):
+        self.path, self.opset, self.options = path, opset, options
         self.stored = np.load(os.path.splitext(path)[0] + ".npz")
 
     def rewrite(self, mode: str) -> tuple:
         with mlr.enable(mask_mode=mode, **self.options):
-            model, _ = tf2onnx.convert.from_tflite(self.path, opset=15)
+            model, _ = tf2onnx.convert.from_tflite(self.path, opset=self.opset)
         return model, mlr.last_report()
 
     def feeds(self, batch: str) -> dict:
@@ -65,6 +65,11 @@ def test_fused_lstm_files_become_native_and_equal_keras(path):
     assert not any(node.op_type.startswith("TFL_") for node in model.graph.node), op_counts(model)
     fused = [layer for layer in report.layers if layer.layer.startswith(("tfl.", "StatefulPartitionedCall"))]
     assert fused and all(CLIP_NOTE in layer.detail for layer in fused), str(report)
+
+
+@pytest.mark.parametrize("name, opset", [("stack", 11), ("bidirectional", 18)])
+def test_fused_lstm_files_at_the_lowest_and_a_high_opset(name, opset):
+    check_rewrites(LiteRTFile(os.path.join(DATA, f"{name}.tflite"), opset=opset), "post", natives=2)
 
 
 def test_the_command_line_converts_a_fused_lstm_file(tmp_path):
