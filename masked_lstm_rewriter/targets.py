@@ -272,14 +272,21 @@ def uncompiled_activations(runtime_name: str, activations) -> list:
     return [] if allowed is None else sorted(set(activations) - set(allowed))
 
 
+def activation_refusal(layer) -> Optional[str]:
+    """Why ``layer``'s activations keep it a Loop for every runtime (:data:`REFUSED_ACTIVATION_REASONS`),
+    or None: whichever source read it (a While body refuses them as it reads the step, an ONNX Loop here)."""
+    return next((REFUSED_ACTIVATION_REASONS[activation.name] for cell in layer.cells
+                 for activation in cell.activations if activation.name in REFUSED_ACTIVATION_REASONS), None)
+
+
 def target_refusal(layer, target: Optional[str]) -> Optional[str]:
     """Why ``layer`` must stay a Loop for ``target`` (None: any runtime), or None.
 
     The Loop is what such a runtime can run: OpenVINO runs tf2onnx's masked Loops exactly where
     its native ops refuse the activation (measured on every activation the plugin supports)."""
-    portability = portability_refusal(layer) if layer.mask is not None else None  # no padding without a mask
-    if portability or target is None or runtime(target).activations is None:
-        return portability
+    refused = activation_refusal(layer) or (portability_refusal(layer) if layer.mask is not None else None)
+    if refused or target is None or runtime(target).activations is None:
+        return refused
     for cell in layer.cells:
         unsupported = uncompiled_activations(target, [a.name for a in cell.activations])
         if unsupported:

@@ -287,6 +287,26 @@ def test_a_loop_that_may_stop_early_stays_as_it_was():
     assert rewritten.SerializeToString() == original.SerializeToString()
 
 
+def _with_softplus_cells(model):
+    """``model`` whose Loop bodies compute Softplus where they computed Tanh."""
+    doctored = onnx.ModelProto()
+    doctored.CopyFrom(model)
+    for loop in (n for n in doctored.graph.node if n.op_type == "Loop"):
+        for node in loop.attribute[0].g.node:
+            node.op_type = "Softplus" if node.op_type == "Tanh" else node.op_type
+    return doctored
+
+
+@pytest.mark.parametrize("name", ["tf2onnx/keras3_emb_lstm_seq_op15", "tf2onnx/tf_keras_emb_gru_seq_op15",
+                                  "jax/emb_lstm_seq", "jax/plain_gru_seq"])
+def test_a_softplus_cell_stays_a_loop_on_every_runtime(name):
+    """The native ops compute Softplus as log(1 + exp(x)), inf from x > 88; the file's own Softplus op is right."""
+    original = _with_softplus_cells(onnx.load(os.path.join(DATA, f"{name}.onnx")))
+    for runtime in (None, "onnxruntime", "openvino"):
+        rewritten, _ = check_refuses(OnnxFile(original, runtime=runtime), "softplus activation: onnxruntime's native")
+        assert rewritten.SerializeToString() == original.SerializeToString()
+
+
 def test_below_opset_11_every_loop_stays_with_the_reason():
     original = onnx.load(os.path.join(DATA, "tf2onnx", "keras3_emb_lstm_seq_op13.onnx"))
     original.opset_import[0].version = 10

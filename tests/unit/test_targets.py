@@ -53,6 +53,14 @@ def test_an_activation_the_runtime_does_not_compile_keeps_the_loop_for_it_only()
         "target openvino: OpenVINO's native LSTM op compiles only Sigmoid, Tanh, Relu activations, not HardSigmoid")
 
 
+def test_an_activation_no_runtime_computes_exactly_keeps_the_loop_for_every_target():
+    softplus = Activation("Softplus")
+    for layer in (Layer((Cell(activations=(SIGMOID, softplus, TANH)),)), Layer((Cell(), Cell(activations=(softplus,))),
+                                                                                mask=None)):
+        for target in (None, *targets.TARGETS):
+            assert targets.target_refusal(layer, target) == targets.REFUSED_ACTIVATION_REASONS["Softplus"]
+
+
 def test_a_carried_cell_state_needs_a_saturating_recurrent_activation_on_every_target():
     relu = Layer((Cell(activations=(Activation("Relu"), TANH, TANH), carries_cell_state=True),))
     for target in (None, *targets.TARGETS):
