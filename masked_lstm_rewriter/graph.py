@@ -130,6 +130,17 @@ def is_filled_with(graph, tensor: str, value: int) -> bool:
     return is_constant_of(graph, tensor, value)
 
 
+def filled_array(graph, node) -> Optional[np.ndarray]:
+    """The array ``node`` makes when it is a ConstantOfShape of a constant shape (of 0.0 without its
+    value: jax2onnx's zero bias of a layer without one), else None."""
+    shape = const_value(graph, node.input[0]) if node.type == "ConstantOfShape" else None
+    if not isinstance(shape, list):
+        return None
+    filled = node.get_attr_value("value", None)
+    fill = numpy_helper.to_array(filled).reshape(-1) if filled is not None else np.zeros(1, np.float32)
+    return np.full(shape, fill[0], fill.dtype)
+
+
 def is_increment(node, tensor: str) -> bool:
     """Is ``node`` ``tensor + 1``?"""
     if node is None or node.type not in ("Add", "AddV2"):
@@ -249,6 +260,8 @@ def axis_source(graph, node, tensor: str, axis: int) -> Optional[tuple]:
             and not any(node.get_attr_value(a, 0) for a in ("transpose_a", "adj_x")):
         return (node.input[0], axis) if rank is not None and axis < rank - 1 else None  # the leading axes are x's
     if kind == "Reshape":
+        if _reshape_keeps_axis(graph, node, axis):
+            return node.input[0], axis
         return shape_element(graph, node.input[1], axis) if rank is not None and axis < rank else None
     if kind in ("GatherV2", "Gather"):  # params[indices] along axis 0: the indices' axes come first
         along = const_value(graph, node.input[2]) if kind == "GatherV2" else node.get_attr_value("axis", 0)
@@ -257,6 +270,17 @@ def axis_source(graph, node, tensor: str, axis: int) -> Optional[tuple]:
                 and axis < indices_rank:
             return node.input[1], axis
     return None
+
+
+def _reshape_keeps_axis(graph, node, axis: int) -> bool:
+    """Is the Reshape ``node`` one that leaves axis ``axis`` of its input as it is: a constant shape of the
+    input's rank, the same static size on every other axis and -1 (or the same static size) on that one
+    (tf2onnx writes a transpose that moves only an axis of 1, as a static batch of 1 has, so)?"""
+    target, shape = const_value(graph, node.input[1]), graph.get_shape(node.input[0])
+    if not isinstance(target, list) or shape is None or len(target) != len(shape) or axis >= len(shape):
+        return False
+    others_kept = all(size is not None and size > 0 and target[i] == size for i, size in enumerate(shape) if i != axis)
+    return others_kept and (target[axis] == -1 or target[axis] == shape[axis] > 0)
 
 
 def concatenated_beside(graph, node, axis: int) -> Optional[list]:

@@ -297,6 +297,9 @@ CASES = [
          plain_case("GRU", return_sequences=True, reset_after=False),
          note="reset_after=False takes Keras's generic rnn loop; plain_gru_seq (reset_after=True, "
               "no mask) takes keras.backend.jax.rnn.gru, which projects the inputs before the loop"),
+    Case("plain_gru_nobias_seq", "GRU", {"return_sequences": True, "reset_after": True, "use_bias": False}, "none",
+         plain_case("GRU", return_sequences=True, use_bias=False),
+         note="without a bias, the export adds zeros made by ConstantOfShape where a bias would be"),
     Case("plain_rnn_last", "SimpleRNN", {"return_sequences": False}, "none",
          plain_case("SimpleRNN", return_sequences=False)),
     Case("init_state_lstm_seq", "LSTM", {"return_sequences": True, "initial_state": "model inputs h0, c0"},

@@ -513,10 +513,13 @@ CASES = {
                                        "GRU(4, return_sequences=True) -> LSTM(3, return_sequences=True)"),
     "static_batch_emb_gru_lstm_stack": ((15,), FLAVOURS, "ids[2,None] (static batch only) -> Embedding(mask_zero) "
                                         "-> GRU(4, return_sequences=True) -> LSTM(3, return_sequences=True)"),
+    "static_one_emb_gru_back_lstm_stack": ((15,), FLAVOURS, "ids[1,6] (static signature, one row) -> Embedding("
+                                           "mask_zero) -> GRU(4, return_sequences=True, go_backwards=True) -> "
+                                           "LSTM(3, return_sequences=True)"),
 }
 
 # the input signature's (batch, time) per case: None is dynamic
-STATIC_SHAPES = {"static_batch_": (2, None), "static_time_": (None, 6), "static_": (2, 6)}
+STATIC_SHAPES = {"static_batch_": (2, None), "static_time_": (None, 6), "static_one_": (1, 6), "static_": (2, 6)}
 
 
 def signature_shape(name):
@@ -640,6 +643,9 @@ def build_case(name, keras, tf, np, shape=None):  # pylint: disable=too-many-loc
         outs = [L.Bidirectional(L.LSTM(3), name="bi_top")(lower)]
     elif name in ("static_emb_gru_lstm_stack", "static_time_emb_gru_lstm_stack", "static_batch_emb_gru_lstm_stack"):
         lower = L.GRU(UNITS, return_sequences=True, name="gru")(emb(add(ids_input())))
+        outs = [L.LSTM(3, return_sequences=True, name="lstm")(lower)]
+    elif name == "static_one_emb_gru_back_lstm_stack":
+        lower = L.GRU(UNITS, return_sequences=True, go_backwards=True, name="gru")(emb(add(ids_input())))
         outs = [L.LSTM(3, return_sequences=True, name="lstm")(lower)]
     elif name == "unmasked_lstm":
         outs = [L.LSTM(UNITS, return_sequences=True, name="lstm")(add(float_input(padded=False)))]

@@ -11,10 +11,9 @@ away (``Squeeze`` of a [1, N] product, broadcast back by the sum).
 
 Weights are loop inputs of the body, so their values are only known in the main graph: a
 :class:`ConstRef` names the body input and the slicing to apply once the value is known (ONNX's
-``Slice``, ``Reshape`` and ``Expand`` of a constant included: jax2onnx's spellings).
+``Slice``, ``Reshape`` and ``Expand`` of a constant or a ``ConstantOfShape``: jax2onnx's spellings).
 
-A read that fails raises a :class:`~..failure.Refusal` carrying the node the reader stopped at
-(what it did not understand); a read that can recover (a constant is a bias) catches it.
+A failed read raises a :class:`~..failure.Refusal` naming the node it stopped at; one that can recover catches it.
 """
 
 from __future__ import annotations
@@ -27,7 +26,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from ..failure import Refusal
-from ..graph import is_ones, outer_const, passes_through, producer, scalar_value, skip_identity
+from ..graph import filled_array, is_ones, outer_const, passes_through, producer, scalar_value, skip_identity
 
 
 @dataclasses.dataclass(frozen=True)
@@ -428,9 +427,9 @@ class LinearReader:
         return None
 
     def const_ref(self, tensor: str) -> Optional[ConstRef]:
-        """A reference to a constant: a loop-invariant body input (a captured weight), a Const, or a
-        slice of one. A loop-carried input (a state, whatever its shape) is no weight, even where the
-        main graph feeds it a constant (the zeros a state starts from, with a static batch)."""
+        """A reference to a constant: a loop-invariant body input (a captured weight), a Const (or a
+        ConstantOfShape), or a slice of one. A loop-carried input (a state, whatever its shape) is no
+        weight, even where the main graph feeds it a constant (a state's zeros, with a static batch)."""
         tensor = skip_identity(self.graph, tensor)
         if tensor in self._input_index:
             index = self._input_index[tensor]
@@ -441,8 +440,9 @@ class LinearReader:
         node = producer(self.graph, tensor) or outer_const(self.graph, tensor)
         if node is None:
             return None
-        if node.is_const():
-            return ConstRef(value=node.get_tensor_value(as_list=False))
+        value = node.get_tensor_value(as_list=False) if node.is_const() else filled_array(self.graph, node)
+        if value is not None:
+            return ConstRef(value=value)
         if node.type in ("Slice", "Reshape", "Expand") or (node.type == "Split" and _is_onnx_split(self.graph, node)):
             whole, steps = self.const_ref(node.input[0]), self._onnx_const_steps(node, tensor)
             return None if whole is None or steps is None else functools.reduce(ConstRef.then, steps, whole)

@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto, helper
 from tf2onnx.graph import Graph
 
-from masked_lstm_rewriter.graph import (axis_source, is_onnx_loop_body, is_zeros, next_value, outer_const,
+from masked_lstm_rewriter.graph import (axis_source, filled_array, is_onnx_loop_body, is_zeros, next_value, outer_const,
                                         passes_through, shape_dim_of, shape_element, transpose_perm)
 from _onnx_graphs import FLOAT, INT64, Var, const, info, load, loop_model, make_model, node
 
@@ -194,6 +194,14 @@ def test_is_zeros(zeros, tensor, expected):
     assert bool(is_zeros(zeros, tensor)) is expected  # (a numpy bool for some)
 
 
+def test_the_array_a_constant_of_shape_makes(zeros):
+    def filled(tensor):
+        return filled_array(zeros, zeros.get_node_by_output(tensor))
+    assert filled("cos_default").dtype == np.float32 and np.array_equal(filled("cos_default"), np.zeros((2, 3)))
+    assert np.array_equal(filled("cos_one"), np.ones((2, 3)))
+    assert filled("expand_zero") is None  # only a ConstantOfShape
+
+
 def test_transpose_perm_of_the_onnx_attribute(zeros):
     assert transpose_perm(zeros, zeros.get_node_by_output("t_perm")) == [1, 0, 2]
     assert transpose_perm(zeros, zeros.get_node_by_output("t_default")) is None  # reversal: not said
@@ -218,13 +226,18 @@ def axes_graph():
              node("Unsqueeze", ["x", "one"], ["x_wide"]), node("Squeeze", ["x_wide", "one"], ["x_back"]),
              node("Squeeze", ["x_wide"], ["x_all_squeezed"]), node("MatMul", ["x", "W"], ["x_dense"]),
              node("Gather", ["E", "ids"], ["x_embedded"]), node("Max", ["x", "x_act"], ["x_max"]),
-             node("Shape", ["x"], ["x_shape"]), node("Reshape", ["x_act", "x_shape"], ["x_reshaped"])]
-    model = make_model(nodes, [info("x", FLOAT, [2, 5, 3]), info("ids", INT64, [2, 5])], [],
-                       [const("one", [1]), const("W", np.ones((3, 4))), const("E", np.ones((10, 3)))],
+             node("Shape", ["x"], ["x_shape"]), node("Reshape", ["x_act", "x_shape"], ["x_reshaped"]),
+             node("Reshape", ["y", "t_1_3"], ["y_kept"]), node("Reshape", ["y", "t_3_1"], ["y_moved"]),
+             node("Reshape", ["x", "two_5_3"], ["x_same"])]
+    model = make_model(nodes, [info("x", FLOAT, [2, 5, 3]), info("ids", INT64, [2, 5]), info("y", FLOAT, ["T", 1, 3])],
+                       [], [const("one", [1]), const("W", np.ones((3, 4))), const("E", np.ones((10, 3))),
+                            const("t_1_3", [-1, 1, 3]), const("t_3_1", [-1, 3, 1]), const("two_5_3", [2, 5, 3])],
                        exposed=[("x_tm", FLOAT, [5, 2, 3]), ("x_act", FLOAT, [2, 5, 3]), ("x_back", FLOAT, [2, 5, 3]),
                                 ("x_all_squeezed", FLOAT, [2, 5, 3]), ("x_dense", FLOAT, [2, 5, 4]),
                                 ("x_embedded", FLOAT, [2, 5, 3]), ("x_max", FLOAT, [2, 5, 3]),
-                                ("x_reshaped", FLOAT, [2, 5, 3]), ("x_wide", FLOAT, [2, 1, 5, 3])])
+                                ("x_reshaped", FLOAT, [2, 5, 3]), ("x_wide", FLOAT, [2, 1, 5, 3]),
+                                ("y_kept", FLOAT, ["T", 1, 3]), ("y_moved", FLOAT, ["T", 3, 1]),
+                                ("x_same", FLOAT, [2, 5, 3])])
     graph, _, _ = load(model)
     return graph
 
@@ -237,6 +250,8 @@ def axes_graph():
     ("x_embedded", 1, ("ids", 1)), ("x_embedded", 2, None),  # E[ids]: the ids' axes, then E's
     ("x_max", 1, None),                                      # ONNX's Max is elementwise: the walks' own rule
     ("x_reshaped", 1, ("x", 1)),                              # to a shape read off x
+    ("y_kept", 0, ("y", 0)), ("x_same", 1, ("x", 1)),        # to a constant shape keeping every other axis
+    ("y_moved", 0, None), ("y_kept", 1, None),               # other axes changed; an axis beside one not static
 ])
 def test_axis_source(axes, tensor, axis, expected):
     assert axis_source(axes, axes.get_node_by_output(tensor), tensor, axis) == expected
