@@ -16,6 +16,9 @@ mismatch, missed guard, Loop left or crash.
 
     .venv/bin/python tests/fuzz.py --cases 1000 [--keras keras3] [--seed 0] [--batches 4] [--unmasked]
 
+``--onnx-files`` takes the ONNX-file route instead: each model converted by stock tf2onnx, and the
+file rewritten by ``rewrite_onnx`` (its Loops read as ONNX), compared with Keras as above.
+
 ``--adversarial`` fuzzes the matcher instead (fuzz_adversarial.py): N near-miss cells and
 Keras-like loops per flavour, each refused (stays a Loop, with its reason) or exact, else a
 failure; prints the verdicts by family and mask mode, the reasons given, and every failure.
@@ -48,6 +51,8 @@ def parse_args(argv=None):
     parser.add_argument("--seed", type=int, default=0, help="hypothesis seed (default 0)")
     parser.add_argument("--unmasked", action="store_true",
                         help="every model without a mask (default: one in fuzzgen.UNMASKED_SHARE)")
+    parser.add_argument("--onnx-files", action="store_true",
+                        help="every model converted by stock tf2onnx, then its file rewritten by rewrite_onnx")
     parser.add_argument("--adversarial", action="store_true",
                         help="near-miss cells and Keras-like loops: refused or exact (fuzz_adversarial.py)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -71,11 +76,12 @@ def run_worker(args) -> dict:
     worst = [0.0]
     worst_ill = [0.0]  # largest (ONNX vs float64) / (the error allowed for) among ill-conditioned passes
     start = time.monotonic()
+    route = fuzzgen.ONNX_FILE if args.onnx_files else fuzzgen.CONVERSION
 
     @seed(args.seed)
     @settings(max_examples=args.cases, deadline=None, database=None, phases=[Phase.generate],
               suppress_health_check=list(HealthCheck))
-    @given(case=fuzzgen.model_cases(unmasked=True if args.unmasked else None),
+    @given(case=fuzzgen.model_cases(unmasked=True if args.unmasked else None, route=route),
            batches=fuzzgen.batch_lists(args.batches))
     def fuzz(case, batches):
         totals["cases"] += 1
@@ -178,9 +184,11 @@ def run_flavour(flavour, args) -> dict:
                "--batches", str(args.batches), "--seed", str(args.seed)]
     command += ["--adversarial"] if args.adversarial else []
     command += ["--unmasked"] if args.unmasked else []
+    command += ["--onnx-files"] if args.onnx_files else []
     env = flavour_env(flavour)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, env.get("PYTHONPATH")]))
-    what = "adversarial cases" if args.adversarial else f"cases x {args.batches} batches"
+    what = "adversarial cases" if args.adversarial else f"cases x {args.batches} batches" + (
+        ", stock tf2onnx's files rewritten" if args.onnx_files else "")
     print(f"=== {flavour}: {args.cases} {what}, seed {args.seed}", flush=True)
     done = subprocess.run(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True, check=False)
     for line in done.stdout.splitlines():

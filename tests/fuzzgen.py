@@ -16,7 +16,9 @@ the guard's message (on onnxruntime), never return numbers. The case's wiring ma
 sequences read by more than the layer above, and parallel layers (see ``WIRINGS``). An unmasked case
 (one in UNMASKED_SHARE, by a stable hash: :func:`unmasked_for`) feeds float features with no mask:
 every layer must end up a native op (stock tf2onnx's own, or the plugin's where stock leaves a Loop)
-with no mask machinery, and both modes must equal Keras on every batch. It returns what it
+with no mask machinery, and both modes must equal Keras on every batch. A case's route
+(:func:`converted`) is the plugin in tf2onnx's conversion, or the ONNX-file route: stock tf2onnx's
+file rewritten by ``rewrite_onnx``, checked the same way. It returns what it
 saw (a :class:`CaseResult`) rather than raising, so that ``tests/fuzz.py`` can count;
 ``tests/test_fuzz.py`` asserts on it.
 """
@@ -110,6 +112,9 @@ LONG_TAILED_MAX_STEPS = 40
 # The length-aware schedule (make_rewriter(schedule=True)), which the "long-tailed" batches run: for
 # half the cases by a stable hash (scheduled()); MLR_FUZZ_SCHEDULE=1 for every case, 0 for none
 SCHEDULE = os.environ.get("MLR_FUZZ_SCHEDULE", "half")
+# How a case's model reaches the rewriter (ModelCase.route): as tf2onnx's custom rewriter in the
+# conversion, or as the file stock tf2onnx wrote, rewritten by rewrite_onnx (its Loops read as ONNX)
+CONVERSION, ONNX_FILE = "conversion", "onnx file"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,6 +156,8 @@ class ModelCase:
     seed: int = 0
     signature: str = "dynamic"         # a form of tests/signatures.py: what the conversion fixes
     wiring: str = "chain"              # see WIRINGS
+    route: str = dataclasses.field(default=CONVERSION, repr=False)  # CONVERSION or ONNX_FILE (out of the
+                                       # repr, which the stable hashes read: describe() prints it)
 
     @property
     def unmasked(self) -> bool:
@@ -230,9 +237,9 @@ def layer_cases(draw, last=True, kinds=SAMPLED_KINDS):
 
 
 @st.composite
-def model_cases(draw, kinds=SAMPLED_KINDS, unmasked=None):
+def model_cases(draw, kinds=SAMPLED_KINDS, unmasked=None, route=CONVERSION):
     """Model cases; ``unmasked``: None for the share :func:`unmasked_for` picks, True for every case, False
-    for none."""
+    for none; ``route``: how every case reaches the rewriter (ModelCase.route)."""
     depth = draw(st.integers(1, 3))
     layers = tuple(draw(layer_cases(last=i == depth - 1, kinds=kinds)) for i in range(depth))
     source = draw(st.sampled_from(MASK_SOURCES))
@@ -243,7 +250,7 @@ def model_cases(draw, kinds=SAMPLED_KINDS, unmasked=None):
         mask_source=source,
         mask_value=draw(st.sampled_from(MASK_VALUES)) if source == "masking" else 0.0,
         initial_state=draw(st.booleans()),
-        seed=draw(st.integers(0, 2**16)))
+        seed=draw(st.integers(0, 2**16)), route=route)
     if unmasked_for(case) if unmasked is None else unmasked:
         case = dataclasses.replace(case, mask_source=UNMASKED, mask_value=0.0)
     case = dataclasses.replace(case, wiring=wiring_for(case))
@@ -312,10 +319,21 @@ def opset_for(case: ModelCase) -> int:
     return _hashed_choice(repr(case) + "/at opset", OPSETS)
 
 
-def rewriter_for(case: ModelCase, mode: str):
-    """The rewriter ``case`` is converted with in ``mode``: with the schedule or not (:func:`scheduled`),
-    for onnxruntime (:func:`for_onnxruntime`) or for any runtime."""
-    return mlr.make_rewriter(mode, runtime="onnxruntime" if for_onnxruntime(case) else None, schedule=scheduled(case))
+def converted(model, spec, case: ModelCase, mode: str, runtime=None, schedule=True) -> tuple:
+    """(ONNX model, report): ``model`` with ``mode``, ``runtime`` and ``schedule`` at the case's opset,
+    through the case's route: the plugin as tf2onnx's rewriter, or stock tf2onnx's file rewritten
+    by ``rewrite_onnx``."""
+    if case.route == ONNX_FILE:
+        stock = convert(model, spec, rewriter=None, opset=opset_for(case))
+        return mlr.rewrite_onnx(stock, mask_mode=mode, runtime=runtime, schedule=schedule)
+    rewriter = mlr.make_rewriter(mode, runtime=runtime, schedule=schedule)
+    return convert(model, spec, rewriter=rewriter, opset=opset_for(case)), mlr.last_report()
+
+
+def case_conversion(model, spec, case: ModelCase, mode: str) -> tuple:
+    """(ONNX model, report) ``case`` is checked with in ``mode``: with the schedule or not
+    (:func:`scheduled`), for onnxruntime (:func:`for_onnxruntime`) or for any runtime."""
+    return converted(model, spec, case, mode, "onnxruntime" if for_onnxruntime(case) else None, scheduled(case))
 
 
 @st.composite
@@ -660,8 +678,7 @@ def convert_and_report(model, spec, mode, case: ModelCase, result: CaseResult):
     except the refused ones, which must stay Loops for their reason; anything else left as a Loop
     is recorded as a failure. It is not for OpenVINO when the conversion says a layer is not (the
     schedule; an activation OpenVINO does not compile)."""
-    onnx_model = convert(model, spec, rewriter=rewriter_for(case, mode), opset=opset_for(case))
-    report = mlr.last_report()
+    onnx_model, report = case_conversion(model, spec, case, mode)
     for layer in report.left_as_loop:
         if layer.detail not in REFUSED_REASONS and CELL_STATE_REFUSAL not in layer.detail:
             result.loops[f"{mode}: {layer.detail}"] += 1
@@ -689,16 +706,15 @@ def openvino_conversion(model, spec, mode, onnx_model, for_openvino, case: Model
     does not compile is one of those, as many as stock tf2onnx's own conversion has."""
     if "openvino" not in runtimes.runtimes():
         return None, False
-    converted, kept = onnx_model, False
+    model_for_openvino, kept = onnx_model, False
     if not for_openvino:
-        converted = convert(model, spec, rewriter=mlr.make_rewriter(mode, runtime="openvino"),
-                            opset=opset_for(case))
-        kept = bool(mlr.last_report().left_as_loop)
-    uncompiled = uncompiled_nodes(converted, "openvino") if case.partly_unmasked else []
+        model_for_openvino, report = converted(model, spec, case, mode, "openvino")
+        kept = bool(report.left_as_loop)
+    uncompiled = uncompiled_nodes(model_for_openvino, "openvino") if case.partly_unmasked else []
     stock = convert(model, spec, rewriter=None, opset=opset_for(case))
     if uncompiled and len(uncompiled) <= len(uncompiled_nodes(stock, "openvino")):
         return None, False
-    return converted, kept
+    return model_for_openvino, kept
 
 
 def openvino_session(onnx_model):
@@ -903,8 +919,9 @@ def _check_feed(result, sessions, spec, feed: Feed, referee, guarded, stock, sto
 
 def describe(case: ModelCase, batches, result: CaseResult) -> str:
     """A failure report that can be pasted into tests/test_fuzz_regressions.py."""
-    lines = [f"case = {case!r}", f"batches = {tuple(batches)!r}",
-             f"  converted at opset {opset_for(case)}"]
+    lines = [f"case = {case!r}"] + ([f"case = dataclasses.replace(case, route={case.route!r})"]
+                                    if case.route != CONVERSION else [])
+    lines += [f"batches = {tuple(batches)!r}", f"  converted at opset {opset_for(case)}"]
     lines += [f"  mismatch ({mode}) on {batch!r}: max |diff| {diff:.3g}" for mode, batch, diff in result.mismatches]
     lines += [f"  guard missed on {batch!r}: {what}" for batch, what in result.guard_missed]
     lines += [f"  left as Loop: {reason} (x{count})" for reason, count in result.loops.items()]

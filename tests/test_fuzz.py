@@ -12,7 +12,8 @@ OpenVINO: the same conversion where no layer names OpenVINO in ``not_for``, else
 fuzzgen.UNMASKED_SHARE has no mask (by a stable hash, in place of a masked one: the sample keeps its
 size), and UNMASKED_CASES, a few fixed unmasked models, make sure every option of the unmasked path
 is run (the sample's share draws many layers the rewriter refuses). Set MLR_FUZZ_EXAMPLES=N for N
-model cases; ``tests/fuzz.py`` runs thousands and counts.
+model cases; ``tests/fuzz.py`` runs thousands and counts. A smaller sample takes the ONNX-file route:
+stock tf2onnx's file of each model, rewritten by ``rewrite_onnx``.
 """
 
 import collections
@@ -53,6 +54,18 @@ def assert_case_ok(case, batches):
 def test_random_models_match_keras_in_both_modes(case, batches):
     """No Loop left; "any" equals Keras on every batch, "post" on post-padded ones, and fails
     with the guard's message on every other batch."""
+    assert_case_ok(case, batches)
+
+
+# The ONNX-file route (stock tf2onnx's file rewritten by rewrite_onnx) on its own smaller seeded sample
+FILE_ROUTE_MODELS, FILE_ROUTE_BATCHES = 6, 5
+
+
+@seed(FUZZ_SEED + 1)
+@settings(max_examples=FILE_ROUTE_MODELS, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(case=fuzzgen.model_cases(route=fuzzgen.ONNX_FILE), batches=fuzzgen.batch_lists(FILE_ROUTE_BATCHES))
+def test_random_models_rewritten_from_stock_files_match_keras_in_both_modes(case, batches):
+    """As above, each model converted by stock tf2onnx and its file rewritten by rewrite_onnx."""
     assert_case_ok(case, batches)
 
 

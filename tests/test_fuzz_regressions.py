@@ -21,7 +21,8 @@ pytestmark = pytest.mark.grid  # a sample of each parametrized grid (tests/grid.
 
 # Fixed bug: the rewriter mapped Keras's softplus to the recurrent op's Softplus activation, which
 # onnxruntime computes as log(1 + exp(x)): inf for x > 88, where Keras gives x. Such layers now
-# stay Loops (whose stand-alone Softplus op is right): fuzzgen checks that they do, for that reason.
+# stay Loops (whose stand-alone Softplus op is right), from a conversion and from an ONNX file:
+# fuzzgen checks that they do, for that reason.
 
 
 def test_ill_conditioned_model_passes_by_the_float64_referee():
@@ -86,11 +87,13 @@ def test_fuzz_case_softplus_overflow_comes_out_finite_but_wrong():
     assert result.ok, fuzzgen.describe(case, batches, result)
 
 
+@pytest.mark.parametrize("route", [fuzzgen.CONVERSION, fuzzgen.ONNX_FILE])
 @pytest.mark.parametrize("mode", mlr.MASK_MODES)
 @pytest.mark.parametrize("slot", ["activation", "recurrent_activation"])
-def test_softplus_of_a_large_value(slot, mode):
+def test_softplus_of_a_large_value(slot, mode, route):
     """One unit, weights 1: the gates see the input itself; a step of 100 gave inf, not ~100.
-    Now the layer stays a Loop, for that reason, and matches Keras."""
+    Now the layer stays a Loop, for that reason, and matches Keras, in a conversion and when stock
+    tf2onnx's file is rewritten (found by the fuzzer's ONNX-file route, seed 3801: that route made it native)."""
     keras.utils.set_random_seed(0)
     x_in = keras.Input((None, 1), name="x")
     m_in = keras.Input((None,), dtype="bool", name="mask")
@@ -99,8 +102,8 @@ def test_softplus_of_a_large_value(slot, mode):
     model.set_weights([np.ones((1, 4), np.float32), np.zeros((1, 4), np.float32), np.zeros(4, np.float32)])
     spec = (tf.TensorSpec((None, None, 1), tf.float32, name="x"), tf.TensorSpec((None, None), tf.bool, name="mask"))
     x = np.array([[[50.0], [100.0], [0.0]], [[1.0], [2.0], [0.0]], [[0.0], [0.0], [0.0]]], np.float32)
-    onnx_model = convert(model, spec, rewriter=mlr.make_rewriter(mode))
-    assert op_counts(onnx_model)["Loop"] == 1 and "softplus" in mlr.last_report().left_as_loop[0].detail
+    onnx_model, report = fuzzgen.converted(model, spec, ModelCase(route=route), mode)
+    assert op_counts(onnx_model)["Loop"] == 1 and "softplus" in report.left_as_loop[0].detail
     assert_matches_keras(model, onnx_model, spec, [x, mask_from_lengths([2, 3, 0], 3)])
 
 
