@@ -516,10 +516,14 @@ CASES = {
     "static_one_emb_gru_back_lstm_stack": ((15,), FLAVOURS, "ids[1,6] (static signature, one row) -> Embedding("
                                            "mask_zero) -> GRU(4, return_sequences=True, go_backwards=True) -> "
                                            "LSTM(3, return_sequences=True)"),
+    "static_step_emb_bigru_bilstm_stack": ((15,), FLAVOURS, "ids[1,1] (static signature, one row of one step) -> "
+                                           "Embedding(mask_zero) -> Bidirectional(GRU(4, return_sequences=True)) -> "
+                                           "Bidirectional(LSTM(3, return_sequences=True))"),
 }
 
 # the input signature's (batch, time) per case: None is dynamic
-STATIC_SHAPES = {"static_batch_": (2, None), "static_time_": (None, 6), "static_one_": (1, 6), "static_": (2, 6)}
+STATIC_SHAPES = {"static_batch_": (2, None), "static_time_": (None, 6), "static_one_": (1, 6), "static_step_": (1, 1),
+                 "static_": (2, 6)}
 
 
 def signature_shape(name):
@@ -536,7 +540,7 @@ def build_case(name, keras, tf, np, shape=None):  # pylint: disable=too-many-loc
     rng = np.random.default_rng(7)
     shape = shape or signature_shape(name)
     batch, steps = (shape[0] or 3), (shape[1] or 6)
-    lengths = LENGTHS[:batch]
+    lengths = [min(n, steps) for n in LENGTHS[:batch]]
 
     def ids_input():
         inp = keras.Input(shape=shape[1:], batch_size=shape[0], dtype="int32", name="ids")
@@ -647,6 +651,9 @@ def build_case(name, keras, tf, np, shape=None):  # pylint: disable=too-many-loc
     elif name == "static_one_emb_gru_back_lstm_stack":
         lower = L.GRU(UNITS, return_sequences=True, go_backwards=True, name="gru")(emb(add(ids_input())))
         outs = [L.LSTM(3, return_sequences=True, name="lstm")(lower)]
+    elif name == "static_step_emb_bigru_bilstm_stack":
+        lower = L.Bidirectional(L.GRU(UNITS, return_sequences=True), name="bi_gru")(emb(add(ids_input())))
+        outs = [L.Bidirectional(L.LSTM(3, return_sequences=True), name="bi_lstm")(lower)]
     elif name == "unmasked_lstm":
         outs = [L.LSTM(UNITS, return_sequences=True, name="lstm")(add(float_input(padded=False)))]
     elif name == "unmasked_gru":

@@ -244,7 +244,7 @@ def _read_layer(graph, loop, body, reads: _StepReads) -> LoopLayer:
     mask, mask_layout = None, "batch"
     if reads.mask is not None:
         mask_tm, mask_reversed = unreversed(graph, _outside_name(loop, body, reads.mask.input[0]))
-        if mask_reversed != x_reversed:
+        if mask_reversed != x_reversed and time_axis.steps != 1:  # one step: a reversal changes nothing
             raise Refusal("only one of the input and the mask is reversed in time", reads.mask)
         mask, mask_layout = batch_major_mask(graph, mask_tm, time_axis)
     if starts_from_state and x_reversed:
