@@ -260,8 +260,9 @@ def axis_source(graph, node, tensor: str, axis: int) -> Optional[tuple]:
             and not any(node.get_attr_value(a, 0) for a in ("transpose_a", "adj_x")):
         return (node.input[0], axis) if rank is not None and axis < rank - 1 else None  # the leading axes are x's
     if kind == "Reshape":
-        if _reshape_keeps_axis(graph, node, axis):
-            return node.input[0], axis
+        before = _axis_before_reshape(graph, node, axis)
+        if before is not None:
+            return node.input[0], before
         return shape_element(graph, node.input[1], axis) if rank is not None and axis < rank else None
     if kind in ("GatherV2", "Gather"):  # params[indices] along axis 0: the indices' axes come first
         along = const_value(graph, node.input[2]) if kind == "GatherV2" else node.get_attr_value("axis", 0)
@@ -272,15 +273,22 @@ def axis_source(graph, node, tensor: str, axis: int) -> Optional[tuple]:
     return None
 
 
-def _reshape_keeps_axis(graph, node, axis: int) -> bool:
-    """Is the Reshape ``node`` one that leaves axis ``axis`` of its input as it is: a constant shape of the
-    input's rank, the same static size on every other axis and -1 (or the same static size) on that one
-    (tf2onnx writes a transpose that moves only an axis of 1, as a static batch of 1 has, so)?"""
+def _axis_before_reshape(graph, node, axis: int) -> Optional[int]:
+    """The input axis that axis ``axis`` of a Reshape's output is, where the Reshape only adds, drops or
+    moves axes of size 1 (how tf2onnx writes a transpose of a batch of 1): a constant shape whose other
+    axes are the input's, in order, each of a static size, and -1 (or the same static size) at ``axis``."""
     target, shape = const_value(graph, node.input[1]), graph.get_shape(node.input[0])
-    if not isinstance(target, list) or shape is None or len(target) != len(shape) or axis >= len(shape):
-        return False
-    others_kept = all(size is not None and size > 0 and target[i] == size for i, size in enumerate(shape) if i != axis)
-    return others_kept and (target[axis] == -1 or target[axis] == shape[axis] > 0)
+    if not isinstance(target, list) or shape is None or axis >= len(target) or target[axis] == 1:
+        return None
+    kept_out = [i for i, size in enumerate(target) if size != 1]
+    kept_in = [i for i, size in enumerate(shape) if size != 1]
+    if len(kept_out) != len(kept_in):
+        return None
+    for out, into in zip(kept_out, kept_in):
+        same = shape[into] is not None and target[out] == shape[into] > 0
+        if not (same or (out == axis and target[out] == -1)):
+            return None
+    return kept_in[kept_out.index(axis)]
 
 
 def concatenated_beside(graph, node, axis: int) -> Optional[list]:

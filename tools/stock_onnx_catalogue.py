@@ -515,7 +515,8 @@ CASES = {
                                         "-> GRU(4, return_sequences=True) -> LSTM(3, return_sequences=True)"),
     "static_one_emb_gru_back_lstm_stack": ((15,), FLAVOURS, "ids[1,6] (static signature, one row) -> Embedding("
                                            "mask_zero) -> GRU(4, return_sequences=True, go_backwards=True) -> "
-                                           "LSTM(3, return_sequences=True)"),
+                                           "LSTM(3, return_sequences=True, go_backwards=True); both sequences are "
+                                           "outputs"),
     "static_step_emb_bigru_bilstm_stack": ((15,), FLAVOURS, "ids[1,1] (static signature, one row of one step) -> "
                                            "Embedding(mask_zero) -> Bidirectional(GRU(4, return_sequences=True)) -> "
                                            "Bidirectional(LSTM(3, return_sequences=True))"),
@@ -650,7 +651,7 @@ def build_case(name, keras, tf, np, shape=None):  # pylint: disable=too-many-loc
         outs = [L.LSTM(3, return_sequences=True, name="lstm")(lower)]
     elif name == "static_one_emb_gru_back_lstm_stack":
         lower = L.GRU(UNITS, return_sequences=True, go_backwards=True, name="gru")(emb(add(ids_input())))
-        outs = [L.LSTM(3, return_sequences=True, name="lstm")(lower)]
+        outs = [lower, L.LSTM(3, return_sequences=True, go_backwards=True, name="lstm")(lower)]
     elif name == "static_step_emb_bigru_bilstm_stack":
         lower = L.Bidirectional(L.GRU(UNITS, return_sequences=True), name="bi_gru")(emb(add(ids_input())))
         outs = [L.Bidirectional(L.LSTM(3, return_sequences=True), name="bi_lstm")(lower)]

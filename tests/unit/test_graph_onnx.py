@@ -227,17 +227,20 @@ def axes_graph():
              node("Squeeze", ["x_wide"], ["x_all_squeezed"]), node("MatMul", ["x", "W"], ["x_dense"]),
              node("Gather", ["E", "ids"], ["x_embedded"]), node("Max", ["x", "x_act"], ["x_max"]),
              node("Shape", ["x"], ["x_shape"]), node("Reshape", ["x_act", "x_shape"], ["x_reshaped"]),
-             node("Reshape", ["y", "t_1_3"], ["y_kept"]), node("Reshape", ["y", "t_3_1"], ["y_moved"]),
-             node("Reshape", ["x", "two_5_3"], ["x_same"])]
+             node("Reshape", ["y", "t_1_3"], ["y_kept"]), node("Reshape", ["y", "t_3_1"], ["y_unit_moved"]),
+             node("Reshape", ["y", "one_t_3"], ["y_batch_major"]), node("Reshape", ["y", "three_t"], ["y_regrouped"]),
+             node("Reshape", ["y", "t_1"], ["y_merged"]), node("Reshape", ["x", "two_5_3"], ["x_same"])]
     model = make_model(nodes, [info("x", FLOAT, [2, 5, 3]), info("ids", INT64, [2, 5]), info("y", FLOAT, ["T", 1, 3])],
                        [], [const("one", [1]), const("W", np.ones((3, 4))), const("E", np.ones((10, 3))),
-                            const("t_1_3", [-1, 1, 3]), const("t_3_1", [-1, 3, 1]), const("two_5_3", [2, 5, 3])],
+                            const("t_1_3", [-1, 1, 3]), const("t_3_1", [-1, 3, 1]), const("two_5_3", [2, 5, 3]),
+                            const("one_t_3", [1, -1, 3]), const("three_t", [3, -1]), const("t_1", [-1, 1])],
                        exposed=[("x_tm", FLOAT, [5, 2, 3]), ("x_act", FLOAT, [2, 5, 3]), ("x_back", FLOAT, [2, 5, 3]),
                                 ("x_all_squeezed", FLOAT, [2, 5, 3]), ("x_dense", FLOAT, [2, 5, 4]),
                                 ("x_embedded", FLOAT, [2, 5, 3]), ("x_max", FLOAT, [2, 5, 3]),
                                 ("x_reshaped", FLOAT, [2, 5, 3]), ("x_wide", FLOAT, [2, 1, 5, 3]),
-                                ("y_kept", FLOAT, ["T", 1, 3]), ("y_moved", FLOAT, ["T", 3, 1]),
-                                ("x_same", FLOAT, [2, 5, 3])])
+                                ("y_kept", FLOAT, ["T", 1, 3]), ("y_unit_moved", FLOAT, ["T", 3, 1]),
+                                ("y_batch_major", FLOAT, [1, "T", 3]), ("y_regrouped", FLOAT, [3, "T"]),
+                                ("y_merged", FLOAT, ["T3", 1]), ("x_same", FLOAT, [2, 5, 3])])
     graph, _, _ = load(model)
     return graph
 
@@ -250,8 +253,9 @@ def axes_graph():
     ("x_embedded", 1, ("ids", 1)), ("x_embedded", 2, None),  # E[ids]: the ids' axes, then E's
     ("x_max", 1, None),                                      # ONNX's Max is elementwise: the walks' own rule
     ("x_reshaped", 1, ("x", 1)),                              # to a shape read off x
-    ("y_kept", 0, ("y", 0)), ("x_same", 1, ("x", 1)),        # to a constant shape keeping every other axis
-    ("y_moved", 0, None), ("y_kept", 1, None),               # other axes changed; an axis beside one not static
+    ("y_kept", 0, ("y", 0)), ("x_same", 1, ("x", 1)),        # to a constant shape keeping every other axis,
+    ("y_unit_moved", 0, ("y", 0)), ("y_batch_major", 1, ("y", 0)),  # or moving only axes of size 1
+    ("y_kept", 1, None), ("y_regrouped", 1, None), ("y_merged", 0, None),  # a unit axis; other axes regrouped
 ])
 def test_axis_source(axes, tensor, axis, expected):
     assert axis_source(axes, axes.get_node_by_output(tensor), tensor, axis) == expected
