@@ -11,9 +11,9 @@ Two steps, each in its own environment (the JAX one as in ``tools/make_jax_expor
 ``make`` draws each case from its seed (1-3 stacked LSTM, GRU or SimpleRNN layers, 1-6 units, any
 of eight activations in either slot, with or without a bias, GRU's ``reset_after``; the mask from
 ``Embedding(mask_zero=True)``, ``Masking``, a mask input with a static time axis, or none, with a
-dynamic or static time axis; sequences or last outputs, states), exports it, and writes
+dynamic or static time axis; sequences or last outputs, states; initial states as inputs), exports it, and writes
 ``case<N>.onnx``, ``case<N>.npz`` (for a post-padded and a not post-padded batch of 5 rows of 7
-steps, with a full row and an empty one: ``<batch>.in``, ``<batch>.mask`` for a mask input,
+steps, with a full row and an empty one: ``<batch>.in.<k>`` the model's inputs in order,
 ``<batch>.out.<k>`` Keras's outputs on JAX) and ``case<N>.json`` (the case; why the export
 failed, if it did).
 
@@ -53,7 +53,8 @@ def draw_case(seed: int) -> dict:
                    use_bias=rng.random() < 0.7, reset_after=rng.random() < 0.5)
               for _ in range(rng.choice([1, 1, 2, 3]))]
     return dict(seed=seed, layers=layers, source=rng.choice(MASK_SOURCES),
-                return_sequences=rng.random() < 0.5, return_state=rng.random() < 0.3)
+                return_sequences=rng.random() < 0.5, return_state=rng.random() < 0.3,
+                initial_state=rng.random() < 0.3)
 
 
 # --- make: in the JAX environment ------------------------------------------------------------
@@ -69,6 +70,10 @@ def build_model(keras, case: dict):
         inputs = [keras.Input((STEPS if static else None, FEATURES), name="features")]
         inputs += [keras.Input((STEPS,), dtype="bool", name="mask")] if source == "explicit" else []
         x = layers.Masking(0.0)(inputs[0]) if source == "masking" else inputs[0]
+    first = case["layers"][0]
+    states = [keras.Input((first["units"],), name=name)
+              for name in ("h0", "c0")[:2 if first["kind"] == "LSTM" else 1]] if case.get("initial_state") else []
+    inputs += states
     outputs = []
     for index, spec in enumerate(case["layers"]):
         last = index == len(case["layers"]) - 1
@@ -80,7 +85,8 @@ def build_model(keras, case: dict):
         if spec["kind"] == "GRU":
             options["reset_after"] = spec["reset_after"]
         layer = getattr(layers, spec["kind"])(spec["units"], **options)
-        y = layer(x, mask=inputs[1]) if source == "explicit" else layer(x)
+        given = dict(mask=inputs[1]) if source == "explicit" else {}
+        y = layer(x, initial_state=states, **given) if states and index == 0 else layer(x, **given)
         outputs = list(y) if isinstance(y, (list, tuple)) else [y]
         x = outputs[0]
     model = keras.Model(inputs, outputs)
@@ -91,13 +97,18 @@ def build_model(keras, case: dict):
 
 
 def batch_inputs(case: dict, mask, rng) -> list:
+    """The model's inputs for a batch whose valid steps are ``mask``: tokens or features (a mask input
+    too), then the initial states."""
     import numpy as np  # pylint: disable=import-outside-toplevel
+    first = case["layers"][0]
+    states = [rng.uniform(-1, 1, (mask.shape[0], first["units"])).astype(np.float32)
+              for _ in range(2 if first["kind"] == "LSTM" else 1)] if case.get("initial_state") else []
     if case["source"] == "embedding":
-        return [np.where(mask, rng.integers(1, VOCAB, mask.shape), 0).astype(np.int32)]
+        return [np.where(mask, rng.integers(1, VOCAB, mask.shape), 0).astype(np.int32)] + states
     x = rng.uniform(-1, 1, mask.shape + (FEATURES,)).astype(np.float32)
     if case["source"] == "masking":
         x = np.where(mask[..., None], x, 0).astype(np.float32)
-    return [x, mask] if case["source"] == "explicit" else [x]
+    return ([x, mask] if case["source"] == "explicit" else [x]) + states
 
 
 def make(folder: str, cases: int, seed: int) -> int:
@@ -113,9 +124,7 @@ def make(folder: str, cases: int, seed: int) -> int:
             for batch, mask in MASKS.items():
                 inputs = batch_inputs(case, np.array(mask, bool), np.random.default_rng(number))
                 outputs = model(inputs if len(inputs) > 1 else inputs[0])
-                arrays[f"{batch}.in"] = inputs[0]
-                if len(inputs) > 1:
-                    arrays[f"{batch}.mask"] = inputs[1]
+                arrays.update({f"{batch}.in.{k}": value for k, value in enumerate(inputs)})
                 for k, output in enumerate(outputs if isinstance(outputs, (list, tuple)) else [outputs]):
                     arrays[f"{batch}.out.{k}"] = np.asarray(output)
             model.export(stem + ".onnx", format="onnx", verbose=False)
@@ -199,7 +208,7 @@ def _check_batch(case, mode, batch, data, runs, report, counts, failures) -> Non
     import numpy as np  # pylint: disable=import-outside-toplevel
     import masked_lstm_rewriter as mlr  # pylint: disable=import-outside-toplevel
     run, run_file, runtime = runs
-    feeds = [data[f"{batch}.in"]] + ([data[f"{batch}.mask"]] if f"{batch}.mask" in data.files else [])
+    feeds = [data[f"{batch}.in.{k}"] for k in range(sum(f.startswith(f"{batch}.in.") for f in data.files))]
     expected = [data[k] for k in sorted(f for f in data.files if f.startswith(f"{batch}.out."))]
     guarded = mode == "post" and batch == "nonpost" and case["source"] not in ("none", "none_static") \
         and any(layer.masked for layer in report.rewritten)

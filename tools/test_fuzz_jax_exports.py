@@ -26,6 +26,7 @@ def test_cases_are_a_function_of_their_seed_and_span_the_space():
     assert {layer["activation"] for layer in layers} == {layer["recurrent_activation"] for layer in layers} \
         == set(fje.ACTIVATIONS)
     assert {len(case["layers"]) for case in cases} == {1, 2, 3}
+    assert {case["initial_state"] for case in cases} == {True, False}
     assert {layer["use_bias"] for layer in layers} == {layer["reset_after"] for layer in layers} == {True, False}
 
 
@@ -36,7 +37,7 @@ def _stored_case(folder) -> None:
     stored = np.load(os.path.join(JAX, "plain_gru_nobias_seq.npz"))
     arrays = {f"{batch}.{part}": stored[f"{name}.{key}"]
               for batch, name in (("post", "post"), ("nonpost", "rand"))
-              for part, key in (("in", "in.features"), ("out.0", "out.0"))}
+              for part, key in (("in.0", "in.features"), ("out.0", "out.0"))}
     np.savez(os.path.join(folder, "case0.npz"), **arrays)
     with open(os.path.join(folder, "case0.json"), "w", encoding="utf-8") as out:
         json.dump(dict(fje.draw_case(0), source="none"), out)
