@@ -21,7 +21,9 @@ file rewritten by ``rewrite_onnx`` (its Loops read as ONNX), compared with Keras
 
 ``--adversarial`` fuzzes the matcher instead (fuzz_adversarial.py): N near-miss cells and
 Keras-like loops per flavour, each refused (stays a Loop, with its reason) or exact, else a
-failure; prints the verdicts by family and mask mode, the reasons given, and every failure.
+failure; prints the verdicts by family and mask mode, the reasons given, and every failure. With
+``--onnx-files`` too, each is converted by stock tf2onnx and its file rewritten (the ONNX reader's
+refusals): where the file itself differs from Keras, the rewrite must equal the file.
 
     .venv/bin/python tests/fuzz.py --adversarial --cases 2000 [--keras tf_keras] [--seed 0]
 """
@@ -136,7 +138,8 @@ def run_adversarial_worker(args) -> dict:
 
     verdicts, reasons, totals = collections.Counter(), collections.Counter(), collections.Counter()
     failures, worst, start = [], 0.0, time.monotonic()
-    for number, case in enumerate(fa.draw_cases(args.cases, args.seed), 1):
+    route = fa.fuzzgen.ONNX_FILE if args.onnx_files else fa.fuzzgen.CONVERSION
+    for number, case in enumerate(fa.draw_cases(args.cases, args.seed, route), 1):
         try:
             verdict = fa.check_case(case)
         except Exception as error:  # pylint: disable=broad-except  (a crash is a finding, keep going)
@@ -147,6 +150,7 @@ def run_adversarial_worker(args) -> dict:
         totals.update(cases=1, comparisons=verdict.comparisons, **{"guard fired": verdict.guard_fired,
                                                                    "non-finite": verdict.non_finite,
                                                                    "ill-conditioned": verdict.ill_conditioned,
+                                                                   "stock differs": verdict.stock_differs,
                                                                    "unrecognised loops": verdict.unrecognised})
         totals[verdict.verdict] += 1
         worst = max(worst, verdict.worst)
@@ -166,7 +170,8 @@ def print_adversarial_summary(result) -> bool:
           f"exact {t['exact']}, failures {t['failure']}")
     print(f"  {t['comparisons']} comparisons with Keras, worst |keras - onnx| / max(1, |keras|) {result['worst']:.3g} "
           f"(limit 1e-05; {t['ill-conditioned']} beyond it passed by the float64 referee), not compared (Keras "
-          f"overflowed) {t['non-finite']}; \"post\" guard fired {t['guard fired']}; "
+          f"overflowed) {t['non-finite']}; equal to an ONNX file that differs from Keras {t['stock differs']}; "
+          f"\"post\" guard fired {t['guard fired']}; "
           f"loops not taken for masked recurrent loops {t['unrecognised loops']}")
     for key, count in sorted(result["verdicts"].items()):
         print(f"  {key}: {count}")

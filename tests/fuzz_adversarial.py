@@ -88,6 +88,7 @@ class AdversarialCase:
     rows: int = 5
     steps: int = 7
     seed: int = 0
+    route: str = dataclasses.field(default=fuzzgen.CONVERSION, repr=False)  # or fuzzgen.ONNX_FILE
 
     @property
     def recurrent_layers(self) -> int:
@@ -519,9 +520,11 @@ def draw_case(seed: int) -> AdversarialCase:
         seed=seed % 2**16)
 
 
-def draw_cases(count: int, seed: int = 0) -> list:
-    """``count`` cases of run ``seed``: case i is :func:`draw_case` of ``seed * 1_000_003 + i``."""
-    return [draw_case(seed * 1_000_003 + i) for i in range(count)]
+def draw_cases(count: int, seed: int = 0, route: str = fuzzgen.CONVERSION) -> list:
+    """``count`` cases of run ``seed``: case i is :func:`draw_case` of ``seed * 1_000_003 + i``, each
+    reaching the rewriter by ``route`` (fuzzgen.CONVERSION, or fuzzgen.ONNX_FILE: stock tf2onnx's file
+    rewritten by ``rewrite_onnx``)."""
+    return [dataclasses.replace(draw_case(seed * 1_000_003 + i), route=route) for i in range(count)]
 
 
 # --- the verdict -------------------------------------------------------------------------------
@@ -537,6 +540,7 @@ class Verdict:
     comparisons: int = 0
     non_finite: int = 0          # batches where Keras itself overflowed: not compared
     ill_conditioned: int = 0     # passed by the float64 referee (beyond 1e-5, as close as Keras itself)
+    stock_differs: int = 0       # an ONNX file's rewrite equal to the file where the file differs from Keras
     guard_fired: int = 0
     worst: float = 0.0
     problems: list = dataclasses.field(default_factory=list)
@@ -554,8 +558,7 @@ def check_case(case: AdversarialCase) -> Verdict:
     masks = batches_for(case)
     feeds = [batch_inputs(case, mask) for mask in masks]
     form_spec, _ = signature_for(case, spec, feeds[0])
-    onnx_model = convert(model, form_spec, rewriter=mlr.make_rewriter(case.mode))
-    report = mlr.last_report()
+    onnx_model, report, stock = _converted(model, form_spec, case)
     verdict.rewritten = len(report.rewritten)
     for layer in report.left_as_loop:
         verdict.reasons[layer.detail] += 1
@@ -569,28 +572,42 @@ def check_case(case: AdversarialCase) -> Verdict:
     if not verdict.rewritten:
         verdict.verdict = "failure" if verdict.problems else "refused"
         return verdict
-    sess = session(onnx_model)
+    sess, stock_sess = session(onnx_model), None if stock is None else session(stock)
     referee = fuzzgen.Float64Referee(case, model, build=build_model)
     for mask, inputs in zip(masks, feeds):
         _, batches = signature_for(case, spec, inputs)
         applied = effective_mask(case, mask)
         row_masks = [applied] if len(batches) == 1 else [applied[row:row + 1] for row in range(len(batches))]
         for batch, batch_mask in zip(batches, row_masks):
-            _compare(verdict, case, referee, sess, form_spec, batch, batch_mask)
+            _compare(verdict, case, referee, (sess, stock_sess), form_spec, batch, batch_mask)
     verdict.verdict = "failure" if verdict.problems else "exact"
     return verdict
 
 
-def _compare(verdict: Verdict, case, referee, sess, spec, batch, mask):
+def _converted(model, spec, case: AdversarialCase) -> tuple:
+    """(ONNX model, report, stock tf2onnx's model or None) of ``case`` in its mode, through its route."""
+    if case.route == fuzzgen.ONNX_FILE:
+        stock = convert(model, spec, rewriter=None)
+        onnx_model, report = mlr.rewrite_onnx(stock, mask_mode=case.mode)
+        return onnx_model, report, stock
+    return convert(model, spec, rewriter=mlr.make_rewriter(case.mode)), mlr.last_report(), None
+
+
+def _compare(verdict: Verdict, case, referee, sessions, spec, batch, mask):
     """One batch: Keras's numbers, or (``"post"``, a mask that is not post-padded) the guard's error.
 
     Within 1e-5 (relative above 1), or, for a model that amplifies float32 rounding by itself (a
     linear gate over several steps), no more than 10x as far from Keras in float64 as Keras in
-    float32 is (:class:`fuzzgen.Float64Referee`, as the differential fuzzer does)."""
+    float32 is (:class:`fuzzgen.Float64Referee`, as the differential fuzzer does). ``sessions``: the
+    model's, and stock tf2onnx's for an ONNX file: where the file itself differs from Keras (a loop
+    stock tf2onnx converts wrongly, such as one writing its outputs backwards), the rewrite must
+    equal the file."""
     expected = keras_outputs(referee.model32, batch)
     guarded = case.mode == "post" and not fuzzgen.is_post_padded(mask)
+    sess, stock_sess = sessions
+    feeds = {s.name: np.asarray(x) for s, x in zip(spec, batch)}
     try:
-        got = sess.run(None, {s.name: np.asarray(x) for s, x in zip(spec, batch)})
+        got = sess.run(None, feeds)
     except Exception as error:  # pylint: disable=broad-except  (onnxruntime's own exception types)
         if guarded and mlr.GUARD_MESSAGE in str(error):
             verdict.guard_fired += 1
@@ -609,15 +626,21 @@ def _compare(verdict: Verdict, case, referee, sess, spec, batch, mask):
     if diff <= ATOL:
         return
     ok, keras_error, onnx_error = referee.accepts(batch, expected, got)
+    stock_out = None if ok or stock_sess is None else stock_sess.run(None, feeds)
     if ok:
         verdict.ill_conditioned += 1
+    elif stock_out is not None and fuzzgen.scaled_difference(expected, stock_out) > ATOL and \
+            fuzzgen.scaled_difference(stock_out, got) <= ATOL:
+        verdict.stock_differs += 1
     else:
         verdict.problems.append(f"max |keras - onnx| = {diff:.3g} on a batch of {mask.shape[0]} row(s) (vs Keras "
                                 f"in float64: {onnx_error:.3g}, Keras in float32 itself: {keras_error:.3g})")
 
 
 def describe(case: AdversarialCase, verdict: Verdict) -> str:
-    lines = [f"case = {case!r}", f"  verdict: {verdict.verdict}; rewritten {verdict.rewritten}"]
+    lines = [f"case = {case!r}"] + ([f"case = dataclasses.replace(case, route={case.route!r})"]
+                                    if case.route != fuzzgen.CONVERSION else [])
+    lines += [f"  verdict: {verdict.verdict}; rewritten {verdict.rewritten}"]
     lines += [f"  {problem}" for problem in verdict.problems]
     lines += [f"  left as Loop: {reason} (x{count})" for reason, count in verdict.reasons.items()]
     return "\n".join(lines)

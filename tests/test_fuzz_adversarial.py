@@ -5,15 +5,18 @@ CI runs a fixed sample of ADVERSARIAL_CASES cases per Keras flavour (case i draw
 the sample is the same on every run); each must be refused (every masked recurrent loop stays a
 Loop, with its reason) or exact (every output, every position, every batch; "post" fails with the
 guard's message on batches that are not post-padded). MLR_ADVERSARIAL_CASES=N changes the count;
-``tests/fuzz.py --adversarial --cases N`` runs thousands and counts.
+``tests/fuzz.py --adversarial --cases N`` runs thousands and counts. A smaller sample (and the cases
+it found) takes the ONNX-file route: stock tf2onnx's file rewritten by ``rewrite_onnx``.
 """
 
+import dataclasses
 import os
 
 import numpy as np
 import pytest
 
 import fuzz_adversarial as fa
+import fuzzgen
 import signatures
 from kerasutil import keras_outputs
 
@@ -21,10 +24,39 @@ pytestmark = pytest.mark.grid  # a sample of each parametrized grid (tests/grid.
 
 ADVERSARIAL_CASES = int(os.environ.get("MLR_ADVERSARIAL_CASES", "100"))
 CASES = fa.draw_cases(ADVERSARIAL_CASES, seed=0)
+# the same through the ONNX-file route (stock tf2onnx's file rewritten by rewrite_onnx), another seed
+FILE_CASES = fa.draw_cases(int(os.environ.get("MLR_ADVERSARIAL_FILE_CASES", "30")), seed=1, route=fuzzgen.ONNX_FILE)
+# found by it: a loop whose output variable starts at ones (refused), and one that sets it to zeros
+# at masked steps and returns its last value (the last output is zeros where the last step is masked)
+FILE_REGRESSIONS = [dataclasses.replace(case, route=fuzzgen.ONNX_FILE) for case in (
+    fa.AdversarialCase(family="loop", kind="LSTM", mutation="initial_output_ones", units=4, activation="tanh",
+                       recurrent_activation="hard_sigmoid", use_bias=False, reset_after=False,
+                       return_sequences=True, return_state=True, mask_source="masking", signature="static",
+                       mode="post", rows=4, steps=8, seed=59257),
+    fa.AdversarialCase(family="loop", kind="SimpleRNN", mutation="zero_output_for_mask", units=4,
+                       activation="softsign", recurrent_activation="tanh", use_bias=False, reset_after=True,
+                       return_sequences=False, return_state=True, mask_source="embedding", signature="static time",
+                       mode="post", rows=5, steps=6, seed=59248),
+    fa.AdversarialCase(family="loop", kind="SimpleRNN", mutation="zero_output_for_mask", units=2,
+                       activation="hard_sigmoid", recurrent_activation="linear", use_bias=True,
+                       return_sequences=False, return_state=False, mask_source="explicit", mode="any",
+                       rows=3, steps=4, seed=59318))]
 
 
-@pytest.mark.parametrize("case", CASES, ids=[f"{i}-{c.family}-{c.kind}-{c.mutation}" for i, c in enumerate(CASES)])
+def _ids(cases):
+    return [f"{i}-{c.family}-{c.kind}-{c.mutation}" for i, c in enumerate(cases)]
+
+
+@pytest.mark.parametrize("case", CASES, ids=_ids(CASES))
 def test_adversarial_case_is_refused_or_exact(case):
+    verdict = fa.check_case(case)
+    fa.TALLY[verdict.verdict] += 1
+    assert verdict.ok, fa.describe(case, verdict)
+
+
+@pytest.mark.parametrize("case", FILE_CASES + FILE_REGRESSIONS, ids=_ids(FILE_CASES + FILE_REGRESSIONS))
+def test_adversarial_case_from_an_onnx_file_is_refused_or_exact(case):
+    """Refused, or exact; where stock tf2onnx's file itself differs from Keras, equal to the file."""
     verdict = fa.check_case(case)
     fa.TALLY[verdict.verdict] += 1
     assert verdict.ok, fa.describe(case, verdict)

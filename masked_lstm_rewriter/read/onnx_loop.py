@@ -234,7 +234,7 @@ def _read_layer(graph, loop, body, reads: _StepReads) -> LoopLayer:
     stack = state_stack(body, states, h_top, x_item)
     cells = resolve_cells(graph, loop, read_cells(body, x_item, stack, states), lambda i: loop.output[i - 2])
     output_carried, starts_from_state = _output_carried(graph, loop, body, carried, out_select, h_top, cells[-1],
-                                                        sequence)
+                                                        sequence, zero_output is not None)
     roles = set(states) | {output_index} - {None}
     if any(mirror.source not in {loop.output[i - 2] for i in roles} for mirror in mirrors.values()):
         raise Refusal("a loop output mirrors a loop variable that is neither a state nor the output", loop)
@@ -372,18 +372,24 @@ def _carried(graph, loop, body, variables: list, mask_item) -> tuple:
     return carried, zero_output
 
 
-def _output_carried(graph, loop, body, carried: dict, out_select, h_top: str, top, sequence) -> tuple:
-    """(does a masked step output the last output, else zeros (Keras's ``zero_output_for_mask``); does
-    that output start from the top cell's initial h, which the loop carries as the output (Keras on
-    JAX), rather than from zeros)."""
+def _output_carried(graph, loop, body, carried: dict, out_select, h_top: str, top, sequence,
+                    zero_output: bool) -> tuple:
+    """(does a masked step output the last output, else zeros (Keras's ``zero_output_for_mask``, which
+    a loop variable the step sets to zeros at masked steps says where the loop returns no sequence:
+    ``zero_output``); does that output start from the top cell's initial h, which the loop carries as
+    the output (Keras on JAX), rather than from zeros). An output carried apart from the states must
+    start as zeros."""
     if out_select is None:
-        return True, False
+        return not zero_output, False
     names, old = body.input_names, skip_identity(body, out_select.old)
     if old in names and names.index(old) in carried:
-        if _same_value(body, carried[names.index(old)]) != _same_value(body, h_top):
+        index = names.index(old)
+        if _same_value(body, carried[index]) != _same_value(body, h_top):
             raise Refusal("the output at masked steps repeats another value than the layer's output "
                           f"({old}: the state of a lower cell?)", loop)
-        return True, _is_state(carried, names.index(old)) and not top.zero_initial_state
+        if not _is_state(carried, index) and not is_zeros(graph, loop.input[index]):
+            raise Refusal("the output at masked steps does not start as zeros", loop)
+        return True, _is_state(carried, index) and not top.zero_initial_state
     if _is_zeros_in_body(graph, loop, body, old):
         return False, False
     raise Refusal("the output at masked steps is computed in an unrecognised way", producer(body, sequence))

@@ -307,6 +307,26 @@ def test_a_softplus_cell_stays_a_loop_on_every_runtime(name):
         assert rewritten.SerializeToString() == original.SerializeToString()
 
 
+def _output_variable_starting_at_ones(model):
+    """``model`` (tf2onnx's file of a Keras LSTM) whose loop variable carrying the last output starts at
+    ones: a row's steps before its first valid one output ones."""
+    doctored = onnx.ModelProto()
+    doctored.CopyFrom(model)
+    loop = next(n for n in doctored.graph.node if n.op_type == "Loop")
+    doctored.graph.initializer.append(numpy_helper.from_array(np.array(1.0, np.float32), "one_f"))
+    doctored.graph.node.insert(list(doctored.graph.node).index(loop),
+                               helper.make_node("Add", [loop.input[3], "one_f"], ["output_starts_at_ones"]))
+    loop.input[3] = "output_starts_at_ones"
+    return doctored
+
+
+@pytest.mark.parametrize("name", ["keras3_emb_lstm_seq_op15", "tf_keras_emb_lstm_seq_op15"])
+def test_an_output_that_does_not_start_as_zeros_stays_a_loop(name):
+    original = _output_variable_starting_at_ones(onnx.load(os.path.join(DATA, "tf2onnx", f"{name}.onnx")))
+    rewritten, _ = check_refuses(OnnxFile(original), "the output at masked steps does not start as zeros")
+    assert rewritten.SerializeToString() == original.SerializeToString()
+
+
 def test_below_opset_11_every_loop_stays_with_the_reason():
     original = onnx.load(os.path.join(DATA, "tf2onnx", "keras3_emb_lstm_seq_op13.onnx"))
     original.opset_import[0].version = 10
