@@ -125,20 +125,24 @@ def is_filled_with(graph, tensor: str, value: int) -> bool:
     if node.type in ("Fill", "Expand"):
         return is_constant_of(graph, node.input[1 if node.type == "Fill" else 0], value)
     if node.type == "ConstantOfShape":
-        filled = node.get_attr_value("value", None)
-        return bool(np.all(numpy_helper.to_array(filled) == value)) if filled is not None else value == 0
+        return bool(_fill_value(node) == value)
     return is_constant_of(graph, tensor, value)
 
 
+def _fill_value(node) -> np.ndarray:
+    """The one value a ConstantOfShape fills with (0.0 without its ``value``)."""
+    filled = node.get_attr_value("value", None)
+    return numpy_helper.to_array(filled).reshape(-1)[0] if filled is not None else np.float32(0)
+
+
 def filled_array(graph, node) -> Optional[np.ndarray]:
-    """The array ``node`` makes when it is a ConstantOfShape of a constant shape (of 0.0 without its
-    value: jax2onnx's zero bias of a layer without one), else None."""
+    """The array ``node`` makes when it is a ConstantOfShape of a constant shape (jax2onnx's zero bias of a
+    layer without one), else None."""
     shape = const_value(graph, node.input[0]) if node.type == "ConstantOfShape" else None
     if not isinstance(shape, list):
         return None
-    filled = node.get_attr_value("value", None)
-    fill = numpy_helper.to_array(filled).reshape(-1) if filled is not None else np.zeros(1, np.float32)
-    return np.full(shape, fill[0], fill.dtype)
+    fill = _fill_value(node)
+    return np.full(shape, fill, fill.dtype)
 
 
 def is_increment(node, tensor: str) -> bool:

@@ -140,8 +140,11 @@ def make(folder: str, cases: int, seed: int) -> int:
 # --- check: in the project's environment ---------------------------------------------------------
 
 def _distance(expected, got) -> float:
-    """The largest |expected - got| / max(1, |expected|) over every position (inf where one is NaN)."""
+    """The largest |expected - got| / max(1, |expected|) over every position; inf where the outputs'
+    number or shapes differ, or where one is NaN (as tests/fuzzgen.py's scaled_difference)."""
     import numpy as np  # pylint: disable=import-outside-toplevel
+    if len(expected) != len(got) or any(want.shape != have.shape for want, have in zip(expected, got)):
+        return float("inf")
     worst = 0.0
     for want, have in zip(expected, got):
         with np.errstate(invalid="ignore"):
@@ -191,16 +194,13 @@ def check(folder: str) -> int:  # pylint: disable=too-many-locals
 
 
 def _runner(model, runtime: str):
-    """``run([inputs]) -> [outputs]`` on ``runtime``, the model compiled once (OpenVINO: with its declared
-    shapes, each request run asynchronously so that the guard's error is raised there too)."""
-    from masked_lstm_rewriter import sessions  # pylint: disable=import-outside-toplevel
+    """``run([inputs]) -> [outputs]`` on ``runtime`` (``verify``'s runner: OpenVINO with the declared
+    shapes, its requests asynchronous so that the guard's error is raised there too)."""
+    from masked_lstm_rewriter.verification import make_runner  # pylint: disable=import-outside-toplevel
     weights = {tensor.name for tensor in model.graph.initializer}
     inputs = [i.name for i in model.graph.input if i.name not in weights]
-    if runtime == "onnxruntime":
-        session = sessions.onnxruntime_session(model)
-        return lambda values: session.run(None, dict(zip(inputs, values)))
-    run = sessions.openvino_runner(model, static=False, from_memory=True)
-    return lambda values: run([o.name for o in model.graph.output], dict(zip(inputs, values)))
+    run = make_runner(runtime, model)
+    return lambda values: run(dict(zip(inputs, values)))
 
 
 def _check_batch(case, mode, batch, data, runs, report, counts, failures) -> None:
