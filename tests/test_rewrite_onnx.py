@@ -7,6 +7,7 @@ that is not post-padded). Both flavours run this file."""
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
 
 import masked_lstm_rewriter as mlr
@@ -93,6 +94,23 @@ def test_stock_files_rewritten_equal_keras_and_the_direct_conversion(name, mode)
         feeds = {s.name: np.asarray(x) for s, x in zip(spec, _pre_padded(inputs))}
         with pytest.raises(Exception, match="not post-padded"):
             runtimes.run_onnxruntime(rewritten, feeds)
+
+
+@pytest.mark.skipif(FLAVOUR != "keras3", reason="model.export(format='onnx') is Keras 3's")
+@pytest.mark.parametrize("name", ["bidirectional", "initial_state", "masking_return_state", "stack"])
+def test_files_of_keras_own_export_rewritten_equal_keras(name, tmp_path):
+    """Keras 3's ``model.export(format="onnx")`` on the TensorFlow backend, without the plugin: stock
+    tf2onnx's Loops, traced by Keras's own export, become native and give Keras's outputs."""
+    model, spec, inputs = MODELS[name]()
+    model(inputs if len(inputs) > 1 else inputs[0])  # Keras exports only a model that has been called
+    path = tmp_path / "model.onnx"
+    model.export(str(path), format="onnx", input_signature=[list(spec) if len(spec) > 1 else spec[0]], verbose=False)
+    stock = onnx.load(str(path))
+    assert op_counts(stock)["Loop"], "Keras's export makes a Loop of this model"
+    rewritten, report = mlr.rewrite_onnx(stock)
+    assert "Loop" not in _natives(rewritten) and not report.left_as_loop, str(report)
+    for runtime in _runtimes(report):
+        assert_matches_keras(model, rewritten, spec, inputs, runtime)
 
 
 def test_rewriting_twice_changes_nothing():
