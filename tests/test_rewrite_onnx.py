@@ -42,6 +42,7 @@ MODELS = {
     "stack": lambda: embedding_model(keras.layers.LSTM(UNITS, return_sequences=True), keras.layers.GRU(3)),
     "stacked_cells": lambda: embedding_model(_stacked_cells()),
     "masking_return_state": lambda: masking_model(keras.layers.GRU(UNITS, return_sequences=True, return_state=True)),
+    "masking_clipped_relu": lambda: masking_model(keras.layers.ReLU(max_value=1.0), keras.layers.LSTM(UNITS)),
     "explicit_mask": lambda: explicit_mask_model(keras.layers.LSTM(UNITS, return_sequences=True)),
     "initial_state": lambda: initial_state_model(keras.layers.LSTM(UNITS, return_sequences=True)),
     "unmasked_gru": _unmasked_gru,

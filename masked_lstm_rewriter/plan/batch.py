@@ -26,12 +26,14 @@ from ..graph import (axis_source, concatenated_beside, const_value, int64_const,
 
 _ELEMENTWISE = {"Add", "AddV2", "Sub", "Mul", "RealDiv", "Maximum", "Minimum", "Equal", "NotEqual", "Greater",
                 "GreaterEqual", "Less", "LessEqual", "LogicalAnd", "LogicalOr", "SelectV2",
-                "Div", "GreaterOrEqual", "LessOrEqual", "And", "Or"}  # not ONNX's Max, Min or Where: TensorFlow
-# has ops of those names (reductions, and the coordinates of true elements) that keep no axis
+                "Div", "GreaterOrEqual", "LessOrEqual", "And", "Or"}  # not Where: TensorFlow's Where gives the
+# coordinates of true elements
 
 
-_REDUCTIONS = {"Any", "All", "Sum", "Max", "Min", "Mean", "Prod"}  # TensorFlow's (ONNX's Max, Min, Sum and Mean
-# are elementwise: a graph read from an ONNX file has them only in _ELEMENTWISE's sense, not here)
+_REDUCTIONS = {"Any", "All", "Sum", "Max", "Min", "Mean", "Prod"}  # TensorFlow's: they carry keep_dims
+
+
+_ONNX_VARIADIC = {"Max", "Min", "Sum", "Mean"}  # ONNX's elementwise ops of TensorFlow's reductions' names
 
 
 def same_batch(graph, mask: str, x_tm: str, outputs: dict) -> bool:
@@ -63,13 +65,13 @@ def _step_back(graph, node, tensor, axis, outputs):
     """The (input, axis) of ``node`` that ``axis`` of its output ``tensor`` provably comes from, or
     None (the walk stops at ``tensor``)."""
     kind = node.type
-    if kind in _ELEMENTWISE:
+    if kind in _REDUCTIONS and "keep_dims" in node.attr:
+        return _reduction(graph, node, axis)
+    if kind in _ELEMENTWISE or kind in _ONNX_VARIADIC:
         return _same_root(graph, node.input, tensor, axis, outputs)
     if kind in ("ConcatV2", "Concat"):  # a Bidirectional's merge_mode="concat", along the features
         parts = concatenated_beside(graph, node, axis)
         return None if parts is None else _same_root(graph, parts, tensor, axis, outputs)
-    if kind in _REDUCTIONS:
-        return _reduction(graph, node, axis)
     return axis_source(graph, node, tensor, axis)
 
 
@@ -82,7 +84,7 @@ def _same_root(graph, operands, tensor, axis, outputs):
     roots = set()
     for operand in operands:
         operand_rank = rank_of(graph, operand)
-        if operand_rank is None:
+        if operand_rank is None or operand_rank > rank:  # more axes than the result: no broadcast
             return None
         operand_axis = axis - (rank - operand_rank)
         if operand_axis < 0:
