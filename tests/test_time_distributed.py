@@ -192,6 +192,25 @@ def test_openvino_forward_char_encoder_static(monkeypatch):
     check_enabled(model, (tf.TensorSpec(ids[0].shape, tf.int32, name="chars"),), ids, char_nodes(False)("static"))
 
 
+@openvino
+@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+def test_openvino_bidirectional_over_flattened_frames(monkeypatch, kind):
+    """[batch, 7 frames, 2, 3] -> TimeDistributed(Flatten) -> Bidirectional (a lip-reading model's
+    shape): Keras 3 unrolls the frames, and its stack of them, transposed, reaches the backward half.
+    A reversal there that tf2onnx's transpose optimizer moves past the transposes made OpenVINO
+    compute the backward half wrongly for every batch of more than one row."""
+    monkeypatch.setenv("MLR_OPENVINO", "1")
+    monkeypatch.setenv("MLR_SIGNATURES", "dynamic")
+    keras.utils.set_random_seed(0)
+    frames = keras.Input((STEPS, 2, 3), name="frames")
+    x = keras.layers.TimeDistributed(keras.layers.Flatten())(frames)
+    model = randomize_weights(keras.Model(frames, keras.layers.Bidirectional(
+        RECURRENT[kind](UNITS, return_sequences=True))(x)))
+    spec = (tf.TensorSpec((None, STEPS, 2, 3), tf.float32, name="frames"),)
+    inputs = [np.random.default_rng(0).normal(size=(len(LENGTHS), STEPS, 2, 3)).astype(np.float32)]
+    check_conversion(model, spec, inputs, rewriter=mlr.rewrite_masked_lstm, ops={kind: 2})
+
+
 # --- what the fix touches and what it leaves alone ---------------------------------------------
 
 @keras3_only

@@ -53,7 +53,7 @@ from typing import Optional
 import numpy as np
 from onnx import TensorProto
 
-from ..graph import const, filled, gathered_rows, int64_const, int64_scalar, make_op
+from ..graph import const, filled, gathered_rows, int64_const, int64_scalar, make_op, static_dim
 from ..layer import MaskedRecurrentLayer, RecurrentCell
 from ..plan.masks import BatchMajorRows, MaskTensors, first_steps
 from .node import cell_node, emit_node
@@ -348,7 +348,13 @@ def zero(g) -> str:
 
 
 def reverse_time(g, tensor: str) -> str:
-    """[T, ...] ``tensor`` with its time axis (0) in reverse order."""
+    """[T, ...] ``tensor`` with its time axis (0) in reverse order: where T is static, a Gather at the
+    steps' numbers backwards, which tf2onnx's transpose optimizer leaves where it is (it moves a Slice
+    past the transposes around it, and OpenVINO 2026.4 computes a recurrent node wrongly over a static
+    Transpose -> reversing Slice -> Transpose of a transposed tensor); else a Slice."""
+    steps = static_dim(g, tensor, 0)
+    if steps is not None:
+        return make_op(g, "Gather", tensor, int64_const(g, "backwards", list(range(steps - 1, -1, -1))), axis=0)
     return make_op(g, "Slice", tensor, int64_const(g, "starts", [-1]), int64_const(g, "ends", [np.iinfo(np.int64).min]),
                    int64_const(g, "axes", [0]), int64_const(g, "steps", [-1]))
 
