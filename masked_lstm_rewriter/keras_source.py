@@ -11,7 +11,8 @@ load the same model the same way and feed it the same inputs.
 * :func:`input_signature` infers a model's inputs: the shapes a functional model's ``Input``
   layers declare (a model may depend on a batch or time axis it declared fixed); for
   a ``Sequential`` or subclassed model, the shapes it was built or called with, dynamic in batch
-  and, for sequences (rank 3 and more, or integer ids and boolean masks), in time. Ids read by an
+  and, for sequences (rank 3 and more, or integer ids and boolean masks), in time, unless a
+  ``Sequential`` model declared its steps (an ``Input`` or ``input_shape=``). Ids read by an
   ``Embedding`` first are int32 (Keras records float32 where the model was built without a dtype).
 """
 
@@ -205,11 +206,11 @@ def _declared_inputs(model) -> Optional[list]:
 
 def _called_inputs(model) -> Optional[list]:
     """The inputs a model was built or called with, dynamic in batch and time; a stateful model keeps
-    its batch (its states have that many rows).
+    its batch (its states have that many rows), a ``Sequential`` model that declared its inputs its steps.
 
     The time axis is axis 1 of a rank-3 input (or higher), of integer ids and boolean masks, and
     of a rank-2 input as long as a rank-3 input's steps were (a mask whose dtype went unrecorded)."""
-    keep_batch = bool(stateful_layers(model))
+    keep_batch, keep_steps = bool(stateful_layers(model)), _declares_its_steps(model)
     shapes = _recorded_shapes(model, keep_batch)
     if not shapes:
         return None
@@ -220,11 +221,20 @@ def _called_inputs(model) -> Optional[list]:
     for i, (shape, dtype, name) in enumerate(shapes):
         shape = ([shape[0]] if keep_batch else [None]) + list(shape)[1:]
         integer = dtype.is_integer or (reads_ids and len(shapes) == 1)
-        if len(shape) >= 3 or (len(shape) == 2 and (integer or dtype == tf.bool or shape[1] in steps)):
+        if not keep_steps and (len(shape) >= 3 or (len(shape) == 2 and (integer or dtype == tf.bool or
+                                                                        shape[1] in steps))):
             shape[1] = None  # a sequence: [batch, time, ...]
         specs.append(tf.TensorSpec(shape, tf.int32 if integer and not dtype.is_integer else dtype,
                                    name=name or ("inputs" if len(shapes) == 1 else f"input_{i}")))
     return specs
+
+
+def _declares_its_steps(model) -> bool:
+    """Did a ``Sequential`` model declare its input shapes (an ``Input``, ``input_shape=``, or ``build()``
+    without a batch size), as a functional model does? Built by a call instead, its inputs have that
+    call's batch size."""
+    inputs = getattr(model, "inputs", None) if type(model).__name__ == "Sequential" else None
+    return bool(inputs) and all(x.shape[0] is None for x in inputs)
 
 
 def _recorded_shapes(model, keep_batch: bool = False) -> Optional[list]:

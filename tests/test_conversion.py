@@ -117,6 +117,21 @@ def test_a_subclassed_model_file_converts_with_the_shapes_it_was_built_with(tmp_
     assert_exact(model, onnx_model, POST)
 
 
+@pytest.mark.parametrize("steps", [STEPS, None], ids=["fixed", "dynamic"])
+def test_a_sequential_model_keeps_the_steps_its_input_declares(steps, tmp_path):
+    """A Sequential model with an ``Input`` is traced with the shape it declares, as a functional model
+    is: a fixed number of steps stays fixed (tf_keras refuses other lengths, and so would ``verify``'s
+    reference), a dynamic one dynamic."""
+    keras.utils.set_random_seed(4)
+    model = randomize_weights(keras.Sequential([keras.Input((steps,), dtype="int32"),
+                                                keras.layers.Embedding(50, 5, mask_zero=True),
+                                                keras.layers.LSTM(UNITS), keras.layers.Dense(3)]))
+    path = str(tmp_path / "model.onnx")
+    onnx_model, _ = mlr.convert(model, path)
+    assert [d.dim_value or None for d in onnx_model.graph.input[0].type.tensor_type.shape.dim] == [None, steps]
+    assert mlr.verify(model, path).ok
+
+
 def test_saved_model_directory(tmp_path):
     model = MODELS["functional"][0]()
     spec = (tf.TensorSpec((None, None), tf.int32, name="tokens"),)
