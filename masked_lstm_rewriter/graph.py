@@ -207,20 +207,9 @@ def shape_element(graph, tensor, index, depth=8):
         return node.input[0], index
     if node.type == "Cast":
         return shape_element(graph, node.input[0], index, depth - 1)
-    concatenated = None
-    if node.type == "ConcatV2":
-        concatenated = const_value(graph, node.input[-1]), node.input[:-1]
-    elif node.type == "Concat":
-        concatenated = node.get_attr_value("axis", None), node.input
-    if concatenated is not None and concatenated[0] in (0, -1):
-        for part in concatenated[1]:
-            shape = graph.get_shape(part)
-            if shape is None or len(shape) != 1 or shape[0] is None or shape[0] < 0:
-                return None
-            if index < shape[0]:
-                return shape_element(graph, part, index, depth - 1)
-            index -= shape[0]
-        return None
+    if node.type in ("ConcatV2", "Concat"):
+        part = _concatenated_element(graph, node, index)
+        return None if part is None else shape_element(graph, *part, depth - 1)
     if (node.type == "GatherV2" and const_value(graph, node.input[2]) == 0) or \
             (node.type == "Gather" and node.get_attr_value("axis", 0) == 0):
         indices = const_value(graph, node.input[1])
@@ -230,6 +219,43 @@ def shape_element(graph, tensor, index, depth=8):
         return shape_element(graph, node.input[0], indices[index], depth - 1)
     if node.type == "Pack" and node.get_attr_value("axis", 0) == 0 and index < len(node.input):
         return shape_dim_of(graph, node.input[index])
+    return None
+
+
+def constant_element(graph, tensor, index, depth=8) -> Optional[int]:
+    """The value of element ``index`` of the 1-D int tensor ``tensor`` where it is a constant: of a
+    constant, or of a concatenation with a constant there (a reshape's target shape made of a
+    Shape's elements and constant sizes, as Keras 3's ``RepeatVector`` writes it)."""
+    value = const_value(graph, tensor)
+    if isinstance(value, list):
+        return value[index] if index < len(value) and isinstance(value[index], int) else None
+    node = producer(graph, tensor)
+    if node is None or depth == 0:
+        return None
+    if node.type == "Cast":
+        return constant_element(graph, node.input[0], index, depth - 1)
+    if node.type in ("ConcatV2", "Concat"):
+        part = _concatenated_element(graph, node, index)
+        return None if part is None else constant_element(graph, *part, depth - 1)
+    return None
+
+
+def _concatenated_element(graph, node, index) -> Optional[tuple]:
+    """(part, its element) that element ``index`` of a 1-D concatenation ``node`` is, where every part
+    before it has a static length."""
+    if node.type == "ConcatV2":
+        along, parts = const_value(graph, node.input[-1]), node.input[:-1]
+    else:
+        along, parts = node.get_attr_value("axis", None), node.input
+    if along not in (0, -1):
+        return None
+    for part in parts:
+        shape = graph.get_shape(part)
+        if shape is None or len(shape) != 1 or shape[0] is None or shape[0] < 0:
+            return None
+        if index < shape[0]:
+            return part, index
+        index -= shape[0]
     return None
 
 

@@ -32,6 +32,18 @@ def _unmasked_gru():
     return model, spec, [np.random.default_rng(0).normal(size=(len(LENGTHS), STEPS, FEATURES)).astype(np.float32)]
 
 
+def _repeat_vector():
+    """An encoder's last output repeated as a decoder's steps (an autoencoder, addition_rnn): Keras 3
+    writes the repeated steps' number as a constant inside a reshape's computed shape."""
+    keras.utils.set_random_seed(0)
+    x_in = keras.Input((None, FEATURES), name="features")
+    encoded = keras.layers.RepeatVector(4)(keras.layers.SimpleRNN(UNITS)(x_in))
+    model = randomize_weights(keras.Model(x_in, keras.layers.SimpleRNN(3, return_sequences=True)(encoded)))
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    spec = (tf.TensorSpec((None, None, FEATURES), tf.float32, name="features"),)
+    return model, spec, [np.random.default_rng(0).normal(size=(len(LENGTHS), STEPS, FEATURES)).astype(np.float32)]
+
+
 MODELS = {
     "lstm": lambda: embedding_model(keras.layers.LSTM(UNITS, return_sequences=True)),
     "gru": lambda: embedding_model(keras.layers.GRU(UNITS, return_sequences=True)),
@@ -46,6 +58,7 @@ MODELS = {
     "explicit_mask": lambda: explicit_mask_model(keras.layers.LSTM(UNITS, return_sequences=True)),
     "initial_state": lambda: initial_state_model(keras.layers.LSTM(UNITS, return_sequences=True)),
     "unmasked_gru": _unmasked_gru,
+    "repeat_vector": _repeat_vector,
 }
 
 

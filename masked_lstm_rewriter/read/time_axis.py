@@ -16,7 +16,7 @@ from typing import Optional
 
 from tf2onnx.tf_loader import find_function
 
-from ..graph import axis_source, concatenated_beside, const_value, producer, rank_of, static_dim
+from ..graph import axis_source, concatenated_beside, const_value, constant_element, producer, rank_of, static_dim
 from .body import BODY_MATCH_ATTR, BodyMatch
 
 
@@ -77,8 +77,9 @@ ELEMENTWISE = ("Add", "AddV2", "Sub", "Mul", "RealDiv", "Maximum", "Minimum")  #
 
 
 def _static_length(graph, tensor: str, axis: int) -> Optional[int]:
-    """The static length of ``tensor``'s ``axis``: from its shape, or for a recurrent layer's stacked
-    outputs (whose shape TensorFlow leaves unknown), from the size its output list was reserved with,
+    """The static length of ``tensor``'s ``axis``: from its shape, a reshape's constant size there, or
+    for a recurrent layer's stacked outputs (whose shape TensorFlow leaves unknown), from the size its
+    output list was reserved with,
     going back through the ops that keep the axis and through elementwise merges (a Bidirectional
     layer's sum, average or product of its halves)."""
     known = static_dim(graph, tensor, axis)
@@ -93,6 +94,10 @@ def _static_length(graph, tensor: str, axis: int) -> Optional[int]:
         return value if isinstance(value, int) else None
     if node.type in ELEMENTWISE:
         return _broadcast_length(graph, node, axis)
+    if node.type == "Reshape":
+        size = constant_element(graph, node.input[1], axis)
+        if size is not None and size > 0:
+            return size
     lengths = {_static_length(graph, t, a) for t, a in _same_axis_inputs(graph, node, axis, tensor)} - {None}
     return lengths.pop() if len(lengths) == 1 else None
 

@@ -10,8 +10,9 @@ import pytest
 from onnx import TensorProto, helper
 from tf2onnx.graph import Graph
 
-from masked_lstm_rewriter.graph import (axis_source, filled_array, is_onnx_loop_body, is_zeros, next_value, outer_const,
-                                        passes_through, shape_dim_of, shape_element, transpose_perm)
+from masked_lstm_rewriter.graph import (axis_source, constant_element, filled_array, is_onnx_loop_body, is_zeros,
+                                        next_value, outer_const, passes_through, shape_dim_of, shape_element,
+                                        transpose_perm)
 from _onnx_graphs import FLOAT, INT64, Var, const, info, load, loop_model, make_model, node
 
 # --- a Loop body's next values ------------------------------------------------------------------
@@ -122,10 +123,13 @@ SHAPES = [
     node("Squeeze", ["s0_step2"], ["dim_step_two"]),
     node("Gather", ["sx", "index_in"], ["dim_unknown_index"], axis=0),
     node("Slice", ["dims_const", "zero_1", "one_1", "zero_1"], ["c0"]), node("Squeeze", ["c0"], ["dim_of_const"]),
+    # Keras 3's RepeatVector: [shape(x)[0], 4, shape(x)[2:]], through a Cast
+    node("Concat", ["s1", "four_1", "sx_from_1"], ["cat_four"], axis=0),
+    node("Cast", ["cat_four"], ["cat_four_cast"], to=INT64),
 ]
 SHAPE_CONSTS = [const(name, value) for name, value in (
     ("idx_01", [0, 1]), ("idx_20", [2, 0]), ("minus_one", [-1]), ("minus_one_0", -1), ("zero", 0), ("three", 3),
-    ("zero_1", [0]), ("one_1", [1]), ("two_1", [2]), ("three_1", [3]), ("dims_const", [4, 5]))]
+    ("zero_1", [0]), ("one_1", [1]), ("two_1", [2]), ("three_1", [3]), ("four_1", [4]), ("dims_const", [4, 5]))]
 
 
 @pytest.fixture(scope="module")
@@ -147,6 +151,15 @@ def shapes():
 ])
 def test_shape_element(shapes, tensor, index, expected):
     assert shape_element(shapes, tensor, index) == expected
+
+
+@pytest.mark.parametrize("tensor, index, expected", [
+    ("dims_const", 1, 5), ("cat_const", 2, -1), ("cat_const", 0, None),   # a dimension is no constant
+    ("cat_four_cast", 1, 4), ("cat_four_cast", 0, None), ("cat_four_cast", 2, None), ("cat_four_cast", 3, None),
+    ("cat_unknown", 3, None),
+])
+def test_constant_element(shapes, tensor, index, expected):
+    assert constant_element(shapes, tensor, index) == expected
 
 
 @pytest.mark.parametrize("scalar, expected", [
