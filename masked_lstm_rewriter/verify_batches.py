@@ -309,12 +309,14 @@ def input_roles(specs: list, onnx_model, hints=None) -> list:
 
 
 def _float_masks(roles: list) -> list:
-    """``roles`` with a float [batch, time] input (dynamic time) fed as a mask where another input is a
-    sequence: its time axis is theirs, and a model that reads it as a mask gets padded batches."""
-    if not any(role.kind in (TOKENS, MASK, FEATURES) for role in roles):
+    """``roles`` with a float [batch, time] input fed as a mask where another input is a sequence of as
+    many steps (dynamic, or the same static number): a model that reads it as a mask gets padded batches."""
+    steps = {role.shape[1] for role in roles if role.kind in (TOKENS, MASK, FEATURES)}
+    if not steps:
         return roles
     return [dataclasses.replace(role, kind=MASK) if role.kind == OTHER and len(role.shape) == 2 and
-            role.shape[1] is None and np.issubdtype(role.dtype, np.floating) else role for role in roles]
+            (role.shape[1] is None or role.shape[1] in steps) and np.issubdtype(role.dtype, np.floating)
+            else role for role in roles]
 
 
 def merged_shape(name: str, onnx_dims: Optional[list], spec_dims: Optional[tuple]) -> tuple:

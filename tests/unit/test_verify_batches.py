@@ -31,14 +31,14 @@ TF_KERAS_ERROR = ("Exception encountered when calling layer 'embedding' (type Em
                   "(type Embedding):\n  • inputs=tf.Tensor(shape=(2, 5), dtype=float32)")
 
 
-def embedding_model(dtype=TensorProto.FLOAT, extra_inputs=()):
-    """ids [B, T] (float: the Cast a Keras Embedding makes of them) -> Gather on a [VOCAB, 4] table;
+def embedding_model(dtype=TensorProto.FLOAT, extra_inputs=(), steps="T"):
+    """ids [B, steps] (float: the Cast a Keras Embedding makes of them) -> Gather on a [VOCAB, 4] table;
     ``extra_inputs``: (name, elem type, dims) passed through by Identity."""
     cast = [helper.make_node("Cast", ["ids"], ["ids_int"], to=TensorProto.INT32)] if dtype != TensorProto.INT32 else []
     nodes = cast + [helper.make_node("Gather", ["table", "ids_int" if cast else "ids"], ["emb"])]
     nodes += [helper.make_node("Identity", [name], [f"{name}_out"]) for name, _, _ in extra_inputs]
     table = numpy_helper.from_array(np.zeros((VOCAB, 4), np.float32), "table")
-    inputs = [helper.make_tensor_value_info("ids", dtype, ["B", "T"])]
+    inputs = [helper.make_tensor_value_info("ids", dtype, ["B", steps])]
     inputs += [helper.make_tensor_value_info(name, elem, dims) for name, elem, dims in extra_inputs]
     outputs = [helper.make_tensor_value_info("emb", TensorProto.FLOAT, ["B", "T", 4])]
     outputs += [helper.make_tensor_value_info(f"{name}_out", elem, dims) for name, elem, dims in extra_inputs]
@@ -81,17 +81,29 @@ def test_other_float_inputs_stay_random_and_integers_are_never_negative():
     assert all(set(np.unique(codes)) <= {0, 1} for codes in fed_ids(roles, 2))
 
 
-def test_a_float_time_input_beside_sequences_is_fed_as_a_mask_of_their_steps():
-    """An ``attention_mask`` of 0s and 1s ([B, T] float, dynamic T) takes the steps of the ids, 1 where
-    they are valid: the batches a model that reads it as a mask runs."""
-    extra = (("attention", TensorProto.FLOAT, ["B", "T"]),)
-    specs = [InputSpec("ids", np.dtype(np.int32), (None, None)), InputSpec("attention", np.dtype(np.float32), (None, None))]
-    roles = verify_batches.input_roles(specs, embedding_model(TensorProto.INT32, extra_inputs=extra))
+@pytest.mark.parametrize("steps", ["T", 20], ids=["dynamic", "static"])
+def test_a_float_time_input_beside_sequences_is_fed_as_a_mask_of_their_steps(steps):
+    """An ``attention_mask`` of 0s and 1s ([B, T] float) takes the steps of the ids, 1 where they are
+    valid: the batches a model that reads it as a mask runs, padded ones included."""
+    extra = (("attention", TensorProto.FLOAT, ["B", steps]),)
+    spec_steps = None if steps == "T" else steps
+    specs = [InputSpec("ids", np.dtype(np.int32), (None, spec_steps)),
+             InputSpec("attention", np.dtype(np.float32), (None, spec_steps))]
+    roles = verify_batches.input_roles(specs, embedding_model(TensorProto.INT32, extra_inputs=extra, steps=steps))
     assert [role.kind for role in roles] == [TOKENS, verify_batches.MASK]
-    for batch in verify_batches.make_batches(roles, rows=5, steps=12):
+    batches = verify_batches.make_batches(roles, rows=5, steps=12)
+    assert [batch.kind for batch in batches] == ["single", "post-padded", "pre-padded", "holes"]
+    for batch in batches:
         ids, attention = batch.inputs
         assert attention.dtype == np.float32 and attention.shape == ids.shape
         np.testing.assert_array_equal(attention, (ids != 0).astype(np.float32))
+
+
+def test_a_float_input_of_other_static_steps_stays_random():
+    extra = (("side", TensorProto.FLOAT, ["B", 7]),)
+    specs = [InputSpec("ids", np.dtype(np.int32), (None, 20)), InputSpec("side", np.dtype(np.float32), (None, 7))]
+    roles = verify_batches.input_roles(specs, embedding_model(TensorProto.INT32, extra_inputs=extra, steps=20))
+    assert [role.kind for role in roles] == [TOKENS, OTHER]
 
 
 def with_comparison(model, value: int):
