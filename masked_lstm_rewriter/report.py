@@ -63,8 +63,8 @@ class ConversionReport:
     def headline(self) -> str:
         """"masked_lstm_rewriter: 3 recurrent layer(s) (2 masked, 1 without a mask): 3 native, 0 left as Loop"."""
         if not self.layers and not self.known_wrong:
-            return ("masked_lstm_rewriter: no recurrent layer to rewrite (no masked layer, none that tf2onnx "
-                    "leaves as a Loop)")
+            return ("masked_lstm_rewriter: no LSTM, GRU or SimpleRNN layer to rewrite (none masked, none left "
+                    "as a Loop without a mask)")
         kept = {layer.left_as for layer in self.left_as_loop}
         left = "left as Loop" if kept <= {"a Loop"} else "left as tf2onnx made them"
         unmasked = len(self.layers) - len(self.masked)

@@ -52,7 +52,8 @@ def test_graph_without_a_masked_loop_is_left_alone(fn, outputs, mode):
     rewritten = G.convert(function, SIGNATURE, mode, returned=outputs)
     assert rewritten.ops() == stock.ops() and not rewritten.native_nodes()
     assert rewritten.report.layers == () and str(rewritten.report) == \
-        "masked_lstm_rewriter: no recurrent layer to rewrite (no masked layer, none that tf2onnx leaves as a Loop)"
+        "masked_lstm_rewriter: no LSTM, GRU or SimpleRNN layer to rewrite (none masked, none left as a Loop " \
+        "without a mask)"
     x = RNG.normal(size=(2, 4, 3)).astype(np.float32)
     got, expected = rewritten.run({"x": x}), stock.run({"x": x})
     for name in outputs:

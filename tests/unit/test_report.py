@@ -43,7 +43,8 @@ def test_the_headline_counts_the_layers_left_as_tf2onnx_made_them():
 
 def test_no_layer():
     assert str(ConversionReport()) == \
-        "masked_lstm_rewriter: no recurrent layer to rewrite (no masked layer, none that tf2onnx leaves as a Loop)"
+        "masked_lstm_rewriter: no LSTM, GRU or SimpleRNN layer to rewrite (none masked, none left as a Loop " \
+        "without a mask)"
 
 
 @pytest.mark.parametrize("direction, cells, masked, expected", [
