@@ -8,6 +8,7 @@ import dataclasses
 from typing import Optional
 
 from .cells import kind_of
+from .layer_names import keras_path
 
 
 @dataclasses.dataclass
@@ -141,6 +142,6 @@ class MaskedRecurrentLayer:
     def describe(self) -> str:
         """For the log: "LSTM layer 'enc' (16 units)", "RNN layer 'rnn' (stacked cells LSTM(4), GRU(3))"."""
         if len(self.cells) == 1:
-            return f"{self.top.keras_name} layer '{self.layer}' ({self.top.hidden_size} units)"
+            return f"{self.top.keras_name} layer '{keras_path(self.layer)}' ({self.top.hidden_size} units)"
         cells = ", ".join(f"{cell.keras_name}({cell.hidden_size})" for cell in self.cells)
-        return f"RNN layer '{self.layer}' (stacked cells {cells})"
+        return f"RNN layer '{keras_path(self.layer)}' (stacked cells {cells})"

@@ -16,6 +16,7 @@ import logging
 from typing import Optional
 
 from .. import targets
+from ..layer_names import keras_path
 from ..emit.bidirectional import emit_pair, emit_unmasked_pair
 from ..emit.layer import emit_layer
 from ..emit.node import opset_refusal
@@ -41,6 +42,7 @@ def refuse(layer: str, refusal: Refusal, mask_mode: str, masked: bool = True, le
     """The layer stays as tf2onnx has it (``left_as``): say why (and ``remedy``, what to do instead),
     in the log (WARNING) and in the report."""
     what = "masked recurrent layer" if masked else "recurrent layer (no mask)"
+    layer = keras_path(layer)
     said = refusal.reason if remedy is None else f"{refusal.reason}; {remedy}"
     logger.warning("%s '%s' left as %s: %s", what, layer, left_as, said)
     if refusal.where:
@@ -83,7 +85,7 @@ def _stack_allowed(layer, schedule: bool, target) -> bool:
         return True
     if schedule:
         logger.info("layer '%s' (stacked cells): the length-aware schedule is left out, OpenVINO fails to compile "
-                    "it with static shapes; a model converted with runtime='onnxruntime' has it", layer.layer)
+                    "it with static shapes; a model converted with runtime='onnxruntime' has it", keras_path(layer.layer))
     return False
 
 
@@ -196,7 +198,8 @@ def _rewritten(layer, vetoes: list, mask_mode: str, masked: bool, partner=None) 
     if layer.note:
         logger.info("%s%s: %s", what, layer.describe(), layer.note)
         detail += f"; {layer.note}"
-    record(layer.layer, True, detail, mask_mode, tuple(dict.fromkeys(veto.runtime for veto in vetoes)), masked)
+    record(keras_path(layer.layer), True, detail, mask_mode, tuple(dict.fromkeys(veto.runtime for veto in vetoes)),
+           masked)
 
 
 def emitted(layer, masked: bool = True, partner=None) -> str:
@@ -208,7 +211,7 @@ def emitted(layer, masked: bool = True, partner=None) -> str:
     whom: "backward: the reverse direction of a bidirectional node, with 'forward_lstm'"."""
     if partner is not None:
         side = ("forward", "forward") if layer.direction == "forward" else ("backward", "reverse")
-        return f"{side[0]}: the {side[1]} direction of a bidirectional node, with '{partner.layer}'"
+        return f"{side[0]}: the {side[1]} direction of a bidirectional node, with '{keras_path(partner.layer)}'"
     if layer.direction == "forward":
         return "forward"
     nodes = "a forward node" if len(layer.cells) == 1 else "forward nodes"
