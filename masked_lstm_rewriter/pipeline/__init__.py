@@ -85,7 +85,8 @@ def _stack_allowed(layer, schedule: bool, target) -> bool:
         return True
     if schedule:
         logger.info("layer '%s' (stacked cells): the length-aware schedule is left out, OpenVINO fails to compile "
-                    "it with static shapes; a model converted with runtime='onnxruntime' has it", keras_path(layer.layer))
+                    "it with static shapes; a model converted with runtime='onnxruntime' has it",
+                    keras_path(layer.layer))
     return False
 
 
