@@ -127,6 +127,24 @@ def test_files_of_keras_own_export_rewritten_equal_keras(name, tmp_path):
         assert_matches_keras(model, rewritten, spec, inputs, runtime)
 
 
+def test_a_masked_convolutional_layer_stays_a_loop_with_the_conversion_s_reason():
+    """ConvLSTM1D with a mask: the file's Loop is kept byte for byte, reported with the reason a
+    conversion gives (not skipped silently as a loop of no recurrent layer)."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    keras.utils.set_random_seed(0)
+    frames, mask = keras.Input((STEPS, 5, 1), name="frames"), keras.Input((STEPS,), dtype="bool", name="mask")
+    outputs = keras.layers.ConvLSTM1D(2, 3, padding="same")(frames, mask=mask)
+    model = keras.Model([frames, mask], outputs)
+    spec = (tf.TensorSpec((None, STEPS, 5, 1), tf.float32, name="frames"),
+            tf.TensorSpec((None, STEPS), tf.bool, name="mask"))
+    stock = convert(model, spec, rewriter=None)
+    rewritten, report = mlr.rewrite_onnx(stock)
+    assert [(layer.rewritten, layer.masked) for layer in report.layers] == [(False, True)], str(report)
+    assert "convolves its input and state" in report.layers[0].detail
+    loops = [node.SerializeToString() for node in stock.graph.node if node.op_type == "Loop"]
+    assert [node.SerializeToString() for node in rewritten.graph.node if node.op_type == "Loop"] == loops
+
+
 def test_rewriting_twice_changes_nothing():
     model, spec, _ = MODELS["lstm"]()
     once, _ = mlr.rewrite_onnx(convert(model, spec, rewriter=None))
