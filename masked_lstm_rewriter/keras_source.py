@@ -231,9 +231,14 @@ def _called_inputs(model) -> Optional[list]:
 
 def _declares_its_steps(model) -> bool:
     """Did a ``Sequential`` model declare its input shapes (an ``Input``, ``input_shape=``, or ``build()``
-    without a batch size), as a functional model does? Built by a call instead, its inputs have that
-    call's batch size."""
-    inputs = getattr(model, "inputs", None) if type(model).__name__ == "Sequential" else None
+    without a batch size), as a functional model does? tf_keras records it; in Keras 3 a model built by
+    a call has that call's batch size in its inputs."""
+    if type(model).__name__ != "Sequential":
+        return False
+    explicit = getattr(model, "_has_explicit_input_shape", None)  # tf_keras (its inputs lose a call's batch size)
+    if explicit is not None:
+        return bool(explicit)
+    inputs = getattr(model, "inputs", None)
     return bool(inputs) and all(x.shape[0] is None for x in inputs)
 
 

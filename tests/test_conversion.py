@@ -132,6 +132,30 @@ def test_a_sequential_model_keeps_the_steps_its_input_declares(steps, tmp_path):
     assert mlr.verify(model, path).ok
 
 
+def test_a_sequential_model_built_by_a_call_stays_dynamic_on_every_conversion(tmp_path):
+    """tf_keras rebuilds such a model's inputs with a dynamic batch once it is traced: that is no
+    declaration of its steps."""
+    keras.utils.set_random_seed(5)
+    model = keras.Sequential([keras.layers.LSTM(UNITS, return_sequences=True), keras.layers.Dense(1)])
+    model(np.zeros((3, STEPS, 2), np.float32))
+    for _ in range(2):
+        onnx_model, _ = mlr.convert(model, str(tmp_path / "model.onnx"))
+        dims = onnx_model.graph.input[0].type.tensor_type.shape.dim
+        assert [d.dim_value or None for d in dims] == [None, None, 2]
+
+
+def test_a_stateful_sequential_model_verifies_on_the_steps_it_declares(tmp_path):
+    """Keras's stateful_lstm example: ``input_shape=(5, 1), batch_size=4``; tf_keras refuses other lengths."""
+    keras.utils.set_random_seed(6)
+    model = keras.Sequential([keras.Input(batch_shape=(4, 5, 1)), keras.layers.LSTM(UNITS, stateful=True),
+                              keras.layers.Dense(1)])
+    path = str(tmp_path / "model.onnx")
+    onnx_model, _ = mlr.convert(model, path)
+    if FLAVOUR == "tf_keras":
+        assert [d.dim_value for d in onnx_model.graph.input[0].type.tensor_type.shape.dim] == [4, 5, 1]
+    assert mlr.verify(model, path).ok
+
+
 def test_saved_model_directory(tmp_path):
     model = MODELS["functional"][0]()
     spec = (tf.TensorSpec((None, None), tf.int32, name="tokens"),)
