@@ -37,7 +37,8 @@ _TRACED = _Traced()
 def remember(model) -> None:
     """Remember ``model``'s layer names (every nested layer's) for the conversion that traces it."""
     layers = _all_layers(model)
-    suffixed = type(model).__module__.split(".")[0] == "keras"  # Keras 3; tf_keras scopes are the names
+    # Keras 3 (a subclassed model's own class lives in the user's module); tf_keras scopes are the names
+    suffixed = any(cls.__module__.split(".")[0] == "keras" for cls in type(model).__mro__)
     _TRACED.names = frozenset(layer.name for layer in layers) if suffixed else frozenset()
     _TRACED.stateful = frozenset(layer.name for layer in layers if _is_stateful_layer(layer))
     _TRACED.time_distributed = frozenset(layer.name for layer in layers if type(layer).__name__ == "TimeDistributed")

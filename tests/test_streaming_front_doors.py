@@ -103,6 +103,31 @@ def test_command_line_streams_a_stateful_keras_file_unless_told_not_to(tmp_path,
     check_stateful_chunks(saved, streamed, spec, tokens)
 
 
+def test_a_subclassed_model_streams_and_reports_under_its_keras_layer_names(tmp_path):
+    """Keras 3 traces a subclassed model's layers ``gru`` and ``gru_1`` under ``gru_1`` and ``gru_1_2``:
+    the state names and the report are the Keras layers' all the same, in the model's order."""
+    from kerasutil import keras  # pylint: disable=import-outside-toplevel
+    from test_streaming import VOCAB  # pylint: disable=import-outside-toplevel
+
+    class TwoGRUs(keras.Model):  # pylint: disable=too-few-public-methods
+        def __init__(self):
+            super().__init__()
+            self.embedding = keras.layers.Embedding(VOCAB, 5, mask_zero=True)
+            self.lower = keras.layers.GRU(4, return_sequences=True)
+            self.upper = keras.layers.GRU(3, return_sequences=True)
+
+        def call(self, tokens):
+            return self.upper(self.lower(self.embedding(tokens)))
+
+    model = TwoGRUs()
+    tokens = tokens_for(valid_steps("post"))
+    model(tokens)
+    onnx_model, report = mlr.convert(model, str(tmp_path / "model.onnx"), streaming=True)
+    names = [model.lower.name, model.upper.name]
+    assert [layer.layer for layer in report.layers] == names, str(report)
+    assert [i.name for i in onnx_model.graph.input][1:] == [f"{name}/h_in" for name in names]
+
+
 # --- Keras 3's own export -----------------------------------------------------------------------------
 
 @keras3_only
