@@ -117,6 +117,11 @@ def test_a_subclassed_model_file_converts_with_the_shapes_it_was_built_with(tmp_
     assert_exact(model, onnx_model, POST)
 
 
+def _input_dims(onnx_model) -> list:
+    """The first input's dimensions, None where dynamic."""
+    return [d.dim_value or None for d in onnx_model.graph.input[0].type.tensor_type.shape.dim]
+
+
 @pytest.mark.parametrize("steps", [STEPS, None], ids=["fixed", "dynamic"])
 def test_a_sequential_model_keeps_the_steps_its_input_declares(steps, tmp_path):
     """A Sequential model with an ``Input`` is traced with the shape it declares, as a functional model
@@ -128,7 +133,7 @@ def test_a_sequential_model_keeps_the_steps_its_input_declares(steps, tmp_path):
                                                 keras.layers.LSTM(UNITS), keras.layers.Dense(3)]))
     path = str(tmp_path / "model.onnx")
     onnx_model, _ = mlr.convert(model, path)
-    assert [d.dim_value or None for d in onnx_model.graph.input[0].type.tensor_type.shape.dim] == [None, steps]
+    assert _input_dims(onnx_model) == [None, steps]
     assert mlr.verify(model, path).ok
 
 
@@ -140,8 +145,7 @@ def test_a_sequential_model_built_by_a_call_stays_dynamic_on_every_conversion(tm
     model(np.zeros((3, STEPS, 2), np.float32))
     for _ in range(2):
         onnx_model, _ = mlr.convert(model, str(tmp_path / "model.onnx"))
-        dims = onnx_model.graph.input[0].type.tensor_type.shape.dim
-        assert [d.dim_value or None for d in dims] == [None, None, 2]
+        assert _input_dims(onnx_model) == [None, None, 2]
 
 
 def test_a_stateful_sequential_model_verifies_on_the_steps_it_declares(tmp_path):
@@ -152,7 +156,7 @@ def test_a_stateful_sequential_model_verifies_on_the_steps_it_declares(tmp_path)
     path = str(tmp_path / "model.onnx")
     onnx_model, _ = mlr.convert(model, path)
     if FLAVOUR == "tf_keras":
-        assert [d.dim_value for d in onnx_model.graph.input[0].type.tensor_type.shape.dim] == [4, 5, 1]
+        assert _input_dims(onnx_model) == [4, 5, 1]
     assert mlr.verify(model, path).ok
 
 
