@@ -19,6 +19,7 @@ load the same model the same way and feed it the same inputs.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
 import logging
 import os
@@ -39,6 +40,7 @@ UNKNOWN_CLASS_SIGNS = (re.compile(r"Could not locate (?:class|function) '([^']+)
                        re.compile(r"Could not deserialize \w+ '([^']+)' because its parent module"),
                        re.compile(r"Unknown [\w ]+: '([^']+)'"))
 KERAS_MODULES = ("keras", "tf_keras", "builtins")  # where a saved class's module is Keras's own
+CALL_OPTIONS = ("training", "mask")  # the arguments of a Keras ``call`` that are no input tensors
 _GIVEN: list = []  # the custom objects :func:`load` also gets, set by :func:`custom_objects_given`
 
 
@@ -189,10 +191,59 @@ def input_signature(model) -> list:
     if not specs:
         raise SourceError(f"cannot tell the inputs of model '{getattr(model, 'name', model)}': call it once on a "
                           "batch, or give input_signature=")
+    _check_recorded_arguments(model, specs)
     logger.info("input signature of '%s' (%s): %s", getattr(model, "name", "model"),
                 "as declared" if declared is not None else "as called, None where dynamic",
                 ", ".join(f"{s.name} {s.dtype.name}{list(s.shape)}" for s in specs))
     return specs
+
+
+def spreads_inputs(model, count: int) -> bool:
+    """Does ``model`` take its ``count`` input tensors as as many arguments (a subclassed model's
+    ``call(inputs, states)``) rather than as one list? :class:`SourceError` where its ``call`` takes neither."""
+    if count < 2 or type(model).__name__ in ("Functional", "Sequential"):
+        return False
+    required, positional = _call_arguments(model)
+    if positional is None or len(positional) >= count:
+        return positional is None or len(positional) > 1
+    if len(required) <= 1:
+        return False
+    raise SourceError(f"model '{model.name}' is called as call({', '.join(positional)}): {count} input tensors do not "
+                      "fit it; give input_signature= with one spec (or one nested list of specs) per argument")
+
+
+def named_after_arguments(model, specs: list) -> list:
+    """``specs`` for a ``call(inputs, states)`` (:func:`spreads_inputs`), each unnamed one named after its
+    argument (TensorFlow would call them ``args_0``, ``args_1``)."""
+    names = _call_arguments(model)[1] or []
+    return [tf.TensorSpec(spec.shape, spec.dtype, name=names[i])
+            if isinstance(spec, tf.TensorSpec) and not spec.name and i < len(names) else spec
+            for i, spec in enumerate(specs)]
+
+
+def _call_arguments(model) -> tuple:
+    """(required, all) names of the positional arguments of ``model.call`` that take tensors (not
+    ``training`` nor ``mask``); ``all`` None where ``call`` takes ``*args`` or hides its signature."""
+    try:
+        parameters = list(inspect.signature(model.call).parameters.values())
+    except (TypeError, ValueError):
+        return [], None
+    if any(p.kind == p.VAR_POSITIONAL for p in parameters):
+        return [], None
+    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+                  and p.name not in CALL_OPTIONS]
+    return [p.name for p in positional if p.default is p.empty], [p.name for p in positional]
+
+
+def _check_recorded_arguments(model, specs: list) -> None:
+    """:class:`SourceError` where Keras recorded fewer inputs than ``model.call`` requires (Keras 3
+    records a subclassed model's first argument only)."""
+    if type(model).__name__ in ("Functional", "Sequential"):
+        return
+    required, _ = _call_arguments(model)
+    if len(required) > len(specs):
+        raise SourceError(f"model '{model.name}' is called as call({', '.join(required)}) but Keras recorded the "
+                          f"shape of {len(specs)} input(s): give input_signature= with one spec per argument")
 
 
 def _declared_inputs(model) -> Optional[list]:
@@ -217,16 +268,26 @@ def _called_inputs(model) -> Optional[list]:
     first = model.layers[0] if getattr(model, "layers", None) else None
     reads_ids = type(first).__name__ == "Embedding"
     steps = {list(shape)[1] for shape, _, _ in shapes if len(shape) >= 3}
-    specs = []
+    specs, names = [], _input_names(model, [name for _, _, name in shapes])
     for i, (shape, dtype, name) in enumerate(shapes):
         shape = ([shape[0]] if keep_batch else [None]) + list(shape)[1:]
         integer = dtype.is_integer or (reads_ids and len(shapes) == 1)
         if not keep_steps and (len(shape) >= 3 or (len(shape) == 2 and (integer or dtype == tf.bool or
                                                                         shape[1] in steps))):
             shape[1] = None  # a sequence: [batch, time, ...]
-        specs.append(tf.TensorSpec(shape, tf.int32 if integer and not dtype.is_integer else dtype,
-                                   name=name or ("inputs" if len(shapes) == 1 else f"input_{i}")))
+        specs.append(tf.TensorSpec(shape, tf.int32 if integer and not dtype.is_integer else dtype, name=names[i]))
     return specs
+
+
+def _input_names(model, recorded: list) -> list:
+    """Distinct names for the inputs Keras recorded: a ``call(inputs, states)``'s argument names, else
+    the recorded ones (tf_keras may give two inputs the same one), ``input_<i>`` where none is."""
+    if spreads_inputs(model, len(recorded)):
+        names = _call_arguments(model)[1]
+        if names:
+            return names[:len(recorded)]
+    names = [name or ("inputs" if len(recorded) == 1 else f"input_{i}") for i, name in enumerate(recorded)]
+    return [name if name not in names[:i] else f"{name}_{i}" for i, name in enumerate(names)]
 
 
 def _declares_its_steps(model) -> bool:

@@ -236,7 +236,7 @@ def _verify(model, onnx_model, runtimes: tuple, tolerance: Optional[float], shap
     states = verify_batches.state_inputs(proto)
     ignored = [verify_batches.state_output(name) for name in states]
     output_names = [output.name for output in proto.graph.output if output.name not in ignored]
-    reference = load_reference(model, output_names, custom_objects)
+    reference = load_reference(model, output_names, custom_objects, verify_batches.input_specs(proto))
     result = Verification(reference.label, onnx_label, tolerance, has_guard(proto), ignored=ignored)
     result.notes += reference.notes + _streaming_notes(states, ignored)
     result.notes += [f"tolerance {tolerance}: {tolerance.why}"] if tolerance.why else []

@@ -352,6 +352,12 @@ def model_inputs(onnx_model) -> dict:
     return {name: value for name, value in graph_inputs(onnx_model).items() if name not in states}
 
 
+def input_specs(onnx_model) -> list:
+    """:func:`model_inputs` as :class:`InputSpec` (the inputs a reference is fed)."""
+    return [InputSpec(name, dtype, None if dims is None else tuple(dims))
+            for name, (dtype, dims) in model_inputs(onnx_model).items()]
+
+
 def state_inputs(onnx_model) -> dict:
     """A streaming model's state inputs: input name -> (numpy dtype, units) for each ``<layer>/h_in``
     or ``<layer>/c_in`` of shape [batch, units] whose ``<layer>/h_out`` (``c_out``) is an output."""

@@ -35,7 +35,7 @@ import numpy as np
 from .corpus.check import first_line
 from .corpus.ops import walk_nodes
 from .sessions import onnxruntime_session, runtime_available
-from .verify_batches import InputSpec, model_inputs, state_inputs, state_output, zero_states
+from .verify_batches import InputSpec, input_specs, state_inputs, state_output, zero_states
 from .verify_hints import InputHints, keras_mask_value, keras_vocabulary, onnx_mask_value, onnx_vocabulary
 
 ONNX_FILES = (".onnx",)
@@ -62,9 +62,8 @@ class Reference(InputHints):
 class KerasReference(Reference):
     """A Keras model called eagerly in inference mode; its layers say how to feed it."""
 
-    def __init__(self, model, label: str):
-        from . import keras_source  # pylint: disable=import-outside-toplevel
-        super().__init__(label, keras_source.input_signature(model))
+    def __init__(self, model, label: str, onnx_inputs: Optional[list] = None):
+        super().__init__(label, _keras_inputs(model, onnx_inputs))
         self.model = model
         self.stateful = stateful_layers(model)
 
@@ -87,10 +86,29 @@ class KerasReference(Reference):
         return keras_mask_value(self.model, index, sole_features)
 
 
+def _keras_inputs(model, onnx_inputs: Optional[list]) -> list:
+    """The inputs Keras recorded for ``model`` (:func:`.keras_source.input_signature`), or the ONNX
+    model's where Keras recorded fewer and ``model.call`` takes them as arguments (a subclassed
+    ``call(inputs, states)``, of which Keras 3 records the first)."""
+    from . import keras_source  # pylint: disable=import-outside-toplevel
+    try:
+        specs = keras_source.input_signature(model)
+    except keras_source.SourceError:
+        if not onnx_inputs:
+            raise
+        return onnx_inputs
+    more = onnx_inputs and len(onnx_inputs) > len(specs)
+    return onnx_inputs if more and keras_source.spreads_inputs(model, len(onnx_inputs)) else specs
+
+
 def keras_outputs(model, inputs: list) -> list:
     """Keras's outputs, flat, as arrays: the model called eagerly in inference mode."""
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    outputs = model(inputs if len(inputs) > 1 else inputs[0], training=False)
+    from . import keras_source  # pylint: disable=import-outside-toplevel
+    if keras_source.spreads_inputs(model, len(inputs)):  # call(inputs, states): tensors, as tf_keras wants them
+        outputs = model(*[tf.convert_to_tensor(x) for x in inputs], training=False)
+    else:
+        outputs = model(inputs if len(inputs) > 1 else inputs[0], training=False)
     return [as_array(output) for output in tf.nest.flatten(outputs)]
 
 
@@ -158,8 +176,7 @@ class OnnxReference(Reference):
         except Exception as error:  # noqa: BLE001  pylint: disable=broad-except  (any onnxruntime error: one line)
             raise SourceError(f"{label}: onnxruntime cannot load the reference ({first_line(error)})") from error
         self.states = state_inputs(proto)  # a streaming reference: fed zero states, as the ONNX model is
-        super().__init__(label, [InputSpec(name, dtype, None if dims is None else tuple(dims))
-                                 for name, (dtype, dims) in model_inputs(proto).items()])
+        super().__init__(label, input_specs(proto))
         self.proto = proto
         returned = {state_output(name) for name in self.states}
         own = [output.name for output in proto.graph.output if output.name not in returned]
@@ -225,10 +242,12 @@ def litert_interpreter(path: str):
     return Interpreter(model_path=path)
 
 
-def load_reference(model, onnx_output_names: list, custom_objects: Optional[dict] = None) -> Reference:
+def load_reference(model, onnx_output_names: list, custom_objects: Optional[dict] = None,
+                   onnx_inputs: Optional[list] = None) -> Reference:
     """The :class:`Reference` for ``model``: a Keras model object or file (loaded with
     ``custom_objects``), a SavedModel directory, or an ONNX model (a path ending in ``.onnx``, or
-    an ``onnx.ModelProto``)."""
+    an ``onnx.ModelProto``). ``onnx_inputs`` (:class:`.InputSpec`): the checked model's inputs, a
+    Keras model's where Keras did not record all of them (a subclassed ``call(inputs, states)``)."""
     from . import keras_source  # pylint: disable=import-outside-toplevel
     if _is_model_proto(model):
         return OnnxReference(model, "the reference ONNX model", onnx_output_names)
@@ -244,10 +263,10 @@ def load_reference(model, onnx_output_names: list, custom_objects: Optional[dict
             raise keras_source.SourceError(f"{path}: not a reference model: a Keras file "
                                            f"({', '.join(keras_source.KERAS_FILES)}), a SavedModel directory, "
                                            "a LiteRT file (.tflite) or an ONNX file (.onnx)")
-        return KerasReference(keras_source.load(path, custom_objects), path)
+        return KerasReference(keras_source.load(path, custom_objects), path, onnx_inputs)
     if not keras_source.is_keras_model(model):
         raise TypeError(f"expected a Keras model, an onnx.ModelProto or a path, not {type(model).__name__}")
-    return KerasReference(model, f"Keras model '{getattr(model, 'name', type(model).__name__)}'")
+    return KerasReference(model, f"Keras model '{getattr(model, 'name', type(model).__name__)}'", onnx_inputs)
 
 
 def _is_model_proto(model) -> bool:

@@ -14,6 +14,7 @@ from kerasutil import randomize_weights
 from models import UNITS
 
 import masked_lstm_rewriter as mlr
+from masked_lstm_rewriter.keras_source import SourceError
 from masked_lstm_rewriter.output_file import OutputError
 
 # a post-padded batch (with a full and an empty row) and the same rows pre-padded
@@ -284,6 +285,54 @@ def test_a_subclassed_model_with_a_list_of_inputs(caplog):
     assert dims(inferred) == [[None, None, 3], [None, None]], "batch and time are dynamic"
     if FLAVOUR == "keras3":
         assert "give input_signature=" in caplog.text
+
+
+class DecoderStep(keras.Model):
+    """A subclassed model whose call takes token ids and the GRU's state as two arguments (a decoder step)."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = keras.layers.Embedding(50, 5, mask_zero=True)
+        self.rnn = keras.layers.GRU(UNITS, return_sequences=True, return_state=True)
+
+    def call(self, tokens, states):
+        return self.rnn(self.embed(tokens), initial_state=states, mask=self.embed.compute_mask(tokens))
+
+
+class DecoderStepFromZeros(DecoderStep):
+    """The same, whose states default to zeros and whose state output is asked for (the text-generation tutorial's)."""
+
+    def call(self, tokens, states=None, return_state=False):  # pylint: disable=arguments-differ
+        sequences, state = super().call(tokens, states)
+        return (sequences, state) if return_state else sequences
+
+
+@pytest.mark.parametrize("model_class", [DecoderStep, DecoderStepFromZeros])
+def test_a_subclassed_model_whose_call_takes_tokens_and_states(model_class):
+    """tf2onnx calls a tf_keras model with one list of its inputs: ``call(tokens, states)`` wants two arguments."""
+    keras.utils.set_random_seed(6)
+    states = np.random.default_rng(6).normal(size=(len(LENGTHS), UNITS)).astype(np.float32)
+    model = model_class()
+    model(tf.constant(POST[:2, :4]), tf.constant(states[:2]))
+    randomize_weights(model)
+    spec = [tf.TensorSpec((None, None), tf.int32), tf.TensorSpec((None, UNITS), tf.float32)]
+    onnx_model, report = mlr.convert(model, input_signature=spec)
+    assert len(report.rewritten) == 1 and not report.left_as_loop, report
+    assert_native(onnx_model, lstm=1, op="GRU")
+    assert [i.name for i in onnx_model.graph.input] == ["tokens", "states"], "named after call's arguments"
+    got = session(onnx_model).run(None, {"tokens": POST, "states": states})
+    expected = tf.nest.flatten(model(tf.constant(POST), tf.constant(states), training=False))
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(g, np.asarray(e), atol=1e-5)
+    assert mlr.verify(model, onnx_model).ok
+    if FLAVOUR == "keras3" and model_class is DecoderStep:  # Keras 3 records the first argument's shape only
+        with pytest.raises(SourceError, match=r"called as call\(tokens, states\) but Keras recorded the shape of "
+                                              r"1 input\(s\): give input_signature="):
+            mlr.convert(model)
+        return
+    inferred, _ = mlr.convert(model)
+    assert [i.name for i in inferred.graph.input] == ["tokens", "states"] if FLAVOUR == "tf_keras" else ["tokens"]
 
 
 def test_a_functional_model_on_a_dict_of_inputs():

@@ -15,9 +15,11 @@
   :func:`masked_lstm_rewriter.convert` traces it: the signature of :mod:`.keras_source` (dynamic
   batch and time) and one output per model output.
 
-* ``from_keras`` on a Keras 3 model whose inputs are a structure: a functional model built on a
-  dict of inputs, or a subclassed model whose ``call`` takes several inputs as one list. tf2onnx
-  calls it with one argument per input, which Keras refuses. Here it gets the dict or the list.
+* ``from_keras`` on a model with several inputs that tf2onnx calls the wrong way: a subclassed
+  model whose ``call`` takes several tensors (``call(inputs, states)``), called with one list in
+  tf_keras, and, in Keras 3, a functional model built on a dict of inputs or a subclassed model
+  whose ``call`` takes its inputs as one list, called with one argument per input. Here each
+  gets what its ``call`` takes.
 
 Every other model goes to tf2onnx's own code. Every traced model's layer names are remembered for
 the conversion (:mod:`..layer_names`: the Keras names of the scopes Keras 3 makes unique).
@@ -25,7 +27,6 @@ the conversion (:mod:`..layer_names`: the Keras names of the scopes Keras 3 make
 
 from __future__ import annotations
 
-import inspect
 import sys
 
 import tensorflow as tf
@@ -72,42 +73,44 @@ def _get_output_names(model):
     return [name] if name else _originals["_get_output_names"](model)
 
 
-def input_packer(model, input_signature):
-    """How a Keras 3 model takes the traced function's inputs, where tf2onnx gets it wrong, or None.
+def call_arguments(model, input_signature):
+    """How the traced function passes its inputs to ``model`` (args -> the arguments), where tf2onnx
+    gets it wrong, or None.
 
-    tf2onnx calls a model with one argument per input. A functional model built on a dict of
-    inputs wants that dict ("The structure of `inputs` doesn't match"), and a subclassed model
-    whose ``call`` takes its inputs as one list wants the list ("too many positional arguments").
-    tf_keras models go through tf2onnx's other path, which keeps the structure."""
+    tf2onnx calls a Keras 3 model with one argument per input, and a tf_keras model with one list
+    of them. A subclassed model whose ``call`` takes several tensors (``call(inputs, states)``)
+    wants one argument each; a Keras 3 functional model built on a dict of inputs wants that
+    dict ("The structure of `inputs` doesn't match"); a Keras 3 subclassed model whose ``call``
+    takes its inputs as one list wants the list ("too many positional arguments")."""
+    if input_signature and keras_source.spreads_inputs(model, len(input_signature)):
+        return tuple
     keras = sys.modules.get("keras")
     if keras is None or not str(getattr(keras, "__version__", "")).startswith("3.") or not isinstance(model, keras.Model):
         return None
     if type(model).__name__ == "Functional":
         structure = getattr(model, "_inputs_struct", None)
-        return (lambda args: tf.nest.pack_sequence_as(structure, list(args))) if isinstance(structure, dict) else None
+        return (lambda args: (tf.nest.pack_sequence_as(structure, list(args)),)) if isinstance(structure, dict) \
+            else None
     if type(model).__name__ == "Sequential" or not input_signature or len(input_signature) < 2:
         return None
-    try:
-        parameters = inspect.signature(model.call).parameters.values()
-    except (TypeError, ValueError):
-        return None
-    required = [p for p in parameters if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    return (lambda args: list(args)) if len(required) == 1 else None
+    return lambda args: (list(args),)
 
 
 def _get_concrete_function(model, input_signature):
     layer_names.remember(model)  # the Keras names of the scopes the trace opens (a streaming model's state names)
     name = sequential_output_name(model)
-    packer = input_packer(model, input_signature)
-    if not name and not packer:
+    arguments = call_arguments(model, input_signature)
+    if not name and not arguments:
         return _originals["_get_concrete_function"](model, input_signature)
     if input_signature is None:  # named as the model names them, for inputs_as_nchw=[...] to find them
         input_signature = [tf.TensorSpec(shape=x.shape, dtype=x.dtype, name=x.name) for x in model.inputs]
+    elif arguments is tuple:
+        input_signature = keras_source.named_after_arguments(model, input_signature)
     names = [name] if name else getattr(model, "output_names", None)  # what _get_output_names looks up
 
     @tf.function(input_signature=input_signature)
     def model_fn(*args):
-        outputs = model(packer(args), training=False) if packer else model(*args, training=False)
+        outputs = model(*(arguments(args) if arguments else args), training=False)
         return dict(zip(names, tf.nest.flatten(outputs))) if names else outputs
     return model_fn.get_concrete_function()
 

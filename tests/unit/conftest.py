@@ -38,6 +38,7 @@ Loops in a file) is checked with the same two verbs of ``_harness.py``, beside i
 ``test_grid.py``           the sampler of the slow grids keeps every value of every parameter
 ``test_docs_links.py``     every relative link and anchor in the README and docs/ resolves
 ``test_backend_process.py`` which Keras models convert in a TensorFlow process (another backend)
+``test_keras_source.py``   a subclassed model's ``call(tokens, states)``: one argument per input, named after them
 ========================== ===================================================================
 
 **No Keras.** TensorFlow 2.21 imports all of Keras (or tf_keras) when it is imported itself, so

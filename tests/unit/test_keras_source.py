@@ -1,0 +1,53 @@
+# SPDX-License-Identifier: Apache-2.0
+"""How :mod:`masked_lstm_rewriter.keras_source` reads a subclassed model's ``call``: whether its input
+tensors go in as one argument each (``call(tokens, states)``) or as one list, and what the inputs
+are named. Stand-in models: only the type name, ``name`` and ``call`` are read. No Keras."""
+
+from __future__ import annotations
+
+import pytest
+import tensorflow as tf
+
+from masked_lstm_rewriter.keras_source import SourceError, named_after_arguments, spreads_inputs
+
+
+class Step:
+    """A subclassed model as keras_source sees it."""
+
+    name = "step"
+
+    def __init__(self, call):
+        self.call = call
+
+
+class Functional(Step):
+    """A functional model: Keras packs its inputs itself."""
+
+
+@pytest.mark.parametrize("call, count, spreads", [
+    (lambda tokens, states: None, 2, True),
+    (lambda tokens, states=None, return_state=False: None, 2, True),
+    (lambda *args: None, 3, True),
+    (lambda inputs: None, 2, False),
+    (lambda inputs, training=None, mask=None: None, 2, False),
+    (lambda tokens, states: None, 1, False),
+])
+def test_several_tensors_are_as_many_arguments_where_call_takes_them(call, count, spreads):
+    assert spreads_inputs(Step(call), count) is spreads
+
+
+def test_a_functional_model_takes_its_inputs_its_own_way():
+    assert spreads_inputs(Functional(lambda inputs, training=None, mask=None: None), 2) is False
+
+
+def test_more_tensors_than_call_takes_fail_in_one_line_naming_its_arguments():
+    with pytest.raises(SourceError, match=r"^model 'step' is called as call\(tokens, states\): 3 input tensors do "
+                                          r"not fit it; give input_signature= with one spec"):
+        spreads_inputs(Step(lambda tokens, states: None), 3)
+
+
+def test_unnamed_specs_take_the_names_of_call_arguments():
+    specs = [tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None, 4], tf.float32, name="h")]
+    named = named_after_arguments(Step(lambda tokens, states, training=None: None), specs)
+    assert [spec.name for spec in named] == ["tokens", "h"]
+    assert [spec.shape.as_list() for spec in named] == [[None, None], [None, 4]]
