@@ -73,10 +73,13 @@ def _has_hdf5_signature(path: str) -> bool:
 
 def bad_input(model_path: Optional[str], error: BaseException, message: str) -> Optional[str]:
     """The line to say (exit status 2) when a conversion failed on its input, or None: a custom
-    class whose module was not given, a tf_keras ``.h5`` file under Keras 3."""
+    class whose module was not given, a model whose inputs Keras did not record, a tf_keras ``.h5``
+    file under Keras 3."""
     source = sys.modules.get(f"{__package__}.keras_source")  # not loaded: the error cannot be one of its
     if source is not None and isinstance(error, source.UnknownClassError):
         return message
+    if source is not None and isinstance(error, source.UnknownInputsError):
+        return f"{message} (from Python: masked_lstm_rewriter.convert(model, input_signature=[...]))"
     hint = legacy_keras_hint(model_path, message)
     return f"{message}; {hint}" if hint else None
 

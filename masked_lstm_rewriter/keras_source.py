@@ -48,6 +48,10 @@ class SourceError(ValueError):
     """The model cannot be read or traced: a one-line reason for the user."""
 
 
+class UnknownInputsError(SourceError):
+    """Keras did not record the model's inputs (or not all of them): ``input_signature=`` must say them."""
+
+
 class UnknownClassError(SourceError):
     """The model file names a class Keras does not know: a custom class whose module was not given."""
 
@@ -189,8 +193,8 @@ def input_signature(model) -> list:
     declared = _declared_inputs(model)
     specs = declared if declared is not None else _called_inputs(model)
     if not specs:
-        raise SourceError(f"cannot tell the inputs of model '{getattr(model, 'name', model)}': call it once on a "
-                          "batch, or give input_signature=")
+        raise UnknownInputsError(f"cannot tell the inputs of model '{getattr(model, 'name', model)}': call it once "
+                                 "on a batch, or give input_signature=")
     _check_recorded_arguments(model, specs)
     logger.info("input signature of '%s' (%s): %s", getattr(model, "name", "model"),
                 "as declared" if declared is not None else "as called, None where dynamic",
@@ -242,8 +246,9 @@ def _check_recorded_arguments(model, specs: list) -> None:
         return
     required, _ = _call_arguments(model)
     if len(required) > len(specs):
-        raise SourceError(f"model '{model.name}' is called as call({', '.join(required)}) but Keras recorded the "
-                          f"shape of {len(specs)} input(s): give input_signature= with one spec per argument")
+        raise UnknownInputsError(f"model '{model.name}' is called as call({', '.join(required)}) but Keras "
+                                 f"recorded the shape of {len(specs)} input(s): give input_signature= with one spec "
+                                 "per argument")
 
 
 def _declared_inputs(model) -> Optional[list]:
@@ -307,8 +312,8 @@ def _recorded_shapes(model, keep_batch: bool = False) -> Optional[list]:
     """[(shape, dtype, name)] of the inputs a model saw, or None (never called nor built)."""
     if hasattr(model, "save_spec"):  # tf_keras
         spec = model.save_spec(dynamic_batch=not keep_batch)
-        if spec is None:
-            return None
+        if spec is None:  # loaded from a file: built with the shapes it was saved with
+            return _guessed_dtypes(model, _built_shapes(getattr(model, "_build_input_shape", None)))
         flat = [s for s in tf.nest.flatten(spec[0]) if isinstance(s, tf.TensorSpec)]
         return [(s.shape, s.dtype, s.name) for s in flat]
     inputs = getattr(model, "inputs", None)
@@ -322,11 +327,30 @@ def _recorded_shapes(model, keep_batch: bool = False) -> Optional[list]:
         if not built:
             return None
         specs = tf.nest.flatten(built)
-    if len(specs) > 1:  # one input is guessed right: ids read by an Embedding first, else float32
-        logger.warning("Keras 3 records the shapes a subclassed model was called with, not their dtypes: model '%s' "
-                       "is traced with float32 inputs; give input_signature= if an input is not float32 (ids, "
-                       "a boolean mask)", getattr(model, "name", "model"))
-    return [(s.shape, tf.as_dtype(s.dtype or "float32"), getattr(s, "name", None)) for s in specs]
+    return _guessed_dtypes(model, [(s.shape, s.dtype, getattr(s, "name", None)) for s in specs])
+
+
+def _built_shapes(shape) -> Optional[list]:
+    """[(shape, None, None)] of a tf_keras model's ``_build_input_shape`` (one shape, or a structure of them)."""
+    if shape is None:
+        return None
+    if isinstance(shape, tf.TensorShape) or all(isinstance(d, (int, type(None))) for d in shape):
+        return [(tf.TensorShape(shape), None, None)]
+    values = shape.values() if isinstance(shape, dict) else shape
+    return [item for value in values for item in (_built_shapes(value) or [])] or None
+
+
+def _guessed_dtypes(model, shapes: Optional[list]) -> Optional[list]:
+    """``shapes`` [(shape, dtype or None, name)] with float32 where Keras recorded no dtype (Keras 3's
+    subclassed model, a tf_keras model loaded from a file), said in a warning where several inputs
+    are guessed; ids read by an Embedding first are guessed right by :func:`_called_inputs`."""
+    if not shapes:
+        return None
+    if sum(dtype is None for _, dtype, _ in shapes) > 1:
+        logger.warning("Keras records the shapes model '%s' was called or built with, not their dtypes: it is traced "
+                       "with float32 inputs; give input_signature= if an input is not float32 (ids, a boolean mask)",
+                       getattr(model, "name", "model"))
+    return [(shape, tf.as_dtype(dtype or "float32"), name) for shape, dtype, name in shapes]
 
 
 def _input_name(tensor, index: int) -> str:

@@ -106,10 +106,10 @@ def test_keras_files_convert_and_keep_every_output(form, tmp_path):
     assert_exact(model, onnx_model, PRE)
 
 
-@pytest.mark.skipif(FLAVOUR == "tf_keras", reason="Keras 3's build config")
 def test_a_subclassed_model_file_converts_with_the_shapes_it_was_built_with(tmp_path):
     """Loaded from a .keras file, a subclassed model is built (from the shapes it was saved with) but
-    was never called: its signature is read from those shapes, ids read by an Embedding as int32."""
+    was never called: its signature is read from those shapes (Keras 3's build config, tf_keras's
+    build input shape), ids read by an Embedding as int32."""
     model = MODELS["subclassed"][0]()
     model.save(tmp_path / "tagger.keras")
     onnx_model, report = mlr.convert(tmp_path / "tagger.keras", custom_objects={"Tagger": Tagger})

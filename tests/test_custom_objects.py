@@ -2,7 +2,8 @@
 """A Keras file with custom classes (a Dense-like layer, a hand-written recurrent cell, neither
 registered with Keras): converted from the command line with ``--custom-objects MODULE`` and from
 Python with ``custom_objects=``, checked with ``verify``; without the module, one line naming the
-class and the option (exit status 2); a module that cannot be imported, one line naming it.
+class and the option (exit status 2); a module that cannot be imported, one line naming it; a
+subclassed model saved before any call (no input shapes recorded), one line saying what to do.
 
 Keras 3 saves the model as ``.keras``, tf_keras as ``.h5``. Only the command line's successful
 conversion runs in a process of its own (the module is found from the current directory there);
@@ -184,3 +185,37 @@ def test_an_operation_keras3_cannot_read_back_is_not_called_a_custom_class(tmp_p
     with pytest.raises(keras_source.UnknownClassError, match="'NotEqual', an operation Keras 3 saves in a .h5 file "
                                                              "but cannot read back .*: save the model as .keras$"):
         keras_source.load(tmp_path / "model.h5")
+
+
+UNBUILT = '''
+import tensorflow as tf
+
+keras = tf.keras
+
+
+@keras.utils.register_keras_serializable(package="mlr_test")
+class Tagger(keras.Model):
+    """A subclassed model, saved before any call: Keras records no input shapes."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.rnn = keras.layers.LSTM(4, return_sequences=True)
+
+    def call(self, features):
+        return self.rnn(features)
+'''
+
+
+@pytest.mark.filterwarnings("ignore:You are saving a model that has not yet been built")
+def test_a_model_saved_before_any_call_says_how_to_give_its_inputs(tmp_path, capsys):
+    """The command line has no signature to give: exit status 2 and one line saying the Python call."""
+    (tmp_path / "mlr_test_unbuilt.py").write_text(UNBUILT)
+    module = user_modules.import_module(str(tmp_path / "mlr_test_unbuilt.py"))
+    module.Tagger().save(tmp_path / "unbuilt.keras")
+    args = [str(tmp_path / "unbuilt.keras"), "-o", str(tmp_path / "out.onnx"),
+            "--custom-objects", str(tmp_path / "mlr_test_unbuilt.py")]
+    assert cli.main(args) == 2
+    assert error_lines(capsys.readouterr().err) == [
+        "masked_lstm_rewriter: error: cannot tell the inputs of model 'tagger': call it once on a batch, or give "
+        "input_signature= (from Python: masked_lstm_rewriter.convert(model, input_signature=[...]))"]
+    assert not (tmp_path / "out.onnx").exists()
