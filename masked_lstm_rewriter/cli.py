@@ -31,14 +31,14 @@ import io
 import os
 import sys
 import traceback
-from importlib import metadata
 from typing import Optional
 
 from . import cli_input, dependencies
 from .cli_args import QUIET, model_position, split_command
 from .cli_input import (UsageError, bad_input, environment_choice, keras_on_tensorflow, model_file_problem, pop_choice,
                         pop_switch, with_litert_hint)
-from .cli_logging import command_logging, progress, quiet_run, rename, silence_exit, verbosity
+from .cli_logging import (command_logging, progress, quiet_run, rename, silence_exit, verbosity,
+                          without_freed_function_noise)
 from .cli_quantize import MODES, pop_quantize
 from .cli_signals import STOPPED, Interrupted, output_written, stopped_by_signals
 from .cli_streaming import pop_streaming
@@ -132,11 +132,13 @@ class Failed(Exception):
 
 
 def program() -> int:
-    """The program (``python -m masked_lstm_rewriter``, ``masked-lstm-rewriter``): :func:`main`, and
-    under ``--quiet`` nothing more on the terminal as the process exits (TensorFlow prints tracebacks
-    of functions it fails to free then)."""
+    """The program (``python -m masked_lstm_rewriter``, ``masked-lstm-rewriter``): :func:`main`, and unless
+    ``--debug``, no tracebacks of functions TensorFlow fails to free as the process exits (under ``--quiet``,
+    nothing more at all on the terminal then)."""
+    debug = "--debug" in sys.argv[1:]
+    sys.unraisablehook = sys.unraisablehook if debug else without_freed_function_noise(sys.unraisablehook)
     status = main()
-    if _quiet(sys.argv[1:]) and "--debug" not in sys.argv[1:]:
+    if _quiet(sys.argv[1:]) and not debug:
         silence_exit()
     return status
 
@@ -185,7 +187,7 @@ def _convert_command(args: list) -> int:
         print(HELP, end="")
         return 0
     if "--version" in args:
-        print(_versions())
+        print(dependencies.installed_versions())
         return 0
     quiet = any(arg in QUIET for arg in args)
     args = [arg for arg in args if arg not in QUIET]
@@ -216,15 +218,6 @@ def _convert_command(args: list) -> int:
     if not quiet:
         print(report if report is not None else f"{PROG}: no graph was rewritten")
     return 0
-
-
-def _versions() -> str:
-    names = ("masked-lstm-rewriter", "tf2onnx", "tensorflow", "keras", "tf_keras", "onnx", "onnxruntime", "openvino")
-    found = []
-    for name in names:
-        with contextlib.suppress(metadata.PackageNotFoundError):
-            found.append(f"{name} {metadata.version(name)}")
-    return ", ".join(found)
 
 
 def _short_output(args: list) -> list:

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """What the command line shows while it works, on standard error: its progress lines, the plugin's
-warnings, tf2onnx's records (its INFO lines with ``--verbose`` only), or, with ``--quiet``,
-nothing but the one-line errors.
+warnings, tf2onnx's records (its INFO lines, and its warnings as it drops a stateful layer's state
+writes, with ``--verbose`` only), or, with ``--quiet``, nothing but the one-line errors.
 
 The library never prints: it logs to ``masked_lstm_rewriter``, and the command line's handlers,
 installed here for the length of a run, decide what is shown. A progress line is an INFO record of
@@ -23,6 +23,7 @@ logger = logging.getLogger(PROG)
 TF2ONNX_FORMAT = "%(asctime)s - %(levelname)s - %(message)s"  # tf2onnx's own, for its records
 VERBOSE = 15  # tf2onnx's level between DEBUG and INFO, which its -v shows
 SILENT = logging.CRITICAL + 1
+FREED_FUNCTION_GONE = "Tried to remove non-existent function"  # TensorFlow's AtomicFunction.__del__
 
 
 def progress(message: str, *args) -> None:
@@ -84,6 +85,16 @@ class _WarnedOnce(logging.Filter):
 
 
 LITERT_INTERPRETER_DEPRECATED = r"\s*Warning: tf\.lite\.Interpreter is deprecated"
+TF2ONNX_FREEZING_FAILED = "TF freezing failed. Attempting to fix freezing errors."
+
+
+def _not_a_state_write(record) -> bool:
+    """False for tf2onnx's warnings as it drops the writes of a stateful layer's states from the graph
+    it freezes ("TF freezing failed", then "Removed <op> <name>/AssignVariableOp", another node's op
+    named): the writes are not wanted in ONNX, where the plugin says what becomes of the states."""
+    if record.msg == TF2ONNX_FREEZING_FAILED:
+        return False
+    return not (record.msg == "Removed %s %s" and "Assign" in str(record.args[-1] if record.args else ""))
 
 
 def rename(text: str, renames: dict) -> str:
@@ -108,6 +119,8 @@ def command_logging(verbose: int, quiet: bool, renames: dict):
     others = logging.StreamHandler(sys.stderr)
     others.setFormatter(logging.Formatter(TF2ONNX_FORMAT))
     others.setLevel(logging.NOTSET if verbose else logging.WARNING)
+    if not verbose:
+        others.addFilter(_not_a_state_write)
     for handler in (ours, others):
         handler.addFilter(_Renamed(renames))
         if quiet:
@@ -131,6 +144,16 @@ def command_logging(verbose: int, quiet: bool, renames: dict):
         logger.setLevel(saved[0])
         logger.propagate = saved[1]
         tf2onnx.setLevel(saved[2])
+
+
+def without_freed_function_noise(hook):
+    """``sys.unraisablehook`` ``hook``, but for TensorFlow's complaint, as the process exits, that a traced
+    function it frees is gone already (a stateful tf_keras model's loop, which tf2onnx froze): a many-line
+    "Exception ignored" after a run that went well, stock tf2onnx's too. Dropped."""
+    def hook_for_the_process(unraisable):
+        if FREED_FUNCTION_GONE not in str(getattr(unraisable, "exc_value", "")):
+            hook(unraisable)
+    return hook_for_the_process
 
 
 @contextlib.contextmanager

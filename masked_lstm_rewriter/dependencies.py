@@ -6,12 +6,14 @@ user's own build), and so do the runtimes. Where the package first imports one o
 import that fails because it is not installed becomes :class:`MissingDependency`, one line that
 names the package and the extra that brings it (:func:`needed`, around the lazy imports of the
 package's public names and inside ``verify``). :func:`explain` gives that line for any import
-error, for a caller (the command line) that catches it. Nothing here imports TensorFlow.
+error, for a caller (the command line) that catches it; :func:`installed_versions` says what is
+installed (``--version``). Nothing here imports TensorFlow.
 """
 
 from __future__ import annotations
 
 import contextlib
+from importlib import metadata
 from typing import Optional
 
 PROJECT = "masked-lstm-rewriter"
@@ -86,3 +88,13 @@ def check_large_model(large_model: bool, flags: bool = False) -> None:
     if large_model:
         name = "--large_model" if flags else "large_model=True"
         raise ValueError(LARGE_MODEL_REFUSAL.format(name, name.split("=")[0]))
+
+
+def installed_versions() -> str:
+    """"masked-lstm-rewriter 0.x, tf2onnx 1.17.0, ...": the versions of the packages that are installed."""
+    names = ("masked-lstm-rewriter", "tf2onnx", "tensorflow", "keras", "tf_keras", "onnx", "onnxruntime", "openvino")
+    found = []
+    for name in names:
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            found.append(f"{name} {metadata.version(name)}")
+    return ", ".join(found)

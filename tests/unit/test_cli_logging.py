@@ -1,7 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """The command line's logging (cli_logging.command_logging): the plugin's records in its format,
 and a warning already shown in the run not shown again; TensorFlow's deprecation of the LiteRT
-interpreter tf2onnx reads a .tflite file with shown only with -v; under --quiet, nothing shown as the program exits."""
+interpreter tf2onnx reads a .tflite file with, and tf2onnx's warnings as it drops a stateful layer's state
+writes, shown only with -v; under --quiet, nothing shown as the program exits,
+and without --debug, not TensorFlow's complaint then that a function it frees is gone already."""
 
 import logging
 import subprocess
@@ -42,13 +44,30 @@ def test_the_litert_interpreter_deprecation_shows_only_when_verbose(verbose, sho
     assert [str(warning.message) for warning in recwarn] == shown
 
 
+@pytest.mark.parametrize("verbose", [0, 1])
+def test_tf2onnx_dropping_a_stateful_layers_state_writes_shows_only_when_verbose(verbose, capsys):
+    """tf2onnx warns as it drops a stateful layer's state writes (naming another node's op); the plugin
+    says what becomes of the states instead."""
+    tf2onnx = logging.getLogger("tf2onnx.tf_loader")
+    with command_logging(verbose=verbose, quiet=False, renames={}):
+        tf2onnx.warning("TF freezing failed. Attempting to fix freezing errors.")
+        tf2onnx.warning("Removed %s %s", "Sigmoid", "sequential/lstm/AssignVariableOp_1")
+        tf2onnx.warning("Could not initialize table with shared_name = %r", "vocab")
+    said = capsys.readouterr().err
+    assert ("freezing failed" in said) == ("AssignVariableOp_1" in said) == bool(verbose), said
+    assert "Could not initialize table with shared_name = 'vocab'" in said
+
+
 _EXIT_NOISE = """
 import sys
 from masked_lstm_rewriter import cli
 class Noisy:
+    def __init__(self, message):
+        self.message = message
     def __del__(self):
-        raise RuntimeError("freed at exit")
-KEEP = Noisy()  # freed as the process exits, as TensorFlow's functions are
+        raise RuntimeError(self.message)
+KEEP = Noisy("freed at exit")  # freed as the process exits, as TensorFlow's functions are
+GONE = Noisy("Tried to remove non-existent function 'while_cond_317'.")  # TensorFlow's, after tf2onnx froze it
 cli.main = lambda: 0
 sys.argv = ["masked-lstm-rewriter"] + sys.argv[1:]
 sys.exit(cli.program())
@@ -63,3 +82,4 @@ def test_quiet_program_shows_nothing_as_it_exits(flags, shown):
                           check=False)
     assert done.returncode == 0
     assert ("freed at exit" in done.stderr) == shown, done.stderr
+    assert ("non-existent function" in done.stderr) == ("--debug" in flags), done.stderr
