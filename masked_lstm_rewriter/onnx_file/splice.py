@@ -10,7 +10,9 @@ rebuild every node. Instead the original model is kept, and only the difference 
 * the nodes the pipeline added go in, their constants as initializers;
 * a consumer the pipeline pointed at a new tensor is left as it was: the new tensor takes the
   name of the Loop output it replaces (or an ``Identity`` gives it that name), so graph outputs,
-  other loops' bodies and every kept node read the names they read before;
+  other loops' bodies and every kept node read the names they read before; but where the old
+  tensor stays (a constant a streamed native node started from) or was read in two places that
+  now read two tensors, the kept node reads the new one;
 * the nodes are put in an order that computes each tensor before its readers, keeping the
   original order of the kept nodes.
 """
@@ -30,7 +32,7 @@ def splice(original: onnx.ModelProto, graph) -> onnx.ModelProto:
     main = model.graph
     initializers = {t.name for t in main.initializer}
     by_outputs = {tuple(node.output): index for index, node in enumerate(main.node)}
-    kept, added, new_constants, renames = set(), [], [], {}
+    kept, added, new_constants, repointed = set(), [], [], []
     inputs = {i.name for i in main.input}
     raw = _raw_outputs(graph)
     for node in graph.get_nodes():
@@ -53,9 +55,10 @@ def splice(original: onnx.ModelProto, graph) -> onnx.ModelProto:
                 added.append(node.op)
             continue
         kept.add(index)
-        for old, new in zip(main.node[index].input, node.input):
-            if old != raw.get(new, new):
-                renames.setdefault(old, new)
+        repointed += [(index, position, old, new) for position, (old, new) in enumerate(zip(main.node[index].input,
+                                                                                         node.input))
+                      if old != raw.get(new, new)]
+    renames = _renames(main, kept, repointed, initializers | inputs, raw)
     main.output.extend(_value_info(graph, name) for name in graph.outputs
                        if name not in {o.name for o in main.output} and name not in raw)  # a state output
     kept_nodes = [main.node[i] for i in sorted(kept)]
@@ -72,6 +75,26 @@ def splice(original: onnx.ModelProto, graph) -> onnx.ModelProto:
     del main.value_info[:]
     main.value_info.extend(kept_info)
     return model
+
+
+def _renames(main, kept: set, repointed: list, defined: set, raw: dict) -> dict:
+    """{old: new} for the kept nodes' inputs the pipeline pointed at new tensors (``repointed``: (node index,
+    input position, old, new)), for the new tensor to take the old name: where the old tensor is gone
+    (a removed Loop's output) and every reader moves to the same new one. Any other input is repointed
+    in the kept node itself: the old tensor stays defined (an initializer, a graph input, a kept node's
+    output; ``defined``: the first two), or one tensor fed two inputs that now read two (a native
+    node's initial h and c, both the same zeros, each replaced by a streamed state input)."""
+    defined = defined | {o for i in kept for o in main.node[i].output}
+    news: dict = {}
+    for _, _, old, new in repointed:
+        news.setdefault(old, set()).add(raw.get(new, new))
+    renames = {}
+    for index, position, old, new in repointed:
+        if old in defined or len(news[old]) > 1:
+            main.node[index].input[position] = raw.get(new, new)
+        else:
+            renames.setdefault(old, new)
+    return renames
 
 
 def _keep_only(initializers, constants: list) -> None:
