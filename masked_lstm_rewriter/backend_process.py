@@ -158,7 +158,7 @@ def _read_report(path: str):
     with open(path, encoding="utf-8") as file:
         written = json.load(file)
     layers = tuple(LayerReport(**_tuples(entry)) for entry in written["layers"])
-    return adopt(ConversionReport(layers, tuple(written["known_wrong"])))
+    return adopt(ConversionReport(layers, tuple(written["known_wrong"]), streams=tuple(written.get("streams", ()))))
 
 
 class _RecordWriter(logging.Handler):
@@ -264,7 +264,7 @@ def _convert_as_asked(request: dict, folder: str, signature) -> None:
     onnx.save_model(onnx_model, os.path.join(folder, ONNX))  # a temporary file: not logged as written
     with open(os.path.join(folder, REPORT), "w", encoding="utf-8") as file:
         json.dump({"layers": [dataclasses.asdict(layer) for layer in report.layers],
-                   "known_wrong": list(report.known_wrong)}, file)
+                   "known_wrong": list(report.known_wrong), "streams": list(report.streams)}, file)
 
 
 if __name__ == "__main__":

@@ -42,6 +42,7 @@ class ConversionReport:
     layers: tuple = ()
     known_wrong: tuple = ()  # what makes the model compute other values than its source
     quantized: str = ""  # for a quantized model: what is int8, what stays float32 (quantize.summary)
+    streams: tuple = ()  # a streaming model: "<layer>: <state inputs> -> <state outputs>" per layer
 
     @property
     def rewritten(self) -> tuple:
@@ -57,14 +58,16 @@ class ConversionReport:
 
     def __str__(self):
         return "\n".join([self.headline()] + [f"  {layer}" for layer in self.layers]
+                         + [f"  streams: {stream}" for stream in self.streams]
                          + [f"  KNOWN WRONG: {wrong}" for wrong in self.known_wrong]
                          + ([f"  quantized: {self.quantized}"] if self.quantized else []))
 
     def headline(self) -> str:
         """"masked_lstm_rewriter: 3 recurrent layer(s) (2 masked, 1 without a mask): 3 native, 0 left as Loop"."""
         if not self.layers and not self.known_wrong:
+            streams = f"; {len(self.streams)} native layer(s) tf2onnx made stream" if self.streams else ""
             return ("masked_lstm_rewriter: no LSTM, GRU or SimpleRNN layer to rewrite (none masked, none left "
-                    "as a Loop without a mask)")
+                    f"as a Loop without a mask){streams}")
         kept = {layer.left_as for layer in self.left_as_loop}
         left = "left as Loop" if kept <= {"a Loop"} else "left as tf2onnx made them"
         unmasked = len(self.layers) - len(self.masked)
@@ -80,6 +83,7 @@ class _Recorder(threading.local):
         super().__init__()
         self.pending = []
         self.pending_wrong = []
+        self.pending_streams = []
         self.last: Optional[ConversionReport] = None
 
 
@@ -91,6 +95,11 @@ def record(layer: str, rewritten: bool, detail: str, mask_mode: str, not_for: tu
     _RECORDER.pending.append(LayerReport(layer, rewritten, detail, mask_mode, not_for, masked, left_as))
 
 
+def record_stream(layer: str, inputs: list, outputs: list) -> None:
+    """A layer of a streaming model takes its states as ``inputs`` and returns them as ``outputs``."""
+    _RECORDER.pending_streams.append(f"{layer}: {', '.join(inputs)} -> {', '.join(outputs)}")
+
+
 def record_known_wrong(problem: str) -> None:
     """A problem that makes the model compute other values than its source."""
     _RECORDER.pending_wrong.append(problem)
@@ -98,9 +107,9 @@ def record_known_wrong(problem: str) -> None:
 
 def finish_conversion() -> ConversionReport:
     """Close the conversion under way (called when the rewriter has seen the main graph)."""
-    _RECORDER.last = ConversionReport(tuple(_RECORDER.pending), tuple(_RECORDER.pending_wrong))
-    _RECORDER.pending = []
-    _RECORDER.pending_wrong = []
+    _RECORDER.last = ConversionReport(tuple(_RECORDER.pending), tuple(_RECORDER.pending_wrong),
+                                      streams=tuple(_RECORDER.pending_streams))
+    _forget_pending()
     return _RECORDER.last
 
 
@@ -130,9 +139,12 @@ def last_report() -> Optional[ConversionReport]:
 
 def start_conversion() -> None:
     """Forget the last report and any entries left by a conversion that failed half-way."""
-    _RECORDER.pending = []
-    _RECORDER.pending_wrong = []
+    _forget_pending()
     _RECORDER.last = None
+
+
+def _forget_pending() -> None:
+    _RECORDER.pending, _RECORDER.pending_wrong, _RECORDER.pending_streams = [], [], []
 
 
 def pending_layers() -> tuple:

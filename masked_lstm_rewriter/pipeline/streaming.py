@@ -35,7 +35,7 @@ from .. import layer_names
 from ..cells import NATIVE_OPS, kind_of
 from ..failure import Refusal
 from ..graph import int64_const, is_zeros, make_op, producer, skip_identity
-from ..report import pending_layers
+from ..report import pending_layers, record_stream
 from ..sources.tf_while import is_main_graph, unread_recurrent_loops
 
 logger = logging.getLogger("masked_lstm_rewriter")
@@ -187,7 +187,9 @@ def _graph_output(graph, name: str, tensor: str, hidden: int) -> None:
 
 
 def _log_streamed(scope: str, names: list) -> None:
-    """One INFO line per streamed layer; a stateful one's says that its state is no longer frozen."""
+    """One INFO line per streamed layer, a stateful one's saying that its state is no longer frozen; the
+    layer's state inputs and outputs in the report."""
+    record_stream(layer_names.keras_path(scope), names[0::2], names[1::2])
     if layer_names.is_stateful(scope):
         logger.info("stateful layer '%s': its state is taken as inputs and returned as outputs (%s), not frozen as "
                     "the constants it held", layer_names.keras_path(scope), ", ".join(names))

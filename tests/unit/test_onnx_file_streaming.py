@@ -143,10 +143,13 @@ def test_native_nodes_whose_states_share_a_tensor_stream_each_state(layers, froz
     constant: each state input is read where its state was (h where h, c where c), the file loads, the
     file's own states give its outputs and chunks give the one call."""
     original = _stock_native_lstms(layers, frozen)
-    model = mlr.rewrite_onnx(original, streaming=True).onnx_model
+    model, report = mlr.rewrite_onnx(original, streaming=True)
     onnx.checker.check_model(model, full_check=True)
     states = _state_inputs(model, original)
     assert len(states) == 2 * layers
+    assert [line.split(": ", 1)[1] for line in report.streams] == \
+        [f"{h}, {c} -> {h[:-2]}out, {c[:-2]}out" for h, c in zip(states[::2], states[1::2])]
+    assert f"{layers} native layer(s) tf2onnx made stream" in str(report)
     lstms = [node for node in model.graph.node if node.op_type == "LSTM"]
     read = [[_source_input(model, tensor) for tensor in node.input[5:7]] for node in lstms]
     assert read == [[f"{prefix}/h_in", f"{prefix}/c_in"] for prefix in (name[:-len("/h_in")] for name in states[::2])]

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """The conversion report says what it counts (every recurrent layer the plugin saw, masked or not)
 and, for a backward layer, what was emitted: a forward node over the rows reversed, not ONNX's
-``direction="reverse"``. No Keras."""
+``direction="reverse"``; for a streaming model, each layer's state inputs and outputs. No Keras."""
 
 from __future__ import annotations
 
@@ -45,6 +45,17 @@ def test_no_layer():
     assert str(ConversionReport()) == \
         "masked_lstm_rewriter: no LSTM, GRU or SimpleRNN layer to rewrite (none masked, none left as a Loop " \
         "without a mask)"
+
+
+def test_a_streaming_model_lists_each_layers_state_inputs_and_outputs():
+    stream = "lstm: lstm/h_in, lstm/c_in -> lstm/h_out, lstm/c_out"
+    assert str(ConversionReport(streams=(stream,))).splitlines() == [
+        "masked_lstm_rewriter: no LSTM, GRU or SimpleRNN layer to rewrite (none masked, none left as a Loop "
+        "without a mask); 1 native layer(s) tf2onnx made stream", f"  streams: {stream}"]
+    rewritten = ConversionReport((LayerReport("gru", True, "GRU, forward", "post"),),
+                                 streams=("gru: gru/h_in -> gru/h_out",))
+    assert str(rewritten).splitlines()[1:] == ["  gru: native ONNX GRU, forward (mask_mode=post)",
+                                               "  streams: gru: gru/h_in -> gru/h_out"]
 
 
 @pytest.mark.parametrize("direction, cells, masked, expected", [
