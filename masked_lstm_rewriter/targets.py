@@ -14,7 +14,8 @@ listed here. The reader, the planner, the emitter and the plugin consult this mo
   :func:`shared_swaps_scrambled` tells the emitter to give each native node its own input;
   :func:`bidirectional_veto` tells the planner where a masked forward and backward layer cannot
   be one ``direction="bidirectional"`` node, :func:`bidirectional_slow` where it would be slower;
-  :func:`cut_to_longest` tells the planner to run the masked nodes only up to the longest row, and
+  :func:`cut_to_longest` tells the planner to run the masked nodes only up to the longest row (and
+  :func:`ignoring_lengths` the plugin which runtimes get stock tf2onnx's nodes with lengths wrong), and
   :func:`steps_appended_by_concat` how the steps they did not run are appended at a batch of 1,
   :func:`zeros_past_lengths` that a node's ``Y`` can stand in for the zero step the emitter appends,
   :func:`explicit_zero_state` that a masked node is given its zero initial state;
@@ -166,6 +167,12 @@ def cut_to_longest(target: Optional[str]) -> bool:
     Where a runtime runs every step of a node's input (:attr:`Runtime.runs_every_step`); a runtime
     that honours ``sequence_lens`` stops there by itself."""
     return any(entry.runs_every_step for entry in _entries(target))
+
+
+def ignoring_lengths(target: Optional[str]) -> tuple:
+    """The titles of the runtimes of ``target`` (None: every runtime) that run every step of a native
+    node whatever its ``sequence_lens`` (:attr:`Runtime.runs_every_step`)."""
+    return tuple(entry.title for entry in _entries(target) if entry.runs_every_step)
 
 
 def steps_appended_by_concat(target: Optional[str]) -> bool:

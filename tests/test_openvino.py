@@ -17,7 +17,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from kerasutil import ATOL, MAX_ERRORS, convert, keras, keras_outputs, op_counts, post_padded_tokens
+from kerasutil import ATOL, FLAVOUR, MAX_ERRORS, convert, keras, keras_outputs, op_counts, post_padded_tokens
 from models import UNITS, embedding_model, initial_state_model
 
 import masked_lstm_rewriter as mlr
@@ -195,6 +195,32 @@ def test_openvino_still_ignores_sequence_lens_with_dynamic_shapes():
     y, y_h = run_openvino(model, feeds, static=False)
     assert not np.allclose(y_h[0, 0], y[1, 0, 0], atol=1e-3), \
         "OpenVINO now honours sequence_lens with dynamic shapes: update docs/openvino.md"
+
+
+@pytest.mark.skipif(FLAVOUR != "tf_keras", reason="TensorFlow's v1 LSTMCell needs tf_keras")
+def test_stock_sequence_lengths_fail_a_conversion_for_openvino():
+    """``dynamic_rnn(sequence_length=)``: stock tf2onnx's native node with sequence_lens, exact on onnxruntime
+    and wrong on OpenVINO with dynamic shapes (short rows), is known wrong for OpenVINO."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    import tf2onnx  # pylint: disable=import-outside-toplevel
+    cell = tf.compat.v1.nn.rnn_cell.LSTMCell(UNITS, initializer=tf.random_uniform_initializer(-1, 1, seed=5))
+    spec = [tf.TensorSpec([None, None, 2], tf.float32, name="x"), tf.TensorSpec([None], tf.int32, name="lengths")]
+
+    @tf.function(input_signature=spec)
+    def run(x, lengths):
+        outputs, state = tf.compat.v1.nn.dynamic_rnn(cell, x, sequence_length=lengths, dtype=tf.float32)
+        return outputs, state.c, state.h
+
+    with mlr.enable(runtime="openvino"), pytest.raises(mlr.KnownWrong, match="which OpenVINO ignores with dynamic"):
+        tf2onnx.convert.from_function(run, input_signature=spec, opset=15)
+    with mlr.enable(runtime="openvino", keep_wrong=True):
+        onnx_model, _ = tf2onnx.convert.from_function(run, input_signature=spec, opset=15)
+    feeds = {"x": np.random.default_rng(0).normal(size=(4, 5, 2)).astype(np.float32),
+             "lengths": np.array([5, 3, 0, 1], np.int32)}
+    expected = [np.asarray(t) for t in run(tf.constant(feeds["x"]), tf.constant(feeds["lengths"]))]
+    for e, g in zip(expected, run_onnxruntime(onnx_model, feeds)):
+        np.testing.assert_allclose(g, e, atol=ATOL)
+    assert max(float(np.max(np.abs(e - g))) for e, g in zip(expected, run_openvino(onnx_model, feeds, False))) > 1e-3
 
 
 @pytest.mark.parametrize("mode", ["post", "any"])

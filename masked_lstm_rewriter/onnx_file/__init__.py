@@ -20,8 +20,9 @@ from .. import output_file
 from ..conversion import Converted
 from ..failure import known_wrong
 from ..pipeline import rewrite_graph
-from ..pipeline.streaming import cannot_stream, stream_native_nodes
+from ..pipeline.streaming import cannot_stream, native_nodes, stream_native_nodes
 from ..plugin import resolve_mask_mode
+from ..plugin.stock_wrong import lengths_ignored
 from ..quantize import check_quantize, quantize_converted, schedule_for
 from ..report import ConversionReport, finish_conversion, start_conversion
 from ..sources import ONNX_FILE_SOURCES
@@ -54,9 +55,11 @@ def rewrite_onnx(model, output_path=None, *, mask_mode: Optional[str] = None, ru
     original = load(model)
     start_conversion()
     graph = to_graph(original)
+    stock = native_nodes(graph)
     not_streamed = stream_native_nodes(graph) if streaming else []  # before any node of ours
     rewrite_graph(graph, list(graph.get_nodes()), ONNX_FILE_SOURCES, mask_mode, runtime, schedule, streaming)
-    wrong = known_wrong(not_streamed + cannot_stream(graph) if streaming else [], keep_wrong)
+    problems = lengths_ignored(graph, stock, runtime) + (not_streamed + cannot_stream(graph) if streaming else [])
+    wrong = known_wrong(problems, keep_wrong)
     report = finish_conversion()
     if wrong is not None:
         raise wrong

@@ -32,7 +32,7 @@ from ..report import finish_conversion, note_known_wrong
 from ..sources import LITERT_OP_SOURCES, SOURCES
 from ..sources.litert_lstm import zero_states
 from ..sources.tf_while import is_main_graph
-from .stock_wrong import float_equality
+from .stock_wrong import float_equality, lengths_ignored
 from .unconverted import unconverted_ops, unconverted_problem
 
 logger = logging.getLogger("masked_lstm_rewriter")
@@ -97,10 +97,12 @@ def _make_rewriter(mask_mode: Optional[str], runtime: Optional[str], schedule: b
             source.observe(graph)
         main = is_main_graph(graph)
         # before any node of ours (but those emitted for LiteRT ops)
+        stock = native_nodes(graph) - emitted_for_litert_ops if main else set()
         not_streamed = stream_native_nodes(graph, frozenset(emitted_for_litert_ops)) if streaming and main else []
         rewrite_graph(graph, ops, SOURCES, mask_mode, runtime, schedule, streaming)
         if main:
-            problems = time_distributed.traced_over_batch(graph, ops) + float_equality(graph, ops)
+            problems = time_distributed.traced_over_batch(graph, ops) + float_equality(graph, ops) + \
+                lengths_ignored(graph, stock, runtime)
             if streaming:
                 problems += not_streamed + cannot_stream(graph)
             else:

@@ -7,12 +7,23 @@ equals 2. Keras's ``Masking`` layer compares its features with the mask value so
 steps whose features all have the mask value's integer part. The plugin leaves the layers after it
 as stock tf2onnx makes them at that opset, so the model would compute other values than Keras without a
 word; instead the conversion fails (or, kept on request, says it is known wrong).
+
+tf2onnx makes a TensorFlow ``dynamic_rnn`` with ``sequence_length`` a native node with
+``sequence_lens``, which OpenVINO ignores with dynamic shapes (it runs every step): a row shorter
+than the longest gets other outputs and final states there. The plugin leaves such a node as stock
+made it, and says so: a conversion for OpenVINO fails, one for any runtime warns.
 """
 
 from __future__ import annotations
 
+import logging
+
 from onnx import TensorProto
 
+from ..cells import NATIVE_OPS
+from ..targets import ignoring_lengths
+
+logger = logging.getLogger("masked_lstm_rewriter")
 FLOAT_EQUALITY = 11  # the first opset whose Equal takes floats
 _FLOATS = (TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.BFLOAT16)
 
@@ -29,3 +40,25 @@ def float_equality(graph, ops) -> list:
             f"Masking layer masks such steps); convert with opset {FLOAT_EQUALITY} or later"
             for node in ops if node.type in ("Equal", "NotEqual") and graph.get_dtype(node.input[0]) in _FLOATS
             and any(consumer.type == "Any" for consumer in graph.find_output_consumers(node.output[0]))]
+
+
+def lengths_ignored(graph, stock: set, target) -> list:
+    """One sentence per native node stock tf2onnx made (``stock``: their names) that stops each row at its
+    ``sequence_lens``, where a runtime of ``target`` runs every step instead: the problems of a conversion
+    for that runtime; for any runtime (``target`` None), each a WARNING instead (the model is right elsewhere)."""
+    titles = ignoring_lengths(target)
+    found = [f"tf2onnx made '{node.name}' a native {node.type} that stops each row at its sequence length, which "
+             f"{' and '.join(titles)} ignores with dynamic shapes (it runs every step): there, a row shorter than the "
+             "longest gets other outputs and final states than TensorFlow's" for node in graph.get_nodes()
+             if titles and node.name in stock and node.type in NATIVE_OPS and len(node.input) > 4 and node.input[4]
+             and _dynamic(graph.get_shape(node.input[0]))]
+    if target is not None:
+        return found
+    for problem in found:
+        logger.warning("%s", problem)
+    return []
+
+
+def _dynamic(shape) -> bool:
+    """Is a shape unknown, or one of its dimensions?"""
+    return shape is None or any(d is None or d < 0 for d in shape)

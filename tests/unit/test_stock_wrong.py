@@ -1,13 +1,18 @@
 # SPDX-License-Identifier: Apache-2.0
 """plugin/stock_wrong.py: before opset 11 tf2onnx compares floats through int32 (a Masking layer's
 mask among them): the conversion through the plugin says so, naming the op, instead of a model
-that silently masks every step whose features lie between -1 and 1."""
+that silently masks every step whose features lie between -1 and 1. A native node stock tf2onnx
+made with sequence lengths (TensorFlow's ``dynamic_rnn(sequence_length=)``), which OpenVINO
+ignores: known wrong for OpenVINO, a warning for any runtime, nothing for onnxruntime."""
+
+import logging
 
 import numpy as np
 import onnxruntime as ort
 import pytest
 import tensorflow as tf
 import tf2onnx
+from onnx import TensorProto, helper, numpy_helper
 
 import masked_lstm_rewriter as mlr
 
@@ -44,3 +49,35 @@ def test_before_opset_11_a_float_comparison_is_known_wrong():
 def test_from_opset_11_nothing_is_said(opset):
     _, report = _convert(opset)
     assert not report.known_wrong
+
+
+def _native_lstm_with_lengths():
+    """An ONNX file as tf2onnx writes ``dynamic_rnn(LSTMCell, sequence_length=lengths)``: one native node."""
+    rng = np.random.default_rng(0)
+    weights = [numpy_helper.from_array(rng.normal(size=shape).astype(np.float32), name)
+               for name, shape in (("W", (1, 8, 3)), ("R", (1, 8, 2)), ("B", (1, 16)))]
+    node = helper.make_node("LSTM", ["x", "W", "R", "B", "lengths"], ["y"], name="LSTM__7", hidden_size=2)
+    graph = helper.make_graph([node], "stock", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, None, 3]),
+                                                helper.make_tensor_value_info("lengths", TensorProto.INT32, [None])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 1, None, 2])],
+                              initializer=weights)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)], ir_version=8)
+
+
+LENGTHS_IGNORED = ("tf2onnx made 'LSTM__7' a native LSTM that stops each row at its sequence length, which OpenVINO "
+                   "ignores with dynamic shapes (it runs every step)")
+
+
+def test_stock_sequence_lengths_are_known_wrong_for_openvino_and_a_warning_for_any_runtime(caplog):
+    with pytest.raises(mlr.KnownWrong, match=r"^tf2onnx made 'LSTM__7' a native LSTM that stops each row at its "
+                                             r"sequence length, which OpenVINO ignores with dynamic shapes"):
+        mlr.rewrite_onnx(_native_lstm_with_lengths(), runtime="openvino")
+    kept = mlr.rewrite_onnx(_native_lstm_with_lengths(), runtime="openvino", keep_wrong=True)
+    assert kept.report.known_wrong[0].startswith(LENGTHS_IGNORED)
+    with caplog.at_level(logging.WARNING, logger="masked_lstm_rewriter"):
+        anywhere = mlr.rewrite_onnx(_native_lstm_with_lengths())
+    assert not anywhere.report.known_wrong and LENGTHS_IGNORED in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="masked_lstm_rewriter"):
+        assert not mlr.rewrite_onnx(_native_lstm_with_lengths(), runtime="onnxruntime").report.known_wrong
+    assert not caplog.text
