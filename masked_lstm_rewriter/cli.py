@@ -40,7 +40,7 @@ from .cli_input import (UsageError, bad_input, environment_choice, keras_on_tens
 from .cli_logging import (command_logging, progress, quiet_run, rename, silence_exit, verbosity,
                           without_freed_function_noise)
 from .cli_quantize import MODES, pop_quantize
-from .cli_signals import STOPPED, Interrupted, output_written, stopped_by_signals
+from .cli_signals import STOPPED, Interrupted, ignored_from_now, output_written, stopped_by_signals
 from .cli_streaming import pop_streaming
 from .quantize import schedule_for
 
@@ -134,10 +134,11 @@ class Failed(Exception):
 def program() -> int:
     """The program (``python -m masked_lstm_rewriter``, ``masked-lstm-rewriter``): :func:`main`, and unless
     ``--debug``, no tracebacks of functions TensorFlow fails to free as the process exits (under ``--quiet``,
-    nothing more at all on the terminal then)."""
+    nothing more at all on the terminal then), and no signal changes the exit status then."""
     debug = "--debug" in sys.argv[1:]
     sys.unraisablehook = sys.unraisablehook if debug else without_freed_function_noise(sys.unraisablehook)
     status = main()
+    ignored_from_now()  # the status stands while TensorFlow tears down
     if _quiet(sys.argv[1:]) and not debug:
         silence_exit()
     return status

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """How the command line stops on Ctrl-C or SIGTERM: the run ends as for an error (exit 130 or 143),
 its partial output removed, until the output is being renamed into place (then the run is done,
-and ends with 0).
+and ends with 0); once the run is over, as the process exits, they are ignored.
 
 The signal handler raises :class:`Interrupted`. TensorFlow may wrap that exception into one of its
 own, or drop it, so the last signal is also kept in :data:`STOPPED`, which the conversion checks
@@ -52,6 +52,14 @@ def stopped_by_signals():
 def output_written() -> None:
     """Called just before the output is renamed into place: from now on, signals no longer stop the run."""
     WRITTEN.append(True)
+
+
+def ignored_from_now() -> None:
+    """SIGINT and SIGTERM ignored for the rest of the process: the run is over and its exit status
+    decided (TensorFlow's teardown as Python exits can take seconds, where a signal's default action
+    would end the process with 130 or 143 after the output was written)."""
+    for number in SIGNALS:
+        signal.signal(number, signal.SIG_IGN)
 
 
 def _stop(signum, frame):  # pylint: disable=unused-argument

@@ -1,11 +1,14 @@
 # SPDX-License-Identifier: Apache-2.0
 """The command line's signal handling (cli_signals): a signal stops the run with its exit status,
 also when its exception is first raised where Python ignores it (a garbage collector's callback,
-as JAX installs one), and no longer once the output is being renamed into place."""
+as JAX installs one), and no longer once the output is being renamed into place, nor as the process
+exits after the run."""
 
 import gc
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -63,3 +66,21 @@ def test_a_signal_to_send_again_is_not_sent_once_the_run_is_over(monkeypatch):
         pass
     cli_signals._send_again(signal.SIGINT)  # pylint: disable=protected-access
     assert not sent
+
+
+_SLOW_EXIT = """
+import atexit, sys, time
+from masked_lstm_rewriter import cli
+atexit.register(lambda: time.sleep(3))  # a teardown as slow as TensorFlow's
+cli.main = lambda: (print("done", flush=True), 0)[1]
+sys.exit(cli.program())
+"""
+
+
+@pytest.mark.parametrize("number", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_as_the_process_exits_leaves_the_status_of_the_run(number):
+    process = subprocess.Popen([sys.executable, "-c", _SLOW_EXIT], stdout=subprocess.PIPE, text=True)
+    assert process.stdout.readline().strip() == "done"
+    time.sleep(0.5)
+    process.send_signal(number)
+    assert process.wait(timeout=60) == 0
