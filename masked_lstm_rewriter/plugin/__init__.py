@@ -45,19 +45,20 @@ def _check_mask_mode(mask_mode: str) -> None:
         raise ValueError(f"mask_mode must be one of {MASK_MODES} (or None: the runtime's default), not {mask_mode!r}")
 
 
-def resolve_mask_mode(mask_mode: Optional[str], runtime: Optional[str], keyword: str = "runtime") -> str:
+def resolve_mask_mode(mask_mode: Optional[str], runtime: Optional[str], keyword: str = "runtime",
+                      warn: bool = True) -> str:
     """The mask mode to use: ``mask_mode`` if given, else the runtime's default (``keyword``: how the
     caller named the runtime argument, for the error).
 
     OpenVINO's default is ``"any"``: its synchronous single-thread inference drops the
     ``"post"`` guard's error and returns garbage for a pre-padded batch. Asking for ``"post"``
-    there anyway is allowed, with a WARNING saying so."""
+    there anyway is allowed, with a WARNING saying so (unless not ``warn``)."""
     targets.check_runtime(runtime, keyword)
     if mask_mode is None:
         return targets.default_mask_mode(runtime)
     _check_mask_mode(mask_mode)
     guard_note = targets.runtime(runtime).guard_note if runtime else None
-    if mask_mode == "post" and guard_note:
+    if mask_mode == "post" and guard_note and warn:
         logger.warning("mask_mode='post' for %s: %s", targets.runtime(runtime).title, guard_note)
     return mask_mode
 
@@ -87,9 +88,10 @@ def make_rewriter(mask_mode: Optional[str] = None, runtime: Optional[str] = None
 
 
 def _make_rewriter(mask_mode: Optional[str], runtime: Optional[str], schedule: bool, keyword: str = "runtime",
-                   keep_wrong: bool = False, streaming: bool = False):
-    """:func:`make_rewriter`, its runtime argument given as ``keyword`` (named by its errors)."""
-    mask_mode = resolve_mask_mode(mask_mode, runtime, keyword)
+                   keep_wrong: bool = False, streaming: bool = False, warn: bool = True):
+    """:func:`make_rewriter`, its runtime argument given as ``keyword`` (named by its errors); ``warn``:
+    False where the same mask mode and runtime are enabled already (their warning said once)."""
+    mask_mode = resolve_mask_mode(mask_mode, runtime, keyword, warn)
     emitted_for_litert_ops = set()  # the native nodes rewrite_litert_ops emitted in the conversion under way
 
     def rewrite_masked_lstm(graph, ops):
@@ -252,7 +254,8 @@ def enable(mask_mode: Optional[str] = None, runtime: Optional[str] = None, sched
     """
     runtime, keyword = renamed("enable", "runtime", runtime, "target", target)
     previous = _enabled_rewriter
-    _install(_make_rewriter(mask_mode, runtime, schedule, keyword, keep_wrong, streaming))
+    again = previous is not None and previous.runtime == runtime and previous.mask_mode == mask_mode
+    _install(_make_rewriter(mask_mode, runtime, schedule, keyword, keep_wrong, streaming, warn=not again))
     return _Enabled(previous)
 
 

@@ -91,3 +91,15 @@ def test_the_rewriter_is_never_applied_twice():
 def test_make_rewriter_rejects_bad_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message):
         mlr.make_rewriter(**kwargs)
+
+
+def test_post_for_openvino_warns_once_when_enabled_again_alike(caplog):
+    """convert() enables the plugin again inside its own enable(): the warning is said once."""
+    warning = "mask_mode='post' for OpenVINO"
+    with caplog.at_level("WARNING", logger="masked_lstm_rewriter"):
+        with mlr.enable("post", runtime="openvino"), mlr.enable("post", runtime="openvino", streaming=True):
+            pass
+        assert caplog.text.count(warning) == 1
+        with mlr.enable("any", runtime="openvino"), mlr.enable("post", runtime="openvino"):
+            pass
+    assert caplog.text.count(warning) == 2, "said again where the settings change"
