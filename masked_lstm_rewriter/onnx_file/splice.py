@@ -34,10 +34,11 @@ def splice(original: onnx.ModelProto, graph) -> onnx.ModelProto:
     by_outputs = {tuple(node.output): index for index, node in enumerate(main.node)}
     kept, added, new_constants, repointed = set(), [], [], []
     inputs = {i.name for i in main.input}
+    batch = _batch_dimension(main)
     raw = _raw_outputs(graph)
     for node in graph.get_nodes():
         if node.type == "Placeholder" and node.output[0] not in inputs | initializers:
-            main.input.append(_value_info(graph, node.output[0]))  # a streamed layer's state input
+            main.input.append(_value_info(graph, node.output[0], batch))  # a streamed layer's state input
             continue
         if (node.type == "Const" and node.output[0] in initializers) or \
                 (node.type == "Placeholder" and node.output[0] in inputs | initializers) or \
@@ -59,7 +60,7 @@ def splice(original: onnx.ModelProto, graph) -> onnx.ModelProto:
                                                                                          node.input))
                       if old != raw.get(new, new)]
     renames = _renames(main, kept, repointed, initializers | inputs, raw)
-    main.output.extend(_value_info(graph, name) for name in graph.outputs
+    main.output.extend(_value_info(graph, name, batch) for name in graph.outputs
                        if name not in {o.name for o in main.output} and name not in raw)  # a state output
     kept_nodes = [main.node[i] for i in sorted(kept)]
     added = _named_as_before(added, renames, raw)
@@ -187,11 +188,18 @@ def _live(nodes: list, outputs: set) -> set:
     return live
 
 
-def _value_info(graph, name: str):
-    """A graph input's or output's type, as tf2onnx's graph declares it (``-1``: a dynamic axis)."""
+def _value_info(graph, name: str, batch=None):
+    """A graph input's or output's type, as tf2onnx's graph declares it (``-1``: a dynamic axis; a dynamic
+    first axis as ``batch`` where that is given, a name or a size: a streamed state's rows are the model's)."""
     shape = graph.get_shape(name)
-    return onnx.helper.make_tensor_value_info(name, graph.get_dtype(name),
-                                              None if shape is None else [d if d >= 0 else None for d in shape])
+    dims = None if shape is None else [d if d >= 0 else (batch if i == 0 else None) for i, d in enumerate(shape)]
+    return onnx.helper.make_tensor_value_info(name, graph.get_dtype(name), dims)
+
+
+def _batch_dimension(graph):
+    """The first input's first axis (its batch): its name, or its size where it is fixed; None where it has neither."""
+    dims = graph.input[0].type.tensor_type.shape.dim if graph.input else []
+    return (dims[0].dim_param or dims[0].dim_value or None) if dims else None
 
 
 def _without_what_only_removed_nodes_used(original, kept: list, added: list, constants: list, outputs: set) -> tuple:

@@ -132,7 +132,7 @@ def _stock_native_lstms(layers: int, frozen: bool) -> onnx.ModelProto:
         weights.append(numpy_helper.from_array(np.array([1], np.int64), "axis1"))
     nodes.append(helper.make_node("Transpose", [below], ["y"], perm=[1, 0, 2]))
     graph = helper.make_graph(nodes, "stock", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
-                                                                             [ROWS if frozen else None, None, FEATURES])],
+                                                                             [ROWS if frozen else "n", None, FEATURES])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, None, UNITS])], initializer=weights)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)], ir_version=8)
 
@@ -147,6 +147,10 @@ def test_native_nodes_whose_states_share_a_tensor_stream_each_state(layers, froz
     onnx.checker.check_model(model, full_check=True)
     states = _state_inputs(model, original)
     assert len(states) == 2 * layers
+    declared = {v.name: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim]
+                for v in list(model.graph.input) + list(model.graph.output)}
+    assert all(declared[name] == declared[name[:-2] + "out"] == [ROWS if frozen else "n", UNITS] for name in states), \
+        "a state has the rows of the input's batch"
     assert [line.split(": ", 1)[1] for line in report.streams] == \
         [f"{h}, {c} -> {h[:-2]}out, {c[:-2]}out" for h, c in zip(states[::2], states[1::2])]
     assert f"{layers} native layer(s) tf2onnx made stream" in str(report)
