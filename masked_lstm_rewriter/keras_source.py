@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import re
+import warnings
 import zipfile
 from typing import Optional
 
@@ -40,6 +41,7 @@ UNKNOWN_CLASS_SIGNS = (re.compile(r"Could not locate (?:class|function) '([^']+)
                        re.compile(r"Could not deserialize \w+ '([^']+)' because its parent module"),
                        re.compile(r"Unknown [\w ]+: '([^']+)'"))
 KERAS_MODULES = ("keras", "tf_keras", "builtins")  # where a saved class's module is Keras's own
+NOT_REBUILT = r".*cannot be built automatically"  # Keras 3 warns so, and loads no weights into the model
 CALL_OPTIONS = ("training", "mask")  # the arguments of a Keras ``call`` that are no input tensors
 _GIVEN: list = []  # the custom objects :func:`load` also gets, set by :func:`custom_objects_given`
 
@@ -88,8 +90,14 @@ def load(path, custom_objects: Optional[dict] = None):
     # LSTM's and GRU's cuDNN twin (seconds per layer) in a graph nothing runs
     from .patches.generic_path import generic_path  # pylint: disable=import-outside-toplevel  (imports tf2onnx)
     try:
-        with generic_path():
+        with generic_path(), warnings.catch_warnings():
+            warnings.filterwarnings("error", NOT_REBUILT, UserWarning)
             return tf.keras.models.load_model(path, custom_objects=objects or None, compile=False)
+    except UserWarning as error:  # Keras 3 goes on without the weights: the model would convert with random ones
+        raise SourceError(f"{path}: Keras cannot rebuild the model from the file, so it would not load its weights "
+                          f"({first_line(error).split('. ')[0]}): give its class build_from_config() (and "
+                          "get_build_config()), as Keras advises, to convert it from a file or on another "
+                          "backend") from error
     except Exception as error:  # pylint: disable=broad-except  (Keras raises many kinds; the user needs one line)
         unknown = unknown_class(path, error, objects)
         if unknown is not None:

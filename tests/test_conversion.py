@@ -290,8 +290,8 @@ def test_a_subclassed_model_with_a_list_of_inputs(caplog):
 class DecoderStep(keras.Model):
     """A subclassed model whose call takes token ids and the GRU's state as two arguments (a decoder step)."""
 
-    def __init__(self):
-        super().__init__()
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
         self.embed = keras.layers.Embedding(50, 5, mask_zero=True)
         self.rnn = keras.layers.GRU(UNITS, return_sequences=True, return_state=True)
 
@@ -333,6 +333,20 @@ def test_a_subclassed_model_whose_call_takes_tokens_and_states(model_class):
         return
     inferred, _ = mlr.convert(model)
     assert [i.name for i in inferred.graph.input] == ["tokens", "states"] if FLAVOUR == "tf_keras" else ["tokens"]
+
+
+@pytest.mark.skipif(FLAVOUR == "tf_keras", reason="tf_keras refuses to load such a file, in one line")
+def test_a_file_keras_cannot_rebuild_fails_where_its_weights_would_be_lost(tmp_path):
+    """Keras 3 loads a subclassed ``call(tokens, states)`` model it cannot build from its file without
+    its weights (a UserWarning only): converting it would give random weights, so it fails in one line.
+    (A model on JAX is converted so too, through such a file, in a TensorFlow process.)"""
+    model = DecoderStep()
+    model(tf.constant(POST[:2, :4]), tf.zeros((2, UNITS)))
+    model.save(tmp_path / "step.keras")
+    spec = [tf.TensorSpec((None, None), tf.int32), tf.TensorSpec((None, UNITS), tf.float32)]
+    with pytest.raises(SourceError, match=r"step.keras: Keras cannot rebuild the model from the file, so it would "
+                                          r"not load its weights \(Model '.*' had a build config.*build_from_config"):
+        mlr.convert(tmp_path / "step.keras", input_signature=spec, custom_objects={"DecoderStep": DecoderStep})
 
 
 def test_a_functional_model_on_a_dict_of_inputs():
