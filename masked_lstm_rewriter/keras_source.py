@@ -335,7 +335,7 @@ def _recorded_shapes(model, keep_batch: bool = False) -> Optional[list]:
         if not built:
             return None
         specs = tf.nest.flatten(built)
-    return _guessed_dtypes(model, [(s.shape, s.dtype, getattr(s, "name", None)) for s in specs])
+    return _guessed_dtypes(model, [(s.shape, None, getattr(s, "name", None)) for s in specs])  # no dtypes recorded
 
 
 def _built_shapes(shape) -> Optional[list]:
