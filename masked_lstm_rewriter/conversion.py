@@ -146,6 +146,8 @@ def _from_keras(model, spec, opset, options: dict):
     """tf2onnx's ``from_keras`` (its trace, its names, its ``continue_on_error``), through the trace the
     command line also uses for a Keras file (:func:`.io_names.keras_graph`); ``spec`` None: the
     model's own inputs (:func:`.keras_source.input_signature`)."""
+    if spec is not None:
+        keras_source.check_given_signature(model, spec)
     spec = spec if spec is not None else keras_source.input_signature(model)
     traced = io_names.keras_graph(model, spec)
     with tf.device("/cpu:0"):

@@ -248,15 +248,51 @@ def _call_arguments(model) -> tuple:
 
 
 def _check_recorded_arguments(model, specs: list) -> None:
-    """:class:`SourceError` where Keras recorded fewer inputs than ``model.call`` requires (Keras 3
-    records a subclassed model's first argument only)."""
-    if type(model).__name__ in ("Functional", "Sequential"):
-        return
-    required, _ = _call_arguments(model)
+    """:class:`UnknownInputsError` where Keras recorded fewer inputs than ``model.call`` requires (Keras 3
+    records a subclassed model's first argument only); a WARNING where Keras 3 may have dropped some that
+    have defaults (they keep them in the ONNX model)."""
+    required, positional = _subclassed_call(model)
     if len(required) > len(specs):
         raise UnknownInputsError(f"model '{model.name}' is called as call({', '.join(required)}) but Keras "
                                  f"recorded the shape of {len(specs)} input(s): give input_signature= with one spec "
                                  "per argument")
+    if not hasattr(model, "save_spec") and positional and len(positional) > len(specs):
+        logger.warning("model '%s' is traced as call(%s): Keras 3 records the shape of its first argument only, so "
+                       "%s keep their defaults in the ONNX model; give input_signature= with a spec for each "
+                       "tensor argument to take it as an input", model.name, ", ".join(positional[:len(specs)]),
+                       ", ".join(positional[len(specs):]))
+
+
+def check_given_signature(model, specs: list) -> None:
+    """:class:`SourceError` in one line where the ``input_signature`` given does not fit ``model.call`` (a
+    subclassed model's): fewer specs than it requires, or a keyword-only argument it requires."""
+    required, _ = _subclassed_call(model)
+    if len(required) > len(specs):
+        raise SourceError(f"input_signature= gives {len(specs)} spec(s), but model '{model.name}' is called as "
+                          f"call({', '.join(required)}): give one spec per argument")
+
+
+def _subclassed_call(model) -> tuple:
+    """:func:`_call_arguments` of a subclassed model (([], []) for a functional or ``Sequential`` one, which
+    Keras calls on its inputs itself); :class:`SourceError` where its ``call`` requires a keyword-only argument."""
+    if type(model).__name__ in ("Functional", "Sequential"):
+        return [], []
+    _check_keyword_only(model)
+    return _call_arguments(model)
+
+
+def _check_keyword_only(model) -> None:
+    """:class:`SourceError` where ``model.call`` requires a keyword-only argument, which no traced
+    signature gives (it passes the inputs by position)."""
+    try:
+        parameters = inspect.signature(model.call).parameters.values()
+    except (TypeError, ValueError):
+        return
+    keyword_only = [p.name for p in parameters if p.kind == p.KEYWORD_ONLY and p.default is p.empty]
+    if keyword_only:
+        raise SourceError(f"model '{model.name}' requires the keyword-only argument(s) {', '.join(keyword_only)} in "
+                          "its call, which the conversion cannot give (it passes the inputs by position): make them "
+                          "positional")
 
 
 def _declared_inputs(model) -> Optional[list]:

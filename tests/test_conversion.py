@@ -308,7 +308,7 @@ class DecoderStepFromZeros(DecoderStep):
 
 
 @pytest.mark.parametrize("model_class", [DecoderStep, DecoderStepFromZeros])
-def test_a_subclassed_model_whose_call_takes_tokens_and_states(model_class):
+def test_a_subclassed_model_whose_call_takes_tokens_and_states(model_class, caplog):
     """tf2onnx calls a tf_keras model with one list of its inputs: ``call(tokens, states)`` wants two arguments."""
     keras.utils.set_random_seed(6)
     states = np.random.default_rng(6).normal(size=(len(LENGTHS), UNITS)).astype(np.float32)
@@ -331,8 +331,11 @@ def test_a_subclassed_model_whose_call_takes_tokens_and_states(model_class):
                                               r"1 input\(s\): give input_signature="):
             mlr.convert(model)
         return
-    inferred, _ = mlr.convert(model)
+    with caplog.at_level("WARNING", logger="masked_lstm_rewriter"):
+        inferred, _ = mlr.convert(model)
     assert [i.name for i in inferred.graph.input] == ["tokens", "states"] if FLAVOUR == "tf_keras" else ["tokens"]
+    assert ("traced as call(tokens): Keras 3 records the shape of its first argument only, so states, return_state "
+            "keep their defaults" in caplog.text) == (FLAVOUR == "keras3"), caplog.text
 
 
 @pytest.mark.skipif(FLAVOUR == "tf_keras", reason="tf_keras refuses to load such a file, in one line")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import tensorflow as tf
 
-from masked_lstm_rewriter.keras_source import SourceError, named_after_arguments, spreads_inputs
+from masked_lstm_rewriter.keras_source import SourceError, check_given_signature, named_after_arguments, spreads_inputs
 
 
 class Step:
@@ -51,3 +51,15 @@ def test_unnamed_specs_take_the_names_of_call_arguments():
     named = named_after_arguments(Step(lambda tokens, states, training=None: None), specs)
     assert [spec.name for spec in named] == ["tokens", "h"]
     assert [spec.shape.as_list() for spec in named] == [[None, None], [None, 4]]
+
+
+def test_a_signature_short_of_the_required_arguments_fails_in_one_line():
+    with pytest.raises(SourceError, match=r"^input_signature= gives 1 spec\(s\), but model 'step' is called as "
+                                          r"call\(tokens, states\): give one spec per argument$"):
+        check_given_signature(Step(lambda tokens, states, training=None: None), [tf.TensorSpec([None, None])])
+    check_given_signature(Step(lambda tokens, states=None: None), [tf.TensorSpec([None, None])])
+
+
+def test_a_required_keyword_only_argument_fails_in_one_line():
+    with pytest.raises(SourceError, match=r"^model 'step' requires the keyword-only argument\(s\) states in its call"):
+        check_given_signature(Step(lambda tokens, *, states: None), [tf.TensorSpec([None, None])] * 2)
