@@ -174,10 +174,22 @@ class _RecordWriter(logging.Handler):
 
 
 def _signature_as_json(signature) -> Optional[list]:
+    """``input_signature`` as JSON: each ``tf.TensorSpec`` a dict, a nested list of them (a ``call(tokens,
+    [h, c])``'s) a list."""
     if signature is None:
         return None
-    return [{"name": getattr(spec, "name", None), "shape": [None if d is None else int(d) for d in spec.shape],
-             "dtype": getattr(spec.dtype, "name", str(spec.dtype))} for spec in signature]
+    if isinstance(signature, (list, tuple)):
+        return [_signature_as_json(spec) for spec in signature]
+    return {"name": getattr(signature, "name", None), "shape": [None if d is None else int(d) for d in signature.shape],
+            "dtype": getattr(signature.dtype, "name", str(signature.dtype))}
+
+
+def _signature_from_json(value):
+    """:func:`_signature_as_json`'s ``tf.TensorSpec``\ s, nested as they were."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    if value is None or isinstance(value, list):
+        return None if value is None else [_signature_from_json(item) for item in value]
+    return tf.TensorSpec(value["shape"], value["dtype"], name=value["name"])
 
 
 def _objects_as_json(objects) -> dict:
@@ -234,9 +246,7 @@ def _child(request_path: str) -> None:
         request = json.load(file)
     for module in request["modules"]:
         importlib.import_module(module)
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    signature = None if request["input_signature"] is None else [
-        tf.TensorSpec(spec["shape"], spec["dtype"], name=spec["name"]) for spec in request["input_signature"]]
+    signature = _signature_from_json(request["input_signature"])
     folder = request["folder"]
     logger.addHandler(_RecordWriter(os.path.join(folder, LOG)))
     logger.setLevel(logging.DEBUG)  # the parent's logger filters

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Which models go to a TensorFlow process (backend_process.py): Keras 3 models on another backend,
-their user subclasses included; never a tf_keras model or anything else. What comes back from it:
-its log records and its report."""
+their user subclasses included; never a tf_keras model or anything else. What goes to it: a
+signature, nested as given. What comes back from it: its log records and its report."""
 
 import json
 import logging
@@ -57,10 +57,22 @@ def test_the_child_report_is_the_last_report_known_wrong_included(tmp_path):
     path = tmp_path / backend_process.REPORT
     layer = {"layer": "lstm", "rewritten": False, "detail": "why", "mask_mode": "post", "not_for": [],
              "masked": True, "left_as": "a Loop"}
-    path.write_text(json.dumps({"layers": [layer], "known_wrong": ["TextVectorization"]}))
+    path.write_text(json.dumps({"layers": [layer], "known_wrong": ["TextVectorization"],
+                                "streams": ["gru: gru/h_in -> gru/h_out"]}))
     report = backend_process._read_report(str(path))  # pylint: disable=protected-access
     assert report is mlr.last_report()
     assert [entry.layer for entry in report.left_as_loop] == ["lstm"] and report.known_wrong == ("TextVectorization",)
+    assert report.streams == ("gru: gru/h_in -> gru/h_out",)
+
+
+def test_a_nested_signature_reaches_the_child_nested():
+    """A ``call(tokens, [h, c])``'s signature: the child gets the same specs, nested alike."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    signature = [tf.TensorSpec([None, None], tf.int32, name="tokens"),
+                 [tf.TensorSpec([None, 4], tf.float32, name="h"), tf.TensorSpec([None, 4], tf.float32)]]
+    written = json.loads(json.dumps(backend_process._signature_as_json(signature)))  # pylint: disable=protected-access
+    assert backend_process._signature_from_json(written) == signature  # pylint: disable=protected-access
+    assert backend_process._signature_from_json(None) is None  # pylint: disable=protected-access
 
 
 @pytest.mark.parametrize("module, name, expected", [
