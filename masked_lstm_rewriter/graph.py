@@ -21,6 +21,13 @@ def producer(graph, tensor: str):
     return graph.get_node_by_output(tensor, search_in_parent_graphs=False)
 
 
+def before_unsqueeze(graph, tensor: str) -> str:
+    """The tensor an ``Unsqueeze`` made ``tensor`` of (a [B, H] state tf2onnx made a native node's
+    [1, B, H] initial state), or ``tensor`` itself."""
+    node = producer(graph, tensor)
+    return node.input[0] if node is not None and node.type == "Unsqueeze" else tensor
+
+
 def skip_identity(graph, tensor: str) -> str:
     """Follow Identity ops (ReadVariableOp becomes one) back to the real producer."""
     node = producer(graph, tensor)

@@ -22,7 +22,7 @@ from ..failure import known_wrong
 from ..pipeline import rewrite_graph
 from ..pipeline.streaming import cannot_stream, native_nodes, stream_native_nodes
 from ..plugin import resolve_mask_mode
-from ..plugin.stock_wrong import lengths_ignored
+from ..plugin.stock_wrong import empty_rows_lose_their_state, lengths_ignored
 from ..quantize import check_quantize, quantize_converted, schedule_for
 from ..report import ConversionReport, finish_conversion, start_conversion
 from ..sources import ONNX_FILE_SOURCES
@@ -59,6 +59,7 @@ def rewrite_onnx(model, output_path=None, *, mask_mode: Optional[str] = None, ru
     not_streamed = stream_native_nodes(graph) if streaming else []  # before any node of ours
     rewrite_graph(graph, list(graph.get_nodes()), ONNX_FILE_SOURCES, mask_mode, runtime, schedule, streaming)
     problems = lengths_ignored(graph, stock, runtime) + (not_streamed + cannot_stream(graph) if streaming else [])
+    empty_rows_lose_their_state(graph, stock)
     wrong = known_wrong(problems, keep_wrong)
     report = finish_conversion()
     if wrong is not None:

@@ -34,7 +34,7 @@ from onnx import TensorProto
 from .. import layer_names
 from ..cells import NATIVE_OPS, kind_of
 from ..failure import Refusal
-from ..graph import int64_const, is_zeros, make_op, producer, skip_identity
+from ..graph import before_unsqueeze, int64_const, is_zeros, make_op, producer, skip_identity
 from ..report import pending_layers, record_stream
 from ..sources.tf_while import is_main_graph, unread_recurrent_loops
 
@@ -214,17 +214,11 @@ def _stock_refusal(graph, node) -> Optional[str]:
         return NATIVE_WITH_LENGTHS
     if len(node.output) < 1 + states:
         return NATIVE_WITHOUT_STATES
-    initial = [_unsqueezed(graph, node.input[i]) for i in range(_INITIAL_H, _INITIAL_H + states)
+    initial = [before_unsqueeze(graph, node.input[i]) for i in range(_INITIAL_H, _INITIAL_H + states)
                if i < len(node.input) and node.input[i]]
     if not all(is_zeros(graph, state) or _is_constant(graph, state) for state in initial):
         return COMPUTED_STATE_REASON
     return None
-
-
-def _unsqueezed(graph, tensor: str) -> str:
-    """The [B, H] state tf2onnx unsqueezed into a node's [1, B, H] initial state (or the state itself)."""
-    node = producer(graph, tensor)
-    return node.input[0] if node is not None and node.type == "Unsqueeze" else tensor
 
 
 def _stream_stock_node(graph, node, scope: str) -> None:
@@ -245,7 +239,7 @@ def _stream_stock_node(graph, node, scope: str) -> None:
 def _stock_scope(graph, node) -> str:
     """The scope of the Keras layer a stock native node was made of, read off the tensors it reads
     (Keras's transpose of the input, the zeros it starts from), else the node's name."""
-    states = [_unsqueezed(graph, t) for t in node.input[_INITIAL_H:_INITIAL_H + 2] if t]
+    states = [before_unsqueeze(graph, t) for t in node.input[_INITIAL_H:_INITIAL_H + 2] if t]
     for tensor in [node.input[0]] + states:
         scope = _scope_of_tensor(tensor)
         if scope:

@@ -11,7 +11,9 @@ word; instead the conversion fails (or, kept on request, says it is known wrong)
 tf2onnx makes a TensorFlow ``dynamic_rnn`` with ``sequence_length`` a native node with
 ``sequence_lens``, which OpenVINO ignores with dynamic shapes (it runs every step): a row shorter
 than the longest gets other outputs and final states there. The plugin leaves such a node as stock
-made it, and says so: a conversion for OpenVINO fails, one for any runtime warns.
+made it, and says so: a conversion for OpenVINO fails, one for any runtime warns. Such a node that
+also starts from a given state returns zeros as a row of length 0's final state, where TensorFlow
+returns that state: a warning too.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import logging
 from onnx import TensorProto
 
 from ..cells import NATIVE_OPS
+from ..graph import before_unsqueeze, is_zeros
 from ..targets import ignoring_lengths
 
 logger = logging.getLogger("masked_lstm_rewriter")
@@ -57,6 +60,21 @@ def lengths_ignored(graph, stock: set, target) -> list:
     for problem in found:
         logger.warning("%s", problem)
     return []
+
+
+def empty_rows_lose_their_state(graph, stock: set) -> None:
+    """A WARNING per native node stock tf2onnx made (``stock``: their names) with sequence lengths, an
+    initial state that is not zeros and its final states used: for a row of length 0 the runtimes return
+    zeros (ONNX leaves it undefined), where TensorFlow returns the initial state."""
+    for node in graph.get_nodes():
+        if node.name not in stock or node.type not in NATIVE_OPS or len(node.input) < 6 or not node.input[4]:
+            continue
+        initial = [t for t in node.input[5:7] if t]
+        used = any(graph.find_output_consumers(t) or t in graph.outputs for t in node.output[1:] if t)
+        if used and not all(is_zeros(graph, before_unsqueeze(graph, t)) for t in initial):
+            logger.warning("tf2onnx made '%s' a native %s with sequence lengths and an initial state: for a row of "
+                           "length 0 it returns zeros as the final state (ONNX leaves it undefined), where "
+                           "TensorFlow returns the initial state", node.name, node.type)
 
 
 def _dynamic(shape) -> bool:

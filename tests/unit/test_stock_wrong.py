@@ -3,7 +3,8 @@
 mask among them): the conversion through the plugin says so, naming the op, instead of a model
 that silently masks every step whose features lie between -1 and 1. A native node stock tf2onnx
 made with sequence lengths (TensorFlow's ``dynamic_rnn(sequence_length=)``), which OpenVINO
-ignores: known wrong for OpenVINO, a warning for any runtime, nothing for onnxruntime."""
+ignores: known wrong for OpenVINO, a warning for any runtime, nothing for onnxruntime; from an
+initial state, a warning that a row of length 0 loses it."""
 
 import logging
 
@@ -51,16 +52,21 @@ def test_from_opset_11_nothing_is_said(opset):
     assert not report.known_wrong
 
 
-def _native_lstm_with_lengths():
-    """An ONNX file as tf2onnx writes ``dynamic_rnn(LSTMCell, sequence_length=lengths)``: one native node."""
+def _native_lstm_with_lengths(initial_state: bool = False):
+    """An ONNX file as tf2onnx writes ``dynamic_rnn(LSTMCell, sequence_length=lengths)``: one native node
+    (``initial_state``: starting from an input state, its final h an output too)."""
     rng = np.random.default_rng(0)
     weights = [numpy_helper.from_array(rng.normal(size=shape).astype(np.float32), name)
                for name, shape in (("W", (1, 8, 3)), ("R", (1, 8, 2)), ("B", (1, 16)))]
-    node = helper.make_node("LSTM", ["x", "W", "R", "B", "lengths"], ["y"], name="LSTM__7", hidden_size=2)
-    graph = helper.make_graph([node], "stock", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, None, 3]),
-                                                helper.make_tensor_value_info("lengths", TensorProto.INT32, [None])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 1, None, 2])],
-                              initializer=weights)
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, None, 3]),
+              helper.make_tensor_value_info("lengths", TensorProto.INT32, [None])]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 1, None, 2])]
+    if initial_state:
+        inputs.append(helper.make_tensor_value_info("h0", TensorProto.FLOAT, [1, None, 2]))
+        outputs.append(helper.make_tensor_value_info("h", TensorProto.FLOAT, [1, None, 2]))
+    node = helper.make_node("LSTM", ["x", "W", "R", "B", "lengths"] + (["h0"] if initial_state else []),
+                            [o.name for o in outputs], name="LSTM__7", hidden_size=2)
+    graph = helper.make_graph([node], "stock", inputs, outputs, initializer=weights)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)], ir_version=8)
 
 
@@ -81,3 +87,17 @@ def test_stock_sequence_lengths_are_known_wrong_for_openvino_and_a_warning_for_a
     with caplog.at_level(logging.WARNING, logger="masked_lstm_rewriter"):
         assert not mlr.rewrite_onnx(_native_lstm_with_lengths(), runtime="onnxruntime").report.known_wrong
     assert not caplog.text
+
+
+def test_stock_lengths_with_an_initial_state_warn_that_an_empty_row_loses_it(caplog):
+    """TensorFlow returns the initial state as a row of length 0's final state; the native node, zeros."""
+    empty = "tf2onnx made 'LSTM__7' a native LSTM with sequence lengths and an initial state: for a row of length 0"
+    for initial_state in (False, True):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="masked_lstm_rewriter"):
+            mlr.rewrite_onnx(_native_lstm_with_lengths(initial_state), runtime="onnxruntime")
+        assert (empty in caplog.text) == initial_state, caplog.text
+    feeds = {"x": np.ones((3, 2, 3), np.float32), "lengths": np.array([3, 0], np.int32),
+             "h0": np.full((1, 2, 2), 0.5, np.float32)}
+    final = ort.InferenceSession(_native_lstm_with_lengths(True).SerializeToString()).run(None, feeds)[1]
+    assert final[0, 1].tolist() == [0.0, 0.0], "onnxruntime: zeros, not the initial state (what the warning says)"
