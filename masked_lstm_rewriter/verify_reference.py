@@ -87,18 +87,27 @@ class KerasReference(Reference):
 
 
 def _keras_inputs(model, onnx_inputs: Optional[list]) -> list:
-    """The inputs Keras recorded for ``model`` (:func:`.keras_source.input_signature`), or the ONNX
-    model's where Keras recorded fewer and ``model.call`` takes them as arguments (a subclassed
-    ``call(inputs, states)``, of which Keras 3 records the first)."""
+    """The ONNX model's inputs where ``model.call`` takes them as as many arguments (a subclassed
+    ``call(inputs, states)``, of which Keras 3 records the first only), else those Keras recorded
+    (:func:`.keras_source.input_signature`), else the ONNX model's."""
     from . import keras_source  # pylint: disable=import-outside-toplevel
+    if onnx_inputs and _spread(model, len(onnx_inputs)):
+        return onnx_inputs
     try:
-        specs = keras_source.input_signature(model)
+        return keras_source.input_signature(model)
     except keras_source.SourceError:
         if not onnx_inputs:
             raise
         return onnx_inputs
-    more = onnx_inputs and len(onnx_inputs) > len(specs)
-    return onnx_inputs if more and keras_source.spreads_inputs(model, len(onnx_inputs)) else specs
+
+
+def _spread(model, count: int) -> bool:
+    """:func:`.keras_source.spreads_inputs`, False where ``count`` inputs do not fit ``model.call``."""
+    from . import keras_source  # pylint: disable=import-outside-toplevel
+    try:
+        return keras_source.spreads_inputs(model, count)
+    except keras_source.SourceError:
+        return False
 
 
 def keras_outputs(model, inputs: list) -> list:

@@ -211,7 +211,7 @@ def test_a_model_saved_before_any_call_says_how_to_give_its_inputs(tmp_path, cap
     """The command line has no signature to give: exit status 2 and one line saying the Python call."""
     (tmp_path / "mlr_test_unbuilt.py").write_text(UNBUILT)
     module = user_modules.import_module(str(tmp_path / "mlr_test_unbuilt.py"))
-    module.Tagger().save(tmp_path / "unbuilt.keras")
+    module.Tagger(name="tagger").save(tmp_path / "unbuilt.keras")
     args = [str(tmp_path / "unbuilt.keras"), "-o", str(tmp_path / "out.onnx"),
             "--custom-objects", str(tmp_path / "mlr_test_unbuilt.py")]
     assert cli.main(args) == 2
