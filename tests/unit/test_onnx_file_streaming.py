@@ -160,11 +160,12 @@ def test_native_nodes_whose_states_share_a_tensor_stream_each_state(layers, froz
     feeds = {"x": np.random.default_rng(7).normal(size=(ROWS, 7, FEATURES)).astype(np.float32)}
     kept = numpy_helper.to_array(original.graph.initializer[-2])[0] if frozen else np.zeros((ROWS, UNITS), np.float32)
     first = {name: kept for name in states}
-    run = runner(model, "onnxruntime")
-    whole = run({**feeds, **first})
-    assert_same_outputs(runner(original, "onnxruntime")(feeds), whole[:1], "the file's own states")
-    for sizes in CHUNKINGS:
-        _check_chunks(run, feeds, ["x"], states, whole, 1, sizes, first)
+    for runtime in ("onnxruntime", "openvino"):
+        run = runner(model, runtime)
+        whole = run({**feeds, **first})
+        assert_same_outputs(runner(original, "onnxruntime")(feeds), whole[:1], f"the file's own states, {runtime}")
+        for sizes in CHUNKINGS:
+            _check_chunks(run, feeds, ["x"], states, whole, 1, sizes, first)
 
 
 def _source_input(model, tensor: str) -> str:
