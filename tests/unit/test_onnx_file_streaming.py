@@ -131,9 +131,9 @@ def _stock_native_lstms(layers: int, frozen: bool) -> onnx.ModelProto:
     if frozen:
         weights.append(numpy_helper.from_array(np.array([1], np.int64), "axis1"))
     nodes.append(helper.make_node("Transpose", [below], ["y"], perm=[1, 0, 2]))
-    graph = helper.make_graph(nodes, "stock", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
-                                                                             [ROWS if frozen else "n", None, FEATURES])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, None, UNITS])], initializer=weights)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [ROWS if frozen else "n", None, FEATURES])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, None, UNITS])
+    graph = helper.make_graph(nodes, "stock", [x], [y], initializer=weights)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)], ir_version=8)
 
 
