@@ -8,6 +8,7 @@ SimpleRNN do).
 """
 
 import collections
+import itertools
 import os
 import subprocess
 import sys
@@ -125,3 +126,75 @@ def test_every_row_through_each_front_door(door, tmp_path):
     # onnxruntime only: OpenVINO compiles no HardSigmoid (each row runs on it alone, above)
     (got,) = runtimes.run_onnxruntime(onnx_model, {onnx_model.graph.input[0].name: batch})
     np.testing.assert_allclose(got, np.asarray(model(batch)), atol=1e-5, err_msg=door)
+
+
+# --- TensorFlow 1's cells under dynamic_rnn (tf_keras's compat.v1 cells): one kernel over [x, h] --------
+
+def _v1_cell(name):
+    cells = tf.compat.v1.nn.rnn_cell
+    init = {"initializer": tf.random_uniform_initializer(-0.7, 0.7, seed=3)}
+    return {"basic_lstm": lambda: cells.BasicLSTMCell(UNITS),  # forget_bias=1.0 added to the f gate
+            "basic_rnn": lambda: cells.BasicRNNCell(UNITS),
+            "lstm": lambda: cells.LSTMCell(UNITS, **init),
+            "stack": lambda: cells.MultiRNNCell([cells.BasicLSTMCell(UNITS), cells.LSTMCell(UNITS, **init)]),
+            "peephole": lambda: cells.LSTMCell(UNITS, use_peepholes=True, **init)}[name]()
+
+
+def _v1_run(cell, lengths: bool):
+    """A tf.function over ``dynamic_rnn(cell)``: its outputs and every final state, flattened."""
+    spec = [tf.TensorSpec([None, None, FEATURES], tf.float32, name="x")] + \
+        ([tf.TensorSpec([None], tf.int32, name="lengths")] if lengths else [])
+
+    @tf.function(input_signature=spec, autograph=False)
+    def run(x, *given):
+        outputs, state = tf.compat.v1.nn.dynamic_rnn(cell, x, sequence_length=given[0] if given else None,
+                                                     dtype=tf.float32, scope=f"rnn_{next(_SCOPES)}")
+        return [outputs] + tf.nest.flatten(state)
+    return run, spec
+
+
+_SCOPES = itertools.count()  # TensorFlow 1's variable store outlives a function: one scope per function
+needs_v1_cells = pytest.mark.skipif(FLAVOUR != "tf_keras", reason="TensorFlow's v1 cells need tf_keras")
+
+
+@needs_v1_cells
+@pytest.mark.parametrize("name, ops", [("basic_lstm", {"LSTM": 1}), ("basic_rnn", {"RNN": 1}),
+                                       ("stack", {"LSTM": 2})])
+def test_tensorflow_1_cells_become_native(name, ops):
+    """Stock tf2onnx leaves BasicLSTMCell, BasicRNNCell and MultiRNNCell Loops; their one kernel over the
+    concatenated input and state reads as the input's and the state's rows: native, every output exact."""
+    run, spec = _v1_run(_v1_cell(name), lengths=False)
+    onnx_model, _ = tf2onnx.convert.from_function(run, input_signature=spec, opset=15,
+                                                  custom_rewriter=[mlr.rewrite_masked_lstm])
+    counts = op_counts(onnx_model)
+    assert not counts["Loop"] and all(counts[op] == n for op, n in ops.items()), counts
+    assert [layer.rewritten for layer in mlr.last_report().layers] == [True], mlr.last_report()
+    x = np.random.default_rng(1).normal(size=(3, STEPS, FEATURES)).astype(np.float32)
+    expected = [np.asarray(t) for t in run(tf.constant(x))]
+    for runtime in runtimes.runtimes():
+        got = runtimes.run_onnxruntime(onnx_model, {"x": x}) if runtime == "onnxruntime" else \
+            runtimes.run_openvino(onnx_model, {"x": x})
+        for e, g in zip(expected, got, strict=True):
+            np.testing.assert_allclose(g, e, atol=1e-5, err_msg=runtime)
+
+
+@needs_v1_cells
+@pytest.mark.parametrize("name, lengths, reason", [
+    ("peephole", False, "pre-activation is computed by Mul"),
+    ("basic_lstm", True, "comparing the step counter with lengths per row"),
+])
+def test_tensorflow_1_loops_left_say_why(name, lengths, reason):
+    """What stays a Loop is in the report with its reason (a peephole; lengths compared with the step
+    counter), and the model still computes TensorFlow's values."""
+    run, spec = _v1_run(_v1_cell(name), lengths)
+    onnx_model, _ = tf2onnx.convert.from_function(run, input_signature=spec, opset=15,
+                                                  custom_rewriter=[mlr.rewrite_masked_lstm])
+    report = mlr.last_report()
+    assert len(report.left_as_loop) == 1 and reason in report.left_as_loop[0].detail, report
+    assert op_counts(onnx_model)["Loop"] == 1
+    feeds = {"x": np.random.default_rng(2).normal(size=(3, STEPS, FEATURES)).astype(np.float32)}
+    if lengths:
+        feeds["lengths"] = np.array([STEPS, 2, 0], np.int32)
+    expected = [np.asarray(t) for t in run(*(tf.constant(v) for v in feeds.values()))]
+    for e, g in zip(expected, runtimes.run_onnxruntime(onnx_model, feeds), strict=True):
+        np.testing.assert_allclose(g, e, atol=1e-5)

@@ -240,10 +240,26 @@ def _unmasked_step(graph, write) -> _Step:
             continue
         carried[index] = skip_identity(graph, next_value(graph, index))
     outputs = [i for i, new in carried.items() if new == h_new]
+    if len(outputs) != 1 and _selects_by_step_counter(graph, h_new, time):
+        raise Refusal(LENGTHS_SELECT_REASON, producer(graph, h_new))
     if len(outputs) != 1:
         raise Refusal("the step output is not a loop variable selected from a loop input", write)
     return _Step(time=time, h_new=h_new, carried=carried, output_index=outputs[0], masked_output_index=None,
                  mask_list=None)
+
+
+LENGTHS_SELECT_REASON = ("the step selects its output by comparing the step counter with lengths per row "
+                         "(TensorFlow's dynamic_rnn(sequence_length=) with a cell tf2onnx does not convert), "
+                         "which the reader does not read; a Keras layer with a mask is read")
+
+
+def _selects_by_step_counter(graph, output: str, time: str) -> bool:
+    """Is the step's ``output`` a ``Select`` on a comparison of the step counter ``time`` (with lengths)?"""
+    select = producer(graph, output)
+    condition = None if select is None or select.type not in ("Select", "SelectV2") else \
+        producer(graph, skip_identity(graph, select.input[0]))
+    return condition is not None and condition.type in ("GreaterEqual", "Greater", "Less", "LessEqual") and \
+        time in [skip_identity(graph, t) for t in condition.input]
 
 
 def _carried_states(graph, selects: dict, out_sel) -> dict:

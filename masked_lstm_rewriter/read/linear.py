@@ -10,7 +10,7 @@ the batch size is static); with a static batch of 1, a term may also have its ba
 away (``Squeeze`` of a [1, N] product, broadcast back by the sum).
 
 Weights are loop inputs of the body, so their values are only known in the main graph: a
-:class:`ConstRef` names the body input and the slicing to apply once the value is known (ONNX's
+:class:`~.const_ref.ConstRef` names the body input and the slicing to apply once the value is known (ONNX's
 ``Slice``, ``Reshape`` and ``Expand`` of a constant or a ``ConstantOfShape``: jax2onnx's spellings).
 
 A failed read raises a :class:`~..failure.Refusal` naming the node it stopped at; one that can recover catches it.
@@ -21,79 +21,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 import weakref
-from typing import Callable, Optional
-
-import numpy as np
+from typing import Optional
 
 from ..failure import Refusal
 from ..graph import filled_array, is_ones, outer_const, passes_through, producer, scalar_value, skip_identity
-
-
-@dataclasses.dataclass(frozen=True)
-class ConstRef:
-    """A constant known in the main graph: body input ``input_index`` (or ``value``), sliced."""
-
-    input_index: Optional[int] = None
-    value: Optional[np.ndarray] = dataclasses.field(default=None, compare=False)
-    # each step: ("split", axis, parts, index), ("slice", axis, begin, end), ("squeeze", axis, 0, 0),
-    # ("transpose", 0, 0, 0) (a matrix stored transposed), ("scale", 0, factor, 0) (Gemm's alpha, beta),
-    # ("reshape", 0, shape, 0) or ("expand", 0, shape, 0) (ONNX's Reshape and Expand to a constant shape)
-    steps: tuple = ()
-    added_to_rows: bool = False  # a bias: leading unit axes (of [1, N]) are dropped once resolved, as its sum does
-
-    def then(self, step: tuple) -> "ConstRef":
-        return dataclasses.replace(self, steps=self.steps + (step,))
-
-    def resolve(self, input_value: Callable[[int], Optional[np.ndarray]]) -> Optional[np.ndarray]:
-        """The array this names, given a lookup of the constant values of body inputs."""
-        array = self.value if self.input_index is None else input_value(self.input_index)
-        for step in self.steps:
-            array = None if array is None else _apply_step(np.asarray(array), *step)
-        while self.added_to_rows and array is not None and array.ndim > 1 and array.shape[0] == 1:
-            array = array[0]
-        return None if array is None or (self.added_to_rows and array.ndim > 1) else array
-
-
-def _apply_step(array: np.ndarray, kind: str, axis: int, a, b) -> Optional[np.ndarray]:
-    """One :class:`ConstRef` step applied to ``array`` (None where it does not apply)."""
-    if kind == "scale":
-        return (array * a).astype(array.dtype)
-    if kind in ("reshape", "expand"):
-        try:
-            return array.reshape(a) if kind == "reshape" else array * np.ones(a, array.dtype)  # Expand broadcasts
-        except ValueError:
-            return None
-    if array.ndim == 0:
-        return array  # a scalar term broadcasts: every column block of it is itself
-    axis = axis % array.ndim
-    if kind == "transpose":
-        return array.T if array.ndim == 2 else None
-    if kind == "squeeze":
-        return np.squeeze(array, axis) if array.shape[axis] == 1 else None
-    if kind == "split":
-        return np.split(array, a, axis=axis)[b] if array.shape[axis] % a == 0 else None
-    index = [slice(None)] * array.ndim
-    index[axis] = slice(a, b)
-    return array[tuple(index)]
-
-
-@dataclasses.dataclass(frozen=True)
-class ConstSum:
-    """The sum of constants (a bias added on the input side and on the recurrent side)."""
-
-    terms: tuple
-
-    def then(self, step: tuple) -> "ConstSum":
-        return ConstSum(tuple(term.then(step) for term in self.terms))
-
-    def resolve(self, input_value: Callable[[int], Optional[np.ndarray]]) -> Optional[np.ndarray]:
-        values = [term.resolve(input_value) for term in self.terms]
-        if any(v is None for v in values):
-            return None
-        try:
-            return functools.reduce(np.add, values)  # a scalar term (a folded constant) broadcasts
-        except ValueError:
-            return None
+from .const_ref import ConstRef, ConstSum
 
 
 @dataclasses.dataclass(frozen=True)
@@ -317,12 +249,41 @@ class LinearReader:
         weight = self.const_ref(product.b)
         if weight is None:
             return self._stop(producer(self.graph, skip_identity(self.graph, product.b)) or product.node)
-        source = self.step_source(product.a)
-        if source is None or (source == "x" and self.x_form is not None):  # x is projected already
+        blocks = self._row_blocks(product.a)
+        if blocks is None or (self.x_form is not None and "x" in dict(blocks)):  # x is projected already
             return self._stop(producer(self.graph, skip_identity(self.graph, product.a)) or product.node)
         if product.trans_b:
             weight = weight.then(("transpose", 0, 0, 0))
-        return LinearForm(kernel=weight) if source == "x" else LinearForm(recurrent=weight)
+        form = LinearForm()
+        for source, rows in blocks:
+            part = weight if rows is None else weight.then(("slice", 0) + rows)
+            form = form.add(LinearForm(kernel=part) if source == "x" else LinearForm(recurrent=part))
+            if form is None:  # x or h twice
+                return self._stop(product.node)
+        return form
+
+    def _row_blocks(self, tensor: str) -> Optional[list]:
+        """What a product's left operand is, as ``[(source, rows)]``: the step's input or previous state
+        (``"x"``, ``"h"``) meeting every row of the weight (rows None); or both concatenated on the last
+        axis (TensorFlow 1's cells multiply ``[x, h]`` by one kernel), each meeting its rows (begin, end)."""
+        source = self.step_source(tensor)
+        if source is not None:
+            return [(source, None)]
+        node = producer(self.graph, skip_identity(self.graph, tensor))
+        if node is None or node.type not in ("ConcatV2", "Concat"):
+            return None
+        tf_concat = node.type == "ConcatV2"
+        axis = scalar_value(self.graph, node.input[-1]) if tf_concat else node.get_attr_value("axis")
+        if axis is None or not self._is_last_axis(node.output[0], int(axis)):
+            return None
+        blocks, begin = [], 0
+        for part in node.input[:-1] if tf_concat else node.input:
+            source, shape = self.step_source(part), self.graph.get_shape(part)
+            if source is None or not shape or shape[-1] is None or shape[-1] < 0:
+                return None
+            blocks.append((source, (begin, begin + shape[-1])))
+            begin += shape[-1]
+        return blocks
 
     def _transposed_matrix(self, tensor: str) -> Optional[str]:
         """t when ``tensor`` is ``Transpose(t, [1, 0])`` (a product's operand used transposed)."""

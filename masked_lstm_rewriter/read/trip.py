@@ -114,7 +114,8 @@ def is_step_count(graph, tensor: str, time_axis: TimeAxis) -> bool:
     """Is ``tensor`` (a scalar of the main graph) provably the number of time steps?
 
     It is when it is ``shape(t)[k]`` of a ``(t, k)`` of the time axis, a constant equal to its
-    static length, or a reduction (Keras 3's ``reduce_max(T)``) or cast of one of those.
+    static length, a reduction (Keras 3's ``reduce_max(T)``) or cast of one of those, or the
+    smaller of one and a value at least as large (``dynamic_rnn``'s ``minimum(T, maximum(1, T))``).
     """
     tensor = skip_identity(graph, tensor)
     node = producer(graph, tensor)
@@ -122,7 +123,19 @@ def is_step_count(graph, tensor: str, time_axis: TimeAxis) -> bool:
         return False
     if node.type == "Cast" or (node.type in ("Max", "Min") and graph.get_shape(node.input[0]) == []):
         return is_step_count(graph, node.input[0], time_axis)
+    if node.type == "Minimum":
+        a, b = node.input
+        return any(is_step_count(graph, one, time_axis) and _at_least_step_count(graph, other, time_axis)
+                   for one, other in ((a, b), (b, a)))
     if node.is_const():
         value = node.get_tensor_value(as_list=False)
         return time_axis.steps is not None and value.size == 1 and int(value.reshape(-1)[0]) == time_axis.steps
     return shape_dim_of(graph, tensor) in time_axis.dims
+
+
+def _at_least_step_count(graph, tensor: str, time_axis: TimeAxis) -> bool:
+    """Is ``tensor`` the number of time steps, or the larger of it and another value?"""
+    node = producer(graph, skip_identity(graph, tensor))
+    if node is not None and node.type == "Maximum":
+        return any(is_step_count(graph, t, time_axis) for t in node.input)
+    return is_step_count(graph, tensor, time_axis)

@@ -43,20 +43,26 @@ def candidates(graph, ops) -> list:  # pylint: disable=unused-argument
 
 
 def read(graph, loop):
-    """The layer a While op holds, or None when it is no recurrent loop (or one of another kind,
-    which stays stock tf2onnx's business)."""
+    """The layer a While op holds, why it cannot be rewritten, or None when it is no recurrent loop.
+    An unmasked step that could not be read counts as a layer where it multiplies by weights (a cell
+    that is no Keras one, such as TensorFlow 1's ``BasicLSTMCell``); else it is a loop of another
+    kind (``tf.scan``), stock tf2onnx's business."""
     body_graph = find_function(loop.get_attr_str("body"))
     body = getattr(body_graph, BODY_MATCH_ATTR, None) if body_graph is not None else None
     if body is None:
         return None
     masked = getattr(body_graph, BODY_MASKED_ATTR, True)
-    if isinstance(body, Refusal) and not masked:
+    if isinstance(body, Refusal) and not masked and not _multiplies_by_weights(body_graph):
         logger.debug("loop '%s' left as tf2onnx made it: %s", layer_name(loop), body.reason)
         return None
     cond_graph = find_function(loop.get_attr_str("cond"))
     condition = getattr(cond_graph, COND_MATCH_ATTR, None) if cond_graph is not None else None
     layer = body if isinstance(body, Refusal) else read_loop(graph, loop, body, condition)
     return Candidate(layer_name(loop), masked, layer)
+
+
+def _multiplies_by_weights(body_graph) -> bool:
+    return any(node.type in ("MatMul", "BatchMatMulV2", "BatchMatMulV3") for node in body_graph.get_nodes())
 
 
 def unread_recurrent_loops(graph) -> list:

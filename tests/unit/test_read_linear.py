@@ -62,10 +62,11 @@ def test_squeeze_and_slice_steps_apply_to_sums_too():
 
 BATCH, INPUT, UNITS = 2, 3, 4
 SHAPES = {"x": [BATCH, INPUT], "h": [BATCH, UNITS], "W": [INPUT, 2 * UNITS], "R": [UNITS, 2 * UNITS],
-          "b": [2 * UNITS], "Wt": [2 * UNITS, INPUT], "x1": [1, INPUT], "h1": [1, UNITS]}
+          "b": [2 * UNITS], "Wt": [2 * UNITS, INPUT], "x1": [1, INPUT], "h1": [1, UNITS],
+          "WR": [INPUT + UNITS, 2 * UNITS], "WRt": [2 * UNITS, INPUT + UNITS]}
 
 
-WEIGHTS = ("W", "R", "b", "Wt")
+WEIGHTS = ("W", "R", "b", "Wt", "WR", "WRt")
 
 
 def body_graph():
@@ -84,7 +85,7 @@ def body_graph():
 def values(seed=0):
     rng = np.random.default_rng(seed)
     found = {name: rng.normal(size=shape).astype(np.float32) for name, shape in SHAPES.items()}
-    found["Wt"] = found["W"].T.copy()
+    found["Wt"], found["WRt"] = found["W"].T.copy(), found["WR"].T.copy()
     found["x1"], found["h1"] = found["x"][:1], found["h"][:1]
     return found
 
@@ -110,6 +111,10 @@ def evaluate(graph, tensor, feeds):
         return args[0] * args[1]
     if node.type == "Transpose":
         return np.transpose(args[0], args[1])
+    if node.type == "ConcatV2":
+        return np.concatenate(args[:-1], axis=int(args[-1]))
+    if node.type == "Concat":
+        return np.concatenate(args, axis=node.get_attr_value("axis"))
     if node.type == "Squeeze":
         axes = node.get_attr_value("squeeze_dims", [])
         return np.squeeze(args[0], tuple(axes) if axes else None)
@@ -143,6 +148,39 @@ def test_dynamic_batch_sum_of_matmuls_and_bias():
     graph = body_graph()
     total = graph.make_node("AddV2", [matmul(graph, "x", "W"), matmul(graph, "h", "R")]).output[0]
     assert_reads_as_evaluated(graph, graph.make_node("BiasAdd", [total, "b"]).output[0])
+
+
+def concat(graph, parts, axis=1, onnx=False):
+    if onnx:
+        return graph.make_node("Concat", list(parts), attr={"axis": axis}).output[0]
+    return graph.make_node("ConcatV2", list(parts) + [graph.make_const("axis", np.array(axis, np.int32)).output[0]]
+                           ).output[0]
+
+
+@pytest.mark.parametrize("order", [("x", "h"), ("h", "x")])
+@pytest.mark.parametrize("axis", [1, -1])
+@pytest.mark.parametrize("onnx", [False, True], ids=["ConcatV2", "Concat"])
+def test_one_kernel_over_the_input_and_state_concatenated(order, axis, onnx):
+    """TensorFlow 1's cells: ``concat([x, h]) @ W + b``, W's rows split between x and h (in either order)."""
+    graph = body_graph()
+    product = matmul(graph, concat(graph, order, axis, onnx), "WR")
+    form = assert_reads_as_evaluated(graph, graph.make_node("BiasAdd", [product, "b"]).output[0])
+    rows = (0, INPUT) if order[0] == "x" else (UNITS, UNITS + INPUT)
+    assert form.kernel.steps == (("slice", 0) + rows,)
+
+
+def test_one_kernel_stored_transposed_over_the_concatenation():
+    graph = body_graph()
+    assert_reads_as_evaluated(graph, gemm(graph, concat(graph, ("x", "h")), "WRt", "b", transB=1))
+
+
+@pytest.mark.parametrize("parts, axis", [(("x", "x"), 1), (("x", "h"), 0), (("x", "b"), 1)],
+                         ids=["x twice", "rows", "a weight"])
+def test_a_concatenation_of_other_than_input_and_state_is_not_read(parts, axis):
+    graph = body_graph()
+    product = matmul(graph, concat(graph, parts, axis), "WR")
+    with pytest.raises(Refusal):
+        LinearReader(graph, "x", "h").read(product)
 
 
 def test_static_batch_gemm_of_the_input_product_with_the_recurrent_one_as_c():
