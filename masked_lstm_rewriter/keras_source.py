@@ -226,11 +226,43 @@ def spreads_inputs(model, count: int) -> bool:
 
 def named_after_arguments(model, specs: list) -> list:
     """``specs`` for a ``call(inputs, states)`` (:func:`spreads_inputs`), each unnamed one named after its
-    argument (TensorFlow would call them ``args_0``, ``args_1``)."""
+    argument, the j-th of an argument's nested list ``<argument>_<j>`` (TensorFlow would call them
+    ``args_0``, ``args_1_0``)."""
     names = _call_arguments(model)[1] or []
-    return [tf.TensorSpec(spec.shape, spec.dtype, name=names[i])
-            if isinstance(spec, tf.TensorSpec) and not spec.name and i < len(names) else spec
-            for i, spec in enumerate(specs)]
+    return [_named(spec, names[i]) if i < len(names) else spec for i, spec in enumerate(specs)]
+
+
+def _named(spec, name: str):
+    """``spec`` named ``name`` where unnamed; in a nested structure, each unnamed spec ``<name>_<j>``."""
+    if isinstance(spec, tf.TensorSpec):
+        return spec if spec.name else tf.TensorSpec(spec.shape, spec.dtype, name=name)
+    leaves = tf.nest.flatten(spec)
+    return tf.nest.pack_sequence_as(spec, [leaf if not isinstance(leaf, tf.TensorSpec) or leaf.name else
+                                           tf.TensorSpec(leaf.shape, leaf.dtype, name=f"{name}_{j}")
+                                           for j, leaf in enumerate(leaves)])
+
+
+def argument_groups(model, names: list) -> Optional[list]:
+    """How a subclassed model's ``call`` takes the input tensors named ``names`` where one argument takes
+    several (``call(tokens, states)`` given ``[h, c]``): per argument, in order, the index of the input
+    named after it, or for the first argument no input is named after, the indices of the inputs named
+    after no argument (the arguments after it keep their defaults). None where no argument takes several,
+    or no input is named after an argument (the names then say nothing of the grouping)."""
+    if type(model).__name__ in ("Functional", "Sequential"):
+        return None
+    required, positional = _call_arguments(model)
+    rest = [i for i, name in enumerate(names) if name not in (positional or [])]
+    groups = []
+    for argument in positional or []:
+        if argument in names:
+            groups.append(names.index(argument))
+        elif len(rest) > 1:
+            groups.append(rest)
+            rest = []
+        else:
+            break
+    several, named = (any(isinstance(group, kind) for group in groups) for kind in (list, int))
+    return groups if several and named and not rest and len(groups) >= len(required) else None
 
 
 def _call_arguments(model) -> tuple:

@@ -66,11 +66,12 @@ class KerasReference(Reference):
         super().__init__(label, _keras_inputs(model, onnx_inputs))
         self.model = model
         self.stateful = stateful_layers(model)
+        self.groups = _argument_groups(model, onnx_inputs)
 
     def run(self, inputs: list) -> list:
         for layer in self.stateful:  # from zeros, not from the state the previous batch left
             (getattr(layer, "reset_state", None) or layer.reset_states)()
-        return keras_outputs(self.model, inputs)
+        return keras_outputs(self.model, inputs, self.groups)
 
     @property
     def notes(self) -> list:
@@ -91,7 +92,7 @@ def _keras_inputs(model, onnx_inputs: Optional[list]) -> list:
     ``call(inputs, states)``, of which Keras 3 records the first only), else those Keras recorded
     (:func:`.keras_source.input_signature`), else the ONNX model's."""
     from . import keras_source  # pylint: disable=import-outside-toplevel
-    if onnx_inputs and _spread(model, len(onnx_inputs)):
+    if onnx_inputs and (_spread(model, len(onnx_inputs)) or _argument_groups(model, onnx_inputs)):
         return onnx_inputs
     try:
         return keras_source.input_signature(model)
@@ -99,6 +100,12 @@ def _keras_inputs(model, onnx_inputs: Optional[list]) -> list:
         if not onnx_inputs:
             raise
         return onnx_inputs
+
+
+def _argument_groups(model, onnx_inputs: Optional[list]) -> Optional[list]:
+    """:func:`.keras_source.argument_groups` of the ONNX model's input names (None without them)."""
+    from . import keras_source  # pylint: disable=import-outside-toplevel
+    return keras_source.argument_groups(model, [spec.name for spec in onnx_inputs]) if onnx_inputs else None
 
 
 def _spread(model, count: int) -> bool:
@@ -110,12 +117,17 @@ def _spread(model, count: int) -> bool:
         return False
 
 
-def keras_outputs(model, inputs: list) -> list:
-    """Keras's outputs, flat, as arrays: the model called eagerly in inference mode."""
+def keras_outputs(model, inputs: list, groups: Optional[list] = None) -> list:
+    """Keras's outputs, flat, as arrays: the model called eagerly in inference mode. ``groups``: which
+    inputs each argument of its ``call`` takes, where one takes several (:func:`.keras_source.argument_groups`)."""
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     from . import keras_source  # pylint: disable=import-outside-toplevel
-    if keras_source.spreads_inputs(model, len(inputs)):  # call(inputs, states): tensors, as tf_keras wants them
-        outputs = model(*[tf.convert_to_tensor(x) for x in inputs], training=False)
+    tensors = [tf.convert_to_tensor(x) for x in inputs]
+    if groups is not None:
+        outputs = model(*[tensors[g] if isinstance(g, int) else [tensors[i] for i in g] for g in groups],
+                        training=False)
+    elif keras_source.spreads_inputs(model, len(inputs)):  # call(inputs, states): tensors, as tf_keras wants them
+        outputs = model(*tensors, training=False)
     else:
         outputs = model(inputs if len(inputs) > 1 else inputs[0], training=False)
     return [as_array(output) for output in tf.nest.flatten(outputs)]

@@ -338,6 +338,41 @@ def test_a_subclassed_model_whose_call_takes_tokens_and_states(model_class, capl
             "keep their defaults" in caplog.text) == (FLAVOUR == "keras3"), caplog.text
 
 
+class LstmDecoderStep(keras.Model):
+    """A decoder step whose call takes token ids and the LSTM's states as one list ``[h, c]``."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.embed = keras.layers.Embedding(50, 5, mask_zero=True)
+        self.rnn = keras.layers.LSTM(UNITS, return_sequences=True, return_state=True)
+
+    def call(self, tokens, states):
+        return self.rnn(self.embed(tokens), initial_state=list(states), mask=self.embed.compute_mask(tokens))
+
+
+@pytest.mark.parametrize("state_names", [(None, None), ("h", "c")], ids=["unnamed", "named"])
+def test_a_subclassed_call_taking_a_list_of_states(state_names):
+    """``call(tokens, [h, c])`` from a nested signature: the list's inputs are named after the argument
+    (``states_0``, ``states_1``) unless named, and ``verify`` calls Keras with the list rebuilt."""
+    keras.utils.set_random_seed(7)
+    rng = np.random.default_rng(7)
+    states = [rng.normal(size=(len(LENGTHS), UNITS)).astype(np.float32) for _ in range(2)]
+    model = LstmDecoderStep()
+    model(tf.constant(POST[:2, :4]), [tf.constant(s[:2]) for s in states])
+    randomize_weights(model)
+    spec = [tf.TensorSpec((None, None), tf.int32),
+            [tf.TensorSpec((None, UNITS), tf.float32, name=name) for name in state_names]]
+    onnx_model, report = mlr.convert(model, input_signature=spec)
+    names = [i.name for i in onnx_model.graph.input]
+    assert names == ["tokens"] + [name or f"states_{j}" for j, name in enumerate(state_names)]
+    got = session(onnx_model).run(None, dict(zip(names, [POST] + states)))
+    expected = tf.nest.flatten(model(tf.constant(POST), [tf.constant(s) for s in states], training=False))
+    assert len(got) == len(expected) == 3, report
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(g, np.asarray(e), atol=1e-5)
+    assert mlr.verify(model, onnx_model, runtime="all").ok
+
+
 @pytest.mark.skipif(FLAVOUR == "tf_keras", reason="tf_keras refuses to load such a file, in one line")
 def test_a_file_keras_cannot_rebuild_fails_where_its_weights_would_be_lost(tmp_path):
     """Keras 3 loads a subclassed ``call(tokens, states)`` model it cannot build from its file without

@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 import tensorflow as tf
 
-from masked_lstm_rewriter.keras_source import SourceError, check_given_signature, named_after_arguments, spreads_inputs
+from masked_lstm_rewriter.keras_source import (SourceError, argument_groups, check_given_signature, named_after_arguments,
+                                               spreads_inputs)
 
 
 class Step:
@@ -51,6 +52,33 @@ def test_unnamed_specs_take_the_names_of_call_arguments():
     named = named_after_arguments(Step(lambda tokens, states, training=None: None), specs)
     assert [spec.name for spec in named] == ["tokens", "h"]
     assert [spec.shape.as_list() for spec in named] == [[None, None], [None, 4]]
+
+
+def test_a_nested_list_of_unnamed_specs_is_named_after_its_argument_and_position():
+    state = tf.TensorSpec([None, 4], tf.float32)
+    specs = [tf.TensorSpec([None, None], tf.int32), [state, tf.TensorSpec([None, 4], tf.float32, name="c")]]
+    named = named_after_arguments(Step(lambda tokens, states: None), specs)
+    assert [spec.name for spec in tf.nest.flatten(named)] == ["tokens", "states_0", "c"]
+    assert isinstance(named[1], list) and len(named[1]) == 2
+
+
+@pytest.mark.parametrize("call, names, groups", [
+    (lambda tokens, states: None, ["tokens", "states_0", "states_1"], [0, [1, 2]]),
+    (lambda tokens, states: None, ["tokens", "h", "c"], [0, [1, 2]]),
+    (lambda tokens, states: None, ["h", "c", "tokens"], [2, [0, 1]]),
+    (lambda tokens, states=None, return_state=False: None, ["tokens", "h", "c"], [0, [1, 2]]),
+    (lambda states, tokens: None, ["h", "c", "tokens"], [[0, 1], 2]),
+    (lambda tokens, states: None, ["tokens", "states"], None),      # one tensor each: spread as they are
+    (lambda tokens, states, extra: None, ["tokens", "h", "c"], None),  # a required argument left without
+    (lambda tokens, states=None: None, ["a", "b", "c"], None),  # no input named after an argument
+], ids=["named by position", "named by the user", "reordered", "defaults after", "list first", "flat",
+        "required left", "names say nothing"])
+def test_argument_groups_give_the_one_argument_no_input_is_named_after_the_rest(call, names, groups):
+    assert argument_groups(Step(call), names) == groups
+
+
+def test_a_functional_model_has_no_argument_groups():
+    assert argument_groups(Functional(lambda inputs, training=None, mask=None: None), ["a", "b"]) is None
 
 
 def test_a_signature_short_of_the_required_arguments_fails_in_one_line():
