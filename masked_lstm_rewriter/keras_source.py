@@ -267,7 +267,8 @@ def argument_groups(model, names: list) -> Optional[list]:
 
 def _call_arguments(model) -> tuple:
     """(required, all) names of the positional arguments of ``model.call`` that take tensors (not
-    ``training`` nor ``mask``); ``all`` None where ``call`` takes ``*args`` or hides its signature."""
+    ``training``, nor a ``mask`` with a default, which Keras fills in itself); ``all`` None where ``call``
+    takes ``*args`` or hides its signature."""
     try:
         parameters = list(inspect.signature(model.call).parameters.values())
     except (TypeError, ValueError):
@@ -275,7 +276,7 @@ def _call_arguments(model) -> tuple:
     if any(p.kind == p.VAR_POSITIONAL for p in parameters):
         return [], None
     positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-                  and p.name not in CALL_OPTIONS]
+                  and (p.name not in CALL_OPTIONS or (p.name == "mask" and p.default is p.empty))]
     return [p.name for p in positional if p.default is p.empty], [p.name for p in positional]
 
 

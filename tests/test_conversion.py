@@ -373,6 +373,34 @@ def test_a_subclassed_call_taking_a_list_of_states(state_names):
     assert mlr.verify(model, onnx_model, runtime="all").ok
 
 
+class MaskTakingModel(keras.Model):
+    """A subclassed model whose call requires the mask as a tensor argument of its own."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.rnn = keras.layers.LSTM(UNITS, return_sequences=True)
+
+    def call(self, features, mask):  # pylint: disable=arguments-differ
+        return self.rnn(features, mask=mask)
+
+
+def test_a_subclassed_call_requiring_its_mask_takes_it_as_an_input():
+    """``call(features, mask)``: ``mask`` is no Keras option here (no default) but the second input."""
+    keras.utils.set_random_seed(8)
+    model = MaskTakingModel()
+    features = np.random.default_rng(8).normal(size=(len(LENGTHS), STEPS, 3)).astype(np.float32)
+    mask = np.arange(STEPS)[None, :] < np.array(LENGTHS)[:, None]
+    model(tf.constant(features[:2]), tf.constant(mask[:2]))
+    randomize_weights(model)
+    spec = [tf.TensorSpec((None, None, 3), tf.float32), tf.TensorSpec((None, None), tf.bool)]
+    onnx_model, report = mlr.convert(model, input_signature=spec)
+    assert len(report.rewritten) == 1 and not report.left_as_loop, report
+    assert [i.name for i in onnx_model.graph.input] == ["features", "mask"]
+    got = session(onnx_model).run(None, {"features": features, "mask": mask})[0]
+    np.testing.assert_allclose(got, np.asarray(model(tf.constant(features), tf.constant(mask))), atol=1e-5)
+    assert mlr.verify(model, onnx_model).ok
+
+
 @pytest.mark.skipif(FLAVOUR == "tf_keras", reason="tf_keras refuses to load such a file, in one line")
 def test_a_file_keras_cannot_rebuild_fails_where_its_weights_would_be_lost(tmp_path):
     """Keras 3 loads a subclassed ``call(tokens, states)`` model it cannot build from its file without

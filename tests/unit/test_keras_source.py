@@ -32,6 +32,8 @@ class Functional(Step):
     (lambda inputs: None, 2, False),
     (lambda inputs, training=None, mask=None: None, 2, False),
     (lambda tokens, states: None, 1, False),
+    (lambda x, mask: None, 2, True),  # a required mask is an input tensor; with a default, Keras's own option
+    (lambda x, mask=None: None, 2, False),
 ])
 def test_several_tensors_are_as_many_arguments_where_call_takes_them(call, count, spreads):
     assert spreads_inputs(Step(call), count) is spreads
