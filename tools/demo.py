@@ -116,10 +116,9 @@ def main(argv=None) -> int:
 
         spec = (tf.TensorSpec((None, None), tf.int32, name="tokens"),)
         converted = {}
-        for label, rewriters in (("stock tf2onnx", None), ("with plugin", [mlr.rewrite_masked_lstm])):
-            proto, _ = tf2onnx.convert.from_keras(model, input_signature=spec, opset=OPSET,
-                                                  custom_rewriter=rewriters)
-            converted[label] = proto
+        converted["stock tf2onnx"], _ = tf2onnx.convert.from_keras(model, input_signature=spec, opset=OPSET)
+        with mlr.enable():  # the plugin in tf2onnx's own call, as users enable it
+            converted["with plugin"], _ = tf2onnx.convert.from_keras(model, input_signature=spec, opset=OPSET)
 
     print(f"masked_lstm_rewriter {mlr.__version__} demo: {args.keras} (keras {keras.__version__}), "
           f"tensorflow {tf.__version__}, tf2onnx {tf2onnx.__version__}, onnxruntime {ort.__version__}")
