@@ -32,7 +32,7 @@ from ..report import finish_conversion, note_known_wrong
 from ..sources import LITERT_OP_SOURCES, SOURCES
 from ..sources.litert_lstm import zero_states
 from ..sources.tf_while import is_main_graph
-from .stock_wrong import empty_rows_lose_their_state, float_equality, lengths_ignored
+from .stock_wrong import empty_rows_lose_their_state, float_equality, lengths_ignored, writes_out_of_step
 from .unconverted import unconverted_ops, unconverted_problem
 
 logger = logging.getLogger("masked_lstm_rewriter")
@@ -104,7 +104,7 @@ def _make_rewriter(mask_mode: Optional[str], runtime: Optional[str], schedule: b
         rewrite_graph(graph, ops, SOURCES, mask_mode, runtime, schedule, streaming)
         if main:
             problems = time_distributed.traced_over_batch(graph, ops) + float_equality(graph, ops) + \
-                lengths_ignored(graph, stock, runtime)
+                lengths_ignored(graph, stock, runtime) + writes_out_of_step(graph)
             empty_rows_lose_their_state(graph, stock)
             if streaming:
                 problems += not_streamed + cannot_stream(graph)

@@ -8,6 +8,10 @@ steps whose features all have the mask value's integer part. The plugin leaves t
 as stock tf2onnx makes them at that opset, so the model would compute other values than Keras without a
 word; instead the conversion fails (or, kept on request, says it is known wrong).
 
+tf2onnx makes each list write of a While loop a scan output of its ``Loop``, stacked in step order
+whatever index the loop writes at: a loop that writes elsewhere (``tf.scan(reverse=True)``) gives its
+values in another order. The conversion fails (or, kept on request, says it is known wrong).
+
 tf2onnx makes a TensorFlow ``dynamic_rnn`` with ``sequence_length`` a native node with
 ``sequence_lens``, which OpenVINO ignores with dynamic shapes (it runs every step): a row shorter
 than the longest gets other outputs and final states there. The plugin leaves such a node as stock
@@ -22,8 +26,11 @@ import logging
 
 from onnx import TensorProto
 
+from tf2onnx.tf_loader import find_function
+
 from ..cells import NATIVE_OPS
-from ..graph import before_unsqueeze, is_zeros
+from ..graph import before_unsqueeze, is_increment, is_zeros, next_value, producer, skip_identity
+from ..sources.tf_while import WHILE_OPS
 from ..targets import ignoring_lengths
 
 logger = logging.getLogger("masked_lstm_rewriter")
@@ -43,6 +50,32 @@ def float_equality(graph, ops) -> list:
             f"Masking layer masks such steps); convert with opset {FLOAT_EQUALITY} or later"
             for node in ops if node.type in ("Equal", "NotEqual") and graph.get_dtype(node.input[0]) in _FLOATS
             and any(consumer.type == "Any" for consumer in graph.find_output_consumers(node.output[0]))]
+
+
+def writes_out_of_step(graph) -> list:
+    """One sentence per While op of ``graph`` whose body writes a list at a computed index, neither a step
+    counter nor a constant (``tf.scan(reverse=True)`` writes at ``n - 1 - i``): tf2onnx makes every such
+    write a scan output of its Loop, stacked in step order whatever the index."""
+    found = []
+    for loop in graph.get_nodes():
+        body = find_function(loop.get_attr_str("body")) if loop.type in WHILE_OPS else None
+        write = next((node for node in body.get_nodes() if node.type == "TensorListSetItem"
+                      and _computed_index(body, node.input[1])), None) if body is not None else None
+        if write is not None:
+            found.append(f"loop '{loop.name}' writes its outputs at a computed index ('{write.name}', as "
+                         "tf.scan(reverse=True) does), and tf2onnx stacks them in step order whatever the index: "
+                         "the ONNX model returns them in another order than TensorFlow's")
+    return found
+
+
+def _computed_index(body, index: str) -> bool:
+    """Is ``index`` computed in the step, neither a loop variable the body advances by one nor a constant?"""
+    index = skip_identity(body, index)
+    if index in body.input_names:
+        new = next_value(body, body.input_names.index(index))
+        return new is None or not is_increment(producer(body, skip_identity(body, new)), index)
+    node = producer(body, index)
+    return node is not None and not node.is_const()
 
 
 def lengths_ignored(graph, stock: set, target) -> list:
