@@ -139,7 +139,7 @@ def test_unsupported_stacked_cell_says_which_cell_and_why(caplog):
         onnx_model = convert(model, spec)
     assert op_counts(onnx_model)["Loop"] == 1
     (left,) = mlr.last_report().left_as_loop
-    assert left.detail == ("in a stack of 2 cells (keras.layers.RNN([cell, ...])), cell 2: "
+    assert left.detail == ("in a stack of 2 cells (keras.layers.RNN([cell, ...]), MultiRNNCell), cell 2: "
                            "a gate's activation is not one ONNX RNN supports (it is computed by Selu)"), left.detail
     assert any(left.detail in record.getMessage() for record in caplog.records)
     assert_matches_keras(model, onnx_model, spec, inputs)
@@ -176,5 +176,5 @@ def test_matcher_reads_each_cell_bottom_to_top(cells, kinds):
 def test_matcher_names_the_stacked_cell_it_cannot_read():
     (body,) = body_matches(K.RNN([K.LSTMCell(4), K.GRUCell(3, activation="swish")], return_sequences=True))
     assert isinstance(body, Refusal)
-    assert body.reason.startswith("in a stack of 2 cells (keras.layers.RNN([cell, ...])), cell 2: ") and \
+    assert body.reason.startswith("in a stack of 2 cells (keras.layers.RNN([cell, ...]), MultiRNNCell), cell 2: ") and \
         "ONNX GRU" in body.reason, body.reason

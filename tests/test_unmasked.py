@@ -198,3 +198,49 @@ def test_tensorflow_1_loops_left_say_why(name, lengths, reason):
     expected = [np.asarray(t) for t in run(*(tf.constant(v) for v in feeds.values()))]
     for e, g in zip(expected, runtimes.run_onnxruntime(onnx_model, feeds), strict=True):
         np.testing.assert_allclose(g, e, atol=1e-5)
+
+
+def _map_dense(x, weights):
+    return tf.map_fn(lambda row: tf.nn.relu(tf.matmul(row, weights)), x)
+
+
+def _scan_dense_sum(x, weights):
+    return tf.scan(lambda total, item: total + tf.matmul(item, weights), tf.transpose(x, [1, 0, 2]),
+                   initializer=tf.zeros([tf.shape(x)[0], UNITS]))
+
+
+@pytest.mark.parametrize("loop", [_map_dense, _scan_dense_sum], ids=["map_fn", "scan"])
+def test_a_loop_that_multiplies_no_state_is_no_recurrent_layer(loop):
+    """A map, or a scan that multiplies only each step's input by weights, is not reported as a recurrent
+    layer left as a Loop, through tf2onnx or through its ONNX file."""
+    weights = tf.constant(np.random.default_rng(4).normal(size=(FEATURES, UNITS)).astype(np.float32))
+    spec = [tf.TensorSpec([None, None, FEATURES], tf.float32, name="x")]
+    run = tf.function(lambda x: loop(x, weights), input_signature=spec, autograph=False)
+    onnx_model, _ = tf2onnx.convert.from_function(run, input_signature=spec, opset=15,
+                                                  custom_rewriter=[mlr.rewrite_masked_lstm])
+    assert mlr.last_report().layers == (), mlr.last_report()
+    stock, _ = tf2onnx.convert.from_function(run, input_signature=spec, opset=15)
+    assert [n.op_type for n in onnx_model.graph.node] == [n.op_type for n in stock.graph.node]
+    mlr.rewrite_onnx(stock)
+    assert mlr.last_report().layers == (), mlr.last_report()
+
+
+def test_a_loop_writing_out_of_step_is_known_wrong():
+    """tf2onnx stacks a loop's list writes in step order whatever their index: ``tf.scan(reverse=True)``
+    (written at n - 1 - i) would come out reversed, so the conversion fails unless kept on request."""
+    rng = np.random.default_rng(5)
+    kernel, recurrent = (tf.Variable(rng.uniform(-0.6, 0.6, size).astype(np.float32))
+                         for size in ((FEATURES, UNITS), (UNITS, UNITS)))
+    spec = [tf.TensorSpec([None, None, FEATURES], tf.float32, name="x")]
+
+    @tf.function(input_signature=spec, autograph=False)
+    def run(x):
+        return tf.scan(lambda h, item: tf.tanh(tf.matmul(item, kernel) + tf.matmul(h, recurrent)),
+                       tf.transpose(x, [1, 0, 2]), initializer=tf.zeros([tf.shape(x)[0], UNITS]), reverse=True)
+    with mlr.enable(), pytest.raises(mlr.KnownWrong, match=r"writes its outputs at a computed index .* another order"):
+        tf2onnx.convert.from_function(run, input_signature=spec, opset=15)
+    with mlr.enable(keep_wrong=True):
+        onnx_model, _ = tf2onnx.convert.from_function(run, input_signature=spec, opset=15)
+    x = rng.normal(size=(3, STEPS, FEATURES)).astype(np.float32)
+    (got,) = runtimes.run_onnxruntime(onnx_model, {"x": x})
+    assert float(np.max(np.abs(got - np.asarray(run(tf.constant(x)))))) > 1e-2, "tf2onnx now honours the index"

@@ -113,6 +113,20 @@ def is_unmasked_recurrent_body(graph) -> bool:
     return sum(n.type == "TensorListSetItem" for n in nodes) == 1 and len(reads) == 1 and not _reads_a_mask(graph)
 
 
+PRODUCTS = ("MatMul", "BatchMatMulV2", "BatchMatMulV3", "Gemm")
+_FLOATS = (TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.BFLOAT16)
+
+
+def multiplies_a_state(graph) -> bool:
+    """Does the step multiply a carried float value (a loop variable the body changes, as a cell's state)
+    by something, as every recurrent cell does? A map, or a scan that multiplies only each step's input,
+    does not: it is no recurrent layer."""
+    states = {name for index, name in enumerate(graph.input_names)
+              if graph.get_dtype(name) in _FLOATS and not passes_through(graph, index)}
+    return any(states & ({tensor} | _ancestors(graph, tensor))
+               for node in graph.get_nodes() if node.type in PRODUCTS for tensor in node.input)
+
+
 def _reads_a_mask(graph) -> bool:
     """Does the step read a bool list (a mask, one element per step)?"""
     return any(n.type == "TensorListGetItem" and n.get_attr_value("element_dtype") == TensorProto.BOOL
@@ -250,7 +264,9 @@ def _unmasked_step(graph, write) -> _Step:
 
 LENGTHS_SELECT_REASON = ("the step selects its output by comparing the step counter with lengths per row "
                          "(TensorFlow's dynamic_rnn(sequence_length=) with a cell tf2onnx does not convert), "
-                         "which the reader does not read; a Keras layer with a mask is read")
+                         "which the reader does not read; a Keras layer with a mask is read. tf2onnx's Loop "
+                         "returns outputs for max(sequence_length) steps only, where TensorFlow returns T "
+                         "(zeros after): a batch whose rows are all shorter than T gets fewer steps")
 
 
 def _selects_by_step_counter(graph, output: str, time: str) -> bool:
@@ -290,7 +306,7 @@ def _output_variables(graph, out_sel) -> tuple:
     return output_index, masked_output_index
 
 
-STACK_REASON = ("the loop's states do not form a stack of cells (keras.layers.RNN([cell, ...])), "
+STACK_REASON = ("the loop's states do not form a stack of cells (keras.layers.RNN([cell, ...]), MultiRNNCell), "
                 "each reading the output of the one below")
 
 
@@ -359,8 +375,8 @@ def read_cells(graph, x_item: str, stack: list, carried: dict) -> tuple:
         except Refusal as refusal:
             if len(stack) == 1:
                 raise
-            raise Refusal(f"in a stack of {len(stack)} cells (keras.layers.RNN([cell, ...])), cell {k + 1}: "
-                          f"{refusal.reason}", refusal.node) from None
+            raise Refusal(f"in a stack of {len(stack)} cells (keras.layers.RNN([cell, ...]), MultiRNNCell), "
+                          f"cell {k + 1}: {refusal.reason}", refusal.node) from None
         cells.append(CellMatch(h_index, c_index, cell))
         step_input = carried[h_index]
     return tuple(cells)

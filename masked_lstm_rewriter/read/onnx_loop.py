@@ -35,7 +35,7 @@ from ..failure import Refusal
 from ..graph import (is_increment, is_zero_scalar, is_zeros, next_value, passes_through, producer, rank_of,
                      skip_casts, skip_identity, transpose_perm)
 from ..layer import MaskedRecurrentLayer
-from .body import CONVOLUTION_REASON, CONVOLUTIONS, read_cells, state_stack
+from .body import CONVOLUTION_REASON, CONVOLUTIONS, multiplies_a_state, read_cells, state_stack
 from .linear import LinearForm, LinearReader, Product, declare_known
 from .loop import resolve_cells
 from .onnx_layout import batch_major_mask, batch_major_source, unreversed
@@ -116,7 +116,7 @@ def _step_reads(graph, loop, body) -> Optional[_StepReads]:
     convolution = next((n for n in body.get_nodes() if n.type in CONVOLUTIONS), None)
     if floats and masks and convolution is not None:  # a masked ConvLSTM, as in a conversion
         raise Refusal(CONVOLUTION_REASON, convolution)
-    if not floats or not any(n.type in ("MatMul", "Gemm") for n in body.get_nodes()):
+    if not floats or not multiplies_a_state(body):
         return None
     if len(floats) > 1 or len(masks) > 1:
         raise Refusal(f"the step reads {len(floats)} sequences and {len(masks)} masks (a recurrent layer reads "

@@ -13,7 +13,8 @@ import logging
 from tf2onnx.tf_loader import find_function
 
 from ..failure import Refusal
-from ..read.body import BODY_MASKED_ATTR, BODY_MATCH_ATTR, is_masked_recurrent_body, is_unmasked_recurrent_body, read_body
+from ..read.body import (BODY_MASKED_ATTR, BODY_MATCH_ATTR, is_masked_recurrent_body, is_unmasked_recurrent_body,
+                         multiplies_a_state, read_body)
 from ..read.loop import layer_name, read_loop
 from ..read.trip import COND_MATCH_ATTR, is_loop_condition, read_condition
 from .source import Candidate, Source
@@ -44,25 +45,20 @@ def candidates(graph, ops) -> list:  # pylint: disable=unused-argument
 
 def read(graph, loop):
     """The layer a While op holds, why it cannot be rewritten, or None when it is no recurrent loop.
-    An unmasked step that could not be read counts as a layer where it multiplies by weights (a cell
-    that is no Keras one, such as TensorFlow 1's ``BasicLSTMCell``); else it is a loop of another
-    kind (``tf.scan``), stock tf2onnx's business."""
+    An unmasked step that could not be read counts as a layer where it multiplies its state (a cell
+    the reader does not know); else it is a loop of another kind (``tf.map_fn``), stock tf2onnx's business."""
     body_graph = find_function(loop.get_attr_str("body"))
     body = getattr(body_graph, BODY_MATCH_ATTR, None) if body_graph is not None else None
     if body is None:
         return None
     masked = getattr(body_graph, BODY_MASKED_ATTR, True)
-    if isinstance(body, Refusal) and not masked and not _multiplies_by_weights(body_graph):
+    if isinstance(body, Refusal) and not masked and not multiplies_a_state(body_graph):
         logger.debug("loop '%s' left as tf2onnx made it: %s", layer_name(loop), body.reason)
         return None
     cond_graph = find_function(loop.get_attr_str("cond"))
     condition = getattr(cond_graph, COND_MATCH_ATTR, None) if cond_graph is not None else None
     layer = body if isinstance(body, Refusal) else read_loop(graph, loop, body, condition)
     return Candidate(layer_name(loop), masked, layer)
-
-
-def _multiplies_by_weights(body_graph) -> bool:
-    return any(node.type in ("MatMul", "BatchMatMulV2", "BatchMatMulV3") for node in body_graph.get_nodes())
 
 
 def unread_recurrent_loops(graph) -> list:
