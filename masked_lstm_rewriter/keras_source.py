@@ -394,8 +394,8 @@ def _recorded_shapes(model, keep_batch: bool = False) -> Optional[list]:
         flat = [s for s in tf.nest.flatten(spec[0]) if isinstance(s, tf.TensorSpec)]
         return [(s.shape, s.dtype, s.name) for s in flat]
     inputs = getattr(model, "inputs", None)
-    if inputs:  # a Keras 3 Sequential: its inputs exist once it is built
-        return [(x.shape, tf.as_dtype(x.dtype), None) for x in inputs]
+    if inputs:  # a Keras 3 Sequential: its inputs exist once it is built (named where its Input was)
+        return [(x.shape, tf.as_dtype(x.dtype), _given_input_name(x, i)) for i, x in enumerate(inputs)]
     from keras.src.export import export_utils  # pylint: disable=import-outside-toplevel
     try:
         specs = tf.nest.flatten(export_utils.get_input_signature(model))
@@ -428,6 +428,13 @@ def _guessed_dtypes(model, shapes: Optional[list]) -> Optional[list]:
                        "with float32 inputs; give input_signature= if an input is not float32 (ids, a boolean mask)",
                        getattr(model, "name", "model"))
     return [(shape, tf.as_dtype(dtype or "float32"), name) for shape, dtype, name in shapes]
+
+
+def _given_input_name(tensor, index: int) -> Optional[str]:
+    """The name of the ``Input`` a Keras 3 ``Sequential`` model starts with, None where Keras named it
+    (``input_layer``, ``input_layer_1``: an input made by a call or ``input_shape=``)."""
+    name = _input_name(tensor, index)
+    return None if re.fullmatch(r"input_layer(_\d+)?|input_\d+", name) else name
 
 
 def _input_name(tensor, index: int) -> str:

@@ -10,6 +10,7 @@ names on both front doors, with the same dimension names."""
 import os
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import onnx
@@ -165,3 +166,21 @@ def test_a_saved_model_is_named_alike_by_convert_and_the_command_line(tmp_path):
     inputs, outputs = by_command
     assert dict(inputs) == {"tokens": ["batch", "time"], "extra": ["batch", 2]}
     assert sorted((dims for _, dims in outputs), key=len) == [["batch", 2], ["batch", "time", UNITS]]
+
+
+@pytest.mark.parametrize("form", ["named Input", "input_shape", "built by a call"])
+def test_a_sequential_models_input_is_named_after_its_input_layer(form, tmp_path):
+    """A ``Sequential`` model that starts with a named ``Input`` keeps that name (Keras 3 too), through
+    ``convert`` and the command line; one whose input Keras named has one name on both."""
+    shape = {"input_shape": (None,)} if form == "input_shape" else {}
+    head = [keras.Input((None,), dtype="int32", name="tokens")] if form == "named Input" else []
+    with warnings.catch_warnings():  # Keras 3 prefers an Input to input_shape=
+        warnings.simplefilter("ignore")
+        model = keras.Sequential(head + [keras.layers.Embedding(50, 4, mask_zero=True, **shape), keras.layers.LSTM(UNITS)])
+    if form == "built by a call":
+        model(np.ones((2, 3), np.int32))
+    names = [i.name for i in mlr.convert(model).onnx_model.graph.input]
+    assert names == ["tokens"] if form == "named Input" else len(names) == 1  # else Keras's name for it
+    model.save(tmp_path / "model.keras")
+    command_line(tmp_path / "model.keras", "-o", tmp_path / "model.onnx")
+    assert [i.name for i in onnx.load(str(tmp_path / "model.onnx")).graph.input] == names
