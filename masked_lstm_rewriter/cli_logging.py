@@ -18,6 +18,8 @@ import os
 import sys
 import warnings
 
+from .tf2onnx_logs import not_a_state_write
+
 PROG = "masked_lstm_rewriter"
 logger = logging.getLogger(PROG)
 TF2ONNX_FORMAT = "%(asctime)s - %(levelname)s - %(message)s"  # tf2onnx's own, for its records
@@ -85,16 +87,6 @@ class _WarnedOnce(logging.Filter):
 
 
 LITERT_INTERPRETER_DEPRECATED = r"\s*Warning: tf\.lite\.Interpreter is deprecated"
-TF2ONNX_FREEZING_FAILED = "TF freezing failed. Attempting to fix freezing errors."
-
-
-def _not_a_state_write(record) -> bool:
-    """False for tf2onnx's warnings as it drops the writes of a stateful layer's states from the graph
-    it freezes ("TF freezing failed", then "Removed <op> <name>/AssignVariableOp", another node's op
-    named): the writes are not wanted in ONNX, where the plugin says what becomes of the states."""
-    if record.msg == TF2ONNX_FREEZING_FAILED:
-        return False
-    return not (record.msg == "Removed %s %s" and "Assign" in str(record.args[-1] if record.args else ""))
 
 
 def rename(text: str, renames: dict) -> str:
@@ -120,7 +112,7 @@ def command_logging(verbose: int, quiet: bool, renames: dict):
     others.setFormatter(logging.Formatter(TF2ONNX_FORMAT))
     others.setLevel(logging.NOTSET if verbose else logging.WARNING)
     if not verbose:
-        others.addFilter(_not_a_state_write)
+        others.addFilter(not_a_state_write)
     for handler in (ours, others):
         handler.addFilter(_Renamed(renames))
         if quiet:

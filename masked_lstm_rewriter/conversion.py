@@ -28,6 +28,7 @@ from .plugin import enable
 from .quantize import check_quantize, quantize_converted, schedule_for
 from .report import ConversionReport, last_report, start_conversion
 from .targets import TARGETS
+from .tf2onnx_logs import state_writes_unsaid
 
 logger = logging.getLogger("masked_lstm_rewriter")
 
@@ -93,7 +94,7 @@ def convert(model, output_path=None, *, mask_mode: Optional[str] = None, runtime
             if not keras_source.is_keras_model(keras_model):
                 raise TypeError(f"expected a Keras model or a path, not {type(keras_model).__name__}")
             with enable(mask_mode, runtime, schedule, keep_wrong=keep_wrong,
-                        streaming=streaming_for(keras_model, streaming)):
+                        streaming=streaming_for(keras_model, streaming)), state_writes_unsaid():
                 onnx_model, storage = _from_keras(keras_model, input_signature, opset, tf2onnx_options)
     io_names.name_dimensions(onnx_model)  # batch, time: not tf2onnx's unk__N
     return _finished(onnx_model, last_report() or ConversionReport(), quantize, output_path, storage)
