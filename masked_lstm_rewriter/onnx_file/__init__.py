@@ -58,7 +58,7 @@ def rewrite_onnx(model, output_path=None, *, mask_mode: Optional[str] = None, ru
     stock = native_nodes(graph)
     not_streamed = stream_native_nodes(graph) if streaming else []  # before any node of ours
     rewrite_graph(graph, list(graph.get_nodes()), ONNX_FILE_SOURCES, mask_mode, runtime, schedule, streaming)
-    problems = lengths_ignored(graph, stock, runtime) + (not_streamed + cannot_stream(graph) if streaming else [])
+    problems = lengths_ignored(graph, stock, runtime) + (not_streamed + cannot_stream() if streaming else [])
     empty_rows_lose_their_state(graph, stock)
     wrong = known_wrong(problems, keep_wrong)
     report = finish_conversion()

@@ -36,7 +36,7 @@ from ..cells import NATIVE_OPS, kind_of
 from ..failure import Refusal
 from ..graph import before_unsqueeze, int64_const, is_zeros, make_op, producer, skip_identity
 from ..report import pending_layers, record_stream
-from ..sources.tf_while import is_main_graph, unread_recurrent_loops
+from ..sources.tf_while import is_main_graph
 
 logger = logging.getLogger("masked_lstm_rewriter")
 
@@ -118,13 +118,10 @@ def note_frozen_states() -> None:
                     "call starts from them); convert with streaming=True to take it as inputs and return it", name)
 
 
-def cannot_stream(graph) -> list:
+def cannot_stream() -> list:
     """One sentence per recurrent layer of the conversion under way that stays a Loop (or a cuDNN op):
     it would start every chunk from its initial state again."""
-    refused = [entry for entry in pending_layers() if not entry.rewritten]
-    reported = {entry.layer for entry in refused}
-    left = [(entry.layer, entry.detail) for entry in refused] + \
-        [(name, reason) for name, reason in unread_recurrent_loops(graph) if name not in reported]
+    left = [(entry.layer, entry.detail) for entry in pending_layers() if not entry.rewritten]
     return [_cannot(name, reason) for name, reason in left if not layer_names.inside_time_distributed(name)]
 
 

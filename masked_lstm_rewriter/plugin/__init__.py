@@ -107,7 +107,7 @@ def _make_rewriter(mask_mode: Optional[str], runtime: Optional[str], schedule: b
                 lengths_ignored(graph, stock, runtime) + writes_out_of_step(graph)
             empty_rows_lose_their_state(graph, stock)
             if streaming:
-                problems += not_streamed + cannot_stream(graph)
+                problems += not_streamed + cannot_stream()
             else:
                 note_frozen_states()
             wrong = known_wrong(problems, keep_wrong)

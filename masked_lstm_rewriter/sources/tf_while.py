@@ -61,18 +61,4 @@ def read(graph, loop):
     return Candidate(layer_name(loop), masked, layer)
 
 
-def unread_recurrent_loops(graph) -> list:
-    """(layer name, reason) of each While op of ``graph`` whose body is a recurrent step without a mask
-    that could not be read: :func:`read` leaves those to stock tf2onnx without a word (a streaming
-    conversion must say that they stay Loops)."""
-    found = []
-    for loop in graph.get_nodes():
-        if loop.type in WHILE_OPS:
-            body_graph = find_function(loop.get_attr_str("body"))
-            body = getattr(body_graph, BODY_MATCH_ATTR, None) if body_graph is not None else None
-            if isinstance(body, Refusal):
-                found.append((layer_name(loop), body.reason))
-    return found
-
-
 SOURCE = Source(name="TensorFlow While loop", candidates=candidates, read=read, observe=observe)
