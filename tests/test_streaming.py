@@ -311,7 +311,8 @@ def test_stateful_model_takes_its_state_as_inputs():
 
 def test_a_stateful_sequential_keeps_its_fixed_batch_and_verifies(tmp_path):
     """A keras.io-style stateful Sequential (a fixed batch, Masking, LSTM(stateful=True)), converted with
-    the signature read off the model: its sequence input keeps the batch Keras fixed, which verify feeds."""
+    the signature read off the model: its sequence input and its state inputs keep the batch Keras fixed,
+    which verify feeds."""
     keras.utils.set_random_seed(0)
     model = keras.Sequential([keras.Input(batch_shape=(BATCH, None, 3)), keras.layers.Masking(),
                               keras.layers.LSTM(UNITS, return_sequences=True, stateful=True)])
@@ -320,6 +321,8 @@ def test_a_stateful_sequential_keeps_its_fixed_batch_and_verifies(tmp_path):
     assert report.rewritten and report.rewritten[0].mask_mode == "post"
     dims = onnx_model.graph.input[0].type.tensor_type.shape.dim
     assert dims[0].dim_value == BATCH and dims[1].dim_param, dims
+    for state in onnx_model.graph.input[1:]:  # the states take that batch too
+        assert [d.dim_value for d in state.type.tensor_type.shape.dim] == [BATCH, UNITS], state
     result = mlr.verify(model, tmp_path / "stateful.onnx")
     assert result.ok, result
 

@@ -82,7 +82,8 @@ def as_streamed(graph, layer):
     for cell in layer.cells:
         names = [state_in for state_in, _ in cell.streamed_states]
         for at, name in zip((cell.h_at, cell.c_at), names):
-            graph.add_graph_input(name, graph.get_dtype(_read_at(at)) or TensorProto.FLOAT, [-1, cell.hidden_size])
+            graph.add_graph_input(name, graph.get_dtype(_read_at(at)) or TensorProto.FLOAT,
+                                  [_batch_size(graph), cell.hidden_size])
             node, index = at
             graph.replace_input(node, node.input[index], name, index)
         cell.zero_initial_state = False
@@ -218,6 +219,12 @@ def _stock_refusal(graph, node) -> Optional[str]:
     return None
 
 
+def _batch_size(graph) -> int:
+    """The batch size of the model's first input where it is fixed (a stateful Keras model's), else -1."""
+    shape = graph.get_shape(graph.input_names[0]) if graph.input_names else None
+    return shape[0] if shape and shape[0] is not None and shape[0] > 0 else -1
+
+
 def _stream_stock_node(graph, node, scope: str) -> None:
     """The node starts from new state inputs and returns its final states ``Y_h`` (and ``Y_c``) as outputs:
     it runs every step of every row (no sequence_lens), so they are the states after the chunk."""
@@ -225,7 +232,7 @@ def _stream_stock_node(graph, node, scope: str) -> None:
     names = state_names(_free_prefix(graph, layer_names.keras_path(scope), scope), kind_of(node.type).state_names)
     inputs = list(node.input) + [""] * max(0, _INITIAL_H + len(names) - len(node.input))
     for offset, (state_in, state_out) in enumerate(names):
-        graph.add_graph_input(state_in, TensorProto.FLOAT, [-1, hidden])
+        graph.add_graph_input(state_in, TensorProto.FLOAT, [_batch_size(graph), hidden])
         inputs[_INITIAL_H + offset] = make_op(graph, "Unsqueeze", state_in, int64_const(graph, "axes", [0]))
         final = make_op(graph, "Squeeze", node.output[1 + offset], int64_const(graph, "axes", [0]))
         _graph_output(graph, state_out, final, hidden)
