@@ -122,12 +122,12 @@ def keras_outputs(model, inputs: list, groups: Optional[list] = None) -> list:
     inputs each argument of its ``call`` takes, where one takes several (:func:`.keras_source.argument_groups`)."""
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     from . import keras_source  # pylint: disable=import-outside-toplevel
-    tensors = [tf.convert_to_tensor(x) for x in inputs]
     if groups is not None:
+        tensors = [tf.convert_to_tensor(x) for x in inputs]
         outputs = model(*[tensors[g] if isinstance(g, int) else [tensors[i] for i in g] for g in groups],
                         training=False)
     elif keras_source.spreads_inputs(model, len(inputs)):  # call(inputs, states): tensors, as tf_keras wants them
-        outputs = model(*tensors, training=False)
+        outputs = model(*[tf.convert_to_tensor(x) for x in inputs], training=False)
     else:
         outputs = model(inputs if len(inputs) > 1 else inputs[0], training=False)
     return [as_array(output) for output in tf.nest.flatten(outputs)]
