@@ -363,6 +363,8 @@ def test_a_subclassed_call_taking_a_list_of_states(state_names):
     spec = [tf.TensorSpec((None, None), tf.int32),
             [tf.TensorSpec((None, UNITS), tf.float32, name=name) for name in state_names]]
     onnx_model, report = mlr.convert(model, input_signature=spec)
+    assert len(report.rewritten) == 1 and not report.left_as_loop, report
+    assert_native(onnx_model, lstm=1)
     names = [i.name for i in onnx_model.graph.input]
     assert names == ["tokens"] + [name or f"states_{j}" for j, name in enumerate(state_names)]
     got = session(onnx_model).run(None, dict(zip(names, [POST] + states)))

@@ -162,20 +162,25 @@ needs_v1_cells = pytest.mark.skipif(FLAVOUR != "tf_keras", reason="TensorFlow's 
                                        ("stack", {"LSTM": 2})])
 def test_tensorflow_1_cells_become_native(name, ops):
     """Stock tf2onnx leaves BasicLSTMCell, BasicRNNCell and MultiRNNCell Loops; their one kernel over the
-    concatenated input and state reads as the input's and the state's rows: native, every output exact."""
+    concatenated input and state reads as the input's and the state's rows: native, every output exact,
+    through tf2onnx and through stock tf2onnx's ONNX file of them."""
     run, spec = _v1_run(_v1_cell(name), lengths=False)
-    onnx_model, _ = tf2onnx.convert.from_function(run, input_signature=spec, opset=15,
-                                                  custom_rewriter=[mlr.rewrite_masked_lstm])
-    counts = op_counts(onnx_model)
-    assert not counts["Loop"] and all(counts[op] == n for op, n in ops.items()), counts
-    assert [layer.rewritten for layer in mlr.last_report().layers] == [True], mlr.last_report()
     x = np.random.default_rng(1).normal(size=(3, STEPS, FEATURES)).astype(np.float32)
     expected = [np.asarray(t) for t in run(tf.constant(x))]
-    for runtime in runtimes.runtimes():
-        got = runtimes.run_onnxruntime(onnx_model, {"x": x}) if runtime == "onnxruntime" else \
-            runtimes.run_openvino(onnx_model, {"x": x})
-        for e, g in zip(expected, got, strict=True):
-            np.testing.assert_allclose(g, e, atol=1e-5, err_msg=runtime)
+    plugin, _ = tf2onnx.convert.from_function(run, input_signature=spec, opset=15,
+                                              custom_rewriter=[mlr.rewrite_masked_lstm])
+    routes = [("tf2onnx", plugin, mlr.last_report())]
+    stock, _ = tf2onnx.convert.from_function(run, input_signature=spec, opset=15)
+    routes.append(("ONNX file", *mlr.rewrite_onnx(stock)))
+    for route, onnx_model, report in routes:
+        counts = op_counts(onnx_model)
+        assert not counts["Loop"] and all(counts[op] == n for op, n in ops.items()), (route, counts)
+        assert [layer.rewritten for layer in report.layers] == [True], report
+        for runtime in runtimes.runtimes():
+            got = runtimes.run_onnxruntime(onnx_model, {"x": x}) if runtime == "onnxruntime" else \
+                runtimes.run_openvino(onnx_model, {"x": x})
+            for e, g in zip(expected, got, strict=True):
+                np.testing.assert_allclose(g, e, atol=1e-5, err_msg=f"{route}, {runtime}")
 
 
 @needs_v1_cells
