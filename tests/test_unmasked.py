@@ -140,9 +140,10 @@ def _v1_cell(name):
             "peephole": lambda: cells.LSTMCell(UNITS, use_peepholes=True, **init)}[name]()
 
 
-def _v1_run(cell, lengths: bool):
-    """A tf.function over ``dynamic_rnn(cell)``: its outputs and every final state, flattened."""
-    spec = [tf.TensorSpec([None, None, FEATURES], tf.float32, name="x")] + \
+def _v1_run(cell, lengths: bool, steps=None):
+    """A tf.function over ``dynamic_rnn(cell)`` (``steps``: None, dynamic): its outputs and every final state,
+    flattened."""
+    spec = [tf.TensorSpec([None, steps, FEATURES], tf.float32, name="x")] + \
         ([tf.TensorSpec([None], tf.int32, name="lengths")] if lengths else [])
 
     @tf.function(input_signature=spec, autograph=False)
@@ -158,13 +159,14 @@ needs_v1_cells = pytest.mark.skipif(FLAVOUR != "tf_keras", reason="TensorFlow's 
 
 
 @needs_v1_cells
+@pytest.mark.parametrize("steps", [None, STEPS], ids=["dynamic time", "static time"])
 @pytest.mark.parametrize("name, ops", [("basic_lstm", {"LSTM": 1}), ("basic_rnn", {"RNN": 1}),
                                        ("stack", {"LSTM": 2})])
-def test_tensorflow_1_cells_become_native(name, ops):
+def test_tensorflow_1_cells_become_native(name, ops, steps):
     """Stock tf2onnx leaves BasicLSTMCell, BasicRNNCell and MultiRNNCell Loops; their one kernel over the
     concatenated input and state reads as the input's and the state's rows: native, every output exact,
     through tf2onnx and through stock tf2onnx's ONNX file of them."""
-    run, spec = _v1_run(_v1_cell(name), lengths=False)
+    run, spec = _v1_run(_v1_cell(name), lengths=False, steps=steps)
     x = np.random.default_rng(1).normal(size=(3, STEPS, FEATURES)).astype(np.float32)
     expected = [np.asarray(t) for t in run(tf.constant(x))]
     plugin, _ = tf2onnx.convert.from_function(run, input_signature=spec, opset=15,
